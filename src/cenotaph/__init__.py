@@ -1,0 +1,75 @@
+"""cenotaph: a memory store for AI agents whose erasure claims are true statements about bytes.
+
+>>> import cenotaph, tempfile
+>>> store = cenotaph.open(tempfile.mkdtemp())
+>>> rec = store.write("tenant:acme/user:alice", "diet", "vegetarian")
+>>> store.forget("tenant:acme/user:alice", "diet").status().state
+'shredded'
+>>> store.read("tenant:acme/user:alice", "diet") is None
+True
+>>> store.close()
+"""
+
+from __future__ import annotations
+
+from . import errors
+from .crypto.provider import KeyProvider, LocalKeyring
+from .errors import (
+    CenotaphError,
+    CertificateError,
+    DerivedFromForgottenError,
+    ErasureNotProvableError,
+    ForgottenError,
+    InvalidScopeError,
+    InvalidValueError,
+    KeyProviderError,
+    ScopeClosureError,
+    StaleWriteError,
+    StorageError,
+)
+from .model import (
+    BackupInfo,
+    Certificate,
+    ErasureRequest,
+    ErasureStatus,
+    LayerStatus,
+    PurgeReport,
+    Record,
+    RotationReport,
+    SearchHit,
+)
+from .scope import Scope
+from .store import Store, StoreSession
+from .store import open_store as open
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackupInfo",
+    "CenotaphError",
+    "Certificate",
+    "CertificateError",
+    "DerivedFromForgottenError",
+    "ErasureNotProvableError",
+    "ErasureRequest",
+    "ErasureStatus",
+    "ForgottenError",
+    "InvalidScopeError",
+    "InvalidValueError",
+    "KeyProvider",
+    "KeyProviderError",
+    "LayerStatus",
+    "LocalKeyring",
+    "PurgeReport",
+    "Record",
+    "RotationReport",
+    "Scope",
+    "ScopeClosureError",
+    "SearchHit",
+    "StaleWriteError",
+    "StorageError",
+    "Store",
+    "StoreSession",
+    "errors",
+    "open",
+]

@@ -1,0 +1,1 @@
+"""Storage backends. Each implements :class:`cenotaph.backends.base.Backend`; the store holds the policy."""

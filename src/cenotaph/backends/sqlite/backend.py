@@ -1,0 +1,503 @@
+"""SQLite backend: every SQL statement of the embedded store, and the only place that
+translates ``sqlite3`` errors into :class:`cenotaph.errors.StorageError`."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from ...errors import StorageError
+from ..base import ErasureRow, LineageRow, RecordRow, ScopeKeyRow
+from .schema import MIGRATIONS
+
+__all__ = ["SQLiteBackend", "SQLITE_SETTINGS", "DB_NAME"]
+
+DB_NAME = "cenotaph.db"
+
+# Every connection setting, with why. Applied (and secure_delete read back) on each connection.
+SQLITE_SETTINGS: tuple[tuple[str, str], ...] = (
+    ("journal_mode", "WAL"),  # never PERSIST: it keeps pre-images after commit (HINTS)
+    ("synchronous", "FULL"),  # W7: a returned write survives power loss
+    ("secure_delete", "ON"),  # S3: zero freed pages ourselves, never trust the build default
+    ("busy_timeout", "30000"),  # wait for other processes' write transactions, then StorageError
+    ("temp_store", "MEMORY"),  # no temp files outside the data directory
+    ("trusted_schema", "OFF"),
+    ("foreign_keys", "OFF"),
+)
+
+_RECORD_COLS = (
+    "id, scope_token, key_token, version, expires_at, hidden_version, wrapped, epoch, ciphertext, vector"
+)
+_LINEAGE_COLS = (
+    "record_id, scope_token, key_token, version, wrapped, epoch, subject_tokens, subjects, sources, "
+    "destroyed_version"
+)
+_ERASURE_COLS = (
+    "id, mode, target_kind, target, version, requested_at, state, layers, plan, probes, horizon, "
+    "horizon_reason, verified_at, scan"
+)
+_CHUNK = 500  # bound on host parameters per statement
+
+
+def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), _CHUNK):
+        yield items[start : start + _CHUNK]
+
+
+def _marks(n: int) -> str:
+    return ",".join("?" * n)
+
+
+def _record(row: Sequence[Any]) -> RecordRow:
+    return RecordRow(*row)
+
+
+def _lineage(row: Sequence[Any]) -> LineageRow:
+    values = list(row)
+    values[8] = tuple(json.loads(values[8]))
+    return LineageRow(*values)
+
+
+def translate(exc: sqlite3.Error) -> StorageError:
+    """The one place a driver error becomes ours."""
+    text = str(exc).lower()
+    if "locked" in text or "busy" in text:
+        return StorageError(
+            "the data directory is locked by another process for too long; retry, or find the stuck "
+            "process with `cenotaph doctor`"
+        )
+    if "malformed" in text or "not a database" in text:
+        return StorageError("the database file is corrupt; restore it from a backup with `cenotaph restore`")
+    if "readonly" in text or "read-only" in text:
+        return StorageError("the data directory is read-only; open it with write permission")
+    return StorageError(f"the database failed ({type(exc).__name__}); check disk space and permissions")
+
+
+class SQLiteTxn:
+    """A transaction on one connection. Every method is plain SQL over tokens and ciphertext."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._c = conn
+        self._after: list[Callable[[], None]] = []
+
+    def after_commit(self, action: Callable[[], None]) -> None:
+        self._after.append(action)
+
+    def _one(self, sql: str, args: Sequence[Any] = ()) -> Any:
+        row = self._c.execute(sql, args).fetchone()
+        return None if row is None else row[0]
+
+    # -- clock -----------------------------------------------------------------------
+    def clock(self) -> int:
+        return int(self._one("SELECT value FROM meta WHERE name='clock'"))
+
+    def set_clock(self, version: int) -> None:
+        self._c.execute("UPDATE meta SET value=? WHERE name='clock' AND value<?", (version, version))
+
+    def forget_epoch(self) -> int:
+        return int(self._one("SELECT value FROM meta WHERE name='forget_epoch'"))
+
+    def bump_forget_epoch(self) -> None:
+        self._c.execute("UPDATE meta SET value=value+1 WHERE name='forget_epoch'")
+
+    # -- tombstones ------------------------------------------------------------------
+    def _max_by_target(self, table: str, targets: Sequence[bytes]) -> dict[bytes, int]:
+        found: dict[bytes, int] = {}
+        for part in _chunks(list(targets)):
+            sql = f"SELECT target, max(version) FROM {table} WHERE target IN ({_marks(len(part))}) GROUP BY target"
+            found.update({bytes(t): int(v) for t, v in self._c.execute(sql, part)})
+        return found
+
+    def tombstone_versions(self, targets: Sequence[bytes]) -> dict[bytes, int]:
+        return self._max_by_target("tombstones", targets)
+
+    def lift_versions(self, targets: Sequence[bytes]) -> dict[bytes, int]:
+        return self._max_by_target("lifts", targets)
+
+    def insert_tombstones(self, rows: Iterable[tuple[bytes, int, str, str]]) -> None:
+        self._c.executemany("INSERT OR IGNORE INTO tombstones VALUES (?,?,?,?)", rows)
+
+    def insert_lift(self, target: bytes, version: int) -> None:
+        self._c.execute("INSERT OR IGNORE INTO lifts VALUES (?,?)", (target, version))
+
+    def insert_reauth(self, digest: bytes, kind: str, target: bytes, version: int) -> None:
+        self._c.execute("INSERT INTO reauth_tokens VALUES (?,?,?,?,NULL)", (digest, kind, target, version))
+
+    def reauth(self, digest: bytes) -> tuple[str, bytes, int, int | None] | None:
+        row = self._c.execute(
+            "SELECT kind, target, issued_version, consumed_version FROM reauth_tokens WHERE digest=?",
+            (digest,),
+        ).fetchone()
+        return None if row is None else (row[0], bytes(row[1]), int(row[2]), row[3])
+
+    def consume_reauth(self, digest: bytes, version: int) -> None:
+        self._c.execute("UPDATE reauth_tokens SET consumed_version=? WHERE digest=?", (version, digest))
+
+    # -- keys ------------------------------------------------------------------------
+    def scope_rows(self, tokens: Sequence[bytes]) -> dict[bytes, ScopeKeyRow]:
+        found: dict[bytes, ScopeKeyRow] = {}
+        for part in _chunks(list(tokens)):
+            sql = f"SELECT token, parent, wrapped, epoch FROM scopes WHERE token IN ({_marks(len(part))})"
+            for row in self._c.execute(sql, part):
+                found[bytes(row[0])] = ScopeKeyRow(*row)
+        return found
+
+    def insert_scopes(self, rows: Iterable[ScopeKeyRow]) -> None:
+        self._c.executemany(
+            "INSERT OR IGNORE INTO scopes (token, parent, wrapped, epoch) VALUES (?,?,?,?)",
+            ((r.token, r.parent, r.wrapped, r.epoch) for r in rows),
+        )
+
+    def subject_rows(self, tokens: Sequence[bytes]) -> dict[bytes, tuple[bytes | None, int | None]]:
+        found: dict[bytes, tuple[bytes | None, int | None]] = {}
+        for part in _chunks(list(tokens)):
+            sql = f"SELECT token, wrapped, epoch FROM subjects WHERE token IN ({_marks(len(part))})"
+            found.update({bytes(t): (w, e) for t, w, e in self._c.execute(sql, part)})
+        return found
+
+    def insert_subjects(self, rows: Iterable[tuple[bytes, bytes, int]]) -> None:
+        self._c.executemany("INSERT OR IGNORE INTO subjects (token, wrapped, epoch) VALUES (?,?,?)", rows)
+
+    def replace_scope_key(self, token: bytes, wrapped: bytes, epoch: int) -> None:
+        self._c.execute(
+            "UPDATE scopes SET wrapped=?, epoch=?, destroyed_version=NULL WHERE token=?",
+            (wrapped, epoch, token),
+        )
+
+    def replace_subject_key(self, token: bytes, wrapped: bytes, epoch: int) -> None:
+        self._c.execute(
+            "UPDATE subjects SET wrapped=?, epoch=?, destroyed_version=NULL WHERE token=?",
+            (wrapped, epoch, token),
+        )
+
+    def subtree_tokens(self, token: bytes) -> list[bytes]:
+        sql = (
+            "WITH RECURSIVE sub(t) AS (SELECT ? UNION SELECT s.token FROM scopes s JOIN sub ON s.parent = sub.t) "
+            "SELECT t FROM sub"
+        )
+        return [bytes(r[0]) for r in self._c.execute(sql, (token,))]
+
+    # -- records ---------------------------------------------------------------------
+    def records_in_slots(self, slots: Sequence[tuple[bytes, bytes]]) -> list[RecordRow]:
+        rows: list[RecordRow] = []
+        for scope_token, key_token in slots:
+            row = self._c.execute(
+                f"SELECT {_RECORD_COLS} FROM records WHERE scope_token=? AND key_token=?",
+                (scope_token, key_token),
+            ).fetchone()
+            if row is not None:
+                rows.append(_record(row))
+        return rows
+
+    def record(self, record_id: str) -> RecordRow | None:
+        row = self._c.execute(f"SELECT {_RECORD_COLS} FROM records WHERE id=?", (record_id,)).fetchone()
+        return None if row is None else _record(row)
+
+    def records_in_scopes(self, scope_tokens: Sequence[bytes]) -> list[RecordRow]:
+        rows: list[RecordRow] = []
+        for part in _chunks(list(scope_tokens)):
+            sql = f"SELECT {_RECORD_COLS} FROM records WHERE scope_token IN ({_marks(len(part))})"
+            rows.extend(_record(r) for r in self._c.execute(sql, part))
+        return rows
+
+    def live_records(self) -> Iterator[RecordRow]:
+        sql = f"SELECT {_RECORD_COLS} FROM records WHERE hidden_version IS NULL AND wrapped IS NOT NULL"
+        for row in self._c.execute(sql):
+            yield _record(row)
+
+    def insert_records(self, rows: Sequence[RecordRow], lineage: Sequence[LineageRow]) -> None:
+        self._c.executemany(
+            f"INSERT INTO records ({_RECORD_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            [
+                (
+                    r.id,
+                    r.scope_token,
+                    r.key_token,
+                    r.version,
+                    r.expires_at,
+                    r.hidden_version,
+                    r.wrapped,
+                    r.epoch,
+                    r.ciphertext,
+                    r.vector,
+                )
+                for r in rows
+            ],
+        )
+        self._c.executemany(
+            f"INSERT INTO lineage ({_LINEAGE_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            [
+                (
+                    x.record_id,
+                    x.scope_token,
+                    x.key_token,
+                    x.version,
+                    x.wrapped,
+                    x.epoch,
+                    x.subject_tokens,
+                    x.subjects,
+                    json.dumps(list(x.sources)),
+                    x.destroyed_version,
+                )
+                for x in lineage
+            ],
+        )
+        self._c.executemany(
+            "INSERT OR IGNORE INTO record_subjects VALUES (?,?)",
+            [
+                (x.subject_tokens[i : i + 32], x.record_id)
+                for x in lineage
+                for i in range(0, len(x.subject_tokens), 32)
+            ],
+        )
+        self._c.executemany(
+            "INSERT OR IGNORE INTO derivations VALUES (?,?)",
+            [(src, x.record_id) for x in lineage for src in x.sources],
+        )
+
+    def delete_records(self, ids: Sequence[str]) -> None:
+        self._c.executemany("DELETE FROM records WHERE id=?", [(i,) for i in ids])
+
+    def lineage(self, ids: Sequence[str]) -> dict[str, LineageRow]:
+        found: dict[str, LineageRow] = {}
+        for part in _chunks(list(ids)):
+            sql = f"SELECT {_LINEAGE_COLS} FROM lineage WHERE record_id IN ({_marks(len(part))})"
+            for row in self._c.execute(sql, part):
+                found[row[0]] = _lineage(row)
+        return found
+
+    def lineage_ids(self, scope_tokens: Sequence[bytes], key_token: bytes | None) -> list[str]:
+        ids: list[str] = []
+        for part in _chunks(list(scope_tokens)):
+            sql = f"SELECT record_id FROM lineage WHERE scope_token IN ({_marks(len(part))})"
+            args: list[Any] = list(part)
+            if key_token is not None:
+                sql += " AND key_token=?"
+                args.append(key_token)
+            ids.extend(r[0] for r in self._c.execute(sql + " AND destroyed_version IS NULL", args))
+        return ids
+
+    def lineage_ids_for_subject(self, subject_token: bytes) -> list[str]:
+        sql = (
+            "SELECT rs.record_id FROM record_subjects rs JOIN lineage l ON l.record_id = rs.record_id "
+            "WHERE rs.subject_token=? AND l.destroyed_version IS NULL"
+        )
+        return [r[0] for r in self._c.execute(sql, (subject_token,))]
+
+    def derived_closure(self, ids: Sequence[str]) -> list[str]:
+        """Every record derived, transitively, from any of ``ids`` (not including them)."""
+        seen = set(ids)
+        frontier = list(ids)
+        while frontier:
+            nxt: list[str] = []
+            for part in _chunks(frontier):
+                sql = f"SELECT derived_id FROM derivations WHERE source_id IN ({_marks(len(part))})"
+                for (derived,) in self._c.execute(sql, part):
+                    if derived not in seen:
+                        seen.add(derived)
+                        nxt.append(derived)
+            frontier = nxt
+        return sorted(seen - set(ids))
+
+    # -- forgetting ------------------------------------------------------------------
+    def hide_records(self, ids: Sequence[str], version: int, mode: str) -> int:
+        cur = self._c.executemany(
+            "UPDATE records SET hidden_version=?, hidden_mode=? WHERE id=? AND hidden_version IS NULL",
+            [(version, mode, i) for i in ids],
+        )
+        return cur.rowcount
+
+    def destroy_record_keys(self, ids: Sequence[str], version: int) -> None:
+        self._c.executemany(
+            "UPDATE records SET wrapped=NULL, epoch=NULL, hidden_version=coalesce(hidden_version, ?), "
+            "hidden_mode='compliance' WHERE id=?",
+            [(version, i) for i in ids],
+        )
+        self._c.executemany(
+            "UPDATE lineage SET wrapped=NULL, subjects=NULL, destroyed_version=coalesce(destroyed_version, ?) "
+            "WHERE record_id=?",
+            [(version, i) for i in ids],
+        )
+
+    def destroy_scope_keys(self, tokens: Sequence[bytes], version: int) -> None:
+        self._c.executemany(
+            "UPDATE scopes SET wrapped=NULL, epoch=NULL, destroyed_version=coalesce(destroyed_version, ?) "
+            "WHERE token=?",
+            [(version, t) for t in tokens],
+        )
+
+    def destroy_subject_keys(self, tokens: Sequence[bytes], version: int) -> None:
+        self._c.executemany(
+            "INSERT INTO subjects (token, wrapped, epoch, destroyed_version) VALUES (?, NULL, NULL, ?) "
+            "ON CONFLICT(token) DO UPDATE SET wrapped=NULL, epoch=NULL, "
+            "destroyed_version=coalesce(destroyed_version, excluded.destroyed_version)",
+            [(t, version) for t in tokens],
+        )
+
+    # -- erasure requests and audit ----------------------------------------------------
+    def insert_erasure(self, row: ErasureRow) -> None:
+        self._c.execute(
+            f"INSERT OR IGNORE INTO erasures ({_ERASURE_COLS}) VALUES ({_marks(14)})",
+            (
+                row.id,
+                row.mode,
+                row.target_kind,
+                row.target,
+                row.version,
+                row.requested_at,
+                row.state,
+                row.layers,
+                row.plan,
+                row.probes,
+                row.horizon,
+                row.horizon_reason,
+                row.verified_at,
+                row.scan,
+            ),
+        )
+
+    def erasure(self, request_id: str) -> ErasureRow | None:
+        row = self._c.execute(f"SELECT {_ERASURE_COLS} FROM erasures WHERE id=?", (request_id,)).fetchone()
+        return None if row is None else ErasureRow(*row)
+
+    def erasures(self, states: Sequence[str] | None = None) -> list[ErasureRow]:
+        sql = f"SELECT {_ERASURE_COLS} FROM erasures"
+        args: list[Any] = []
+        if states is not None:
+            sql += f" WHERE state IN ({_marks(len(states))})"
+            args = list(states)
+        return [ErasureRow(*r) for r in self._c.execute(sql + " ORDER BY version", args)]
+
+    def update_erasure(self, request_id: str, **fields: Any) -> None:
+        allowed = set(_ERASURE_COLS.replace(" ", "").split(","))
+        if not fields or not set(fields) <= allowed:
+            raise ValueError(f"unknown erasure fields: {sorted(set(fields) - allowed)}")
+        assignments = ", ".join(f"{name}=?" for name in fields)
+        self._c.execute(f"UPDATE erasures SET {assignments} WHERE id=?", (*fields.values(), request_id))
+
+    def erasure_ids(self) -> set[str]:
+        return {r[0] for r in self._c.execute("SELECT id FROM erasures")}
+
+    def audit_tail(self) -> tuple[int, str] | None:
+        row = self._c.execute("SELECT seq, entry FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
+        return None if row is None else (int(row[0]), str(row[1]))
+
+    def append_audit(self, seq: int, entry: str) -> None:
+        self._c.execute("INSERT INTO audit VALUES (?,?)", (seq, entry))
+
+    def audit_entries(self) -> list[str]:
+        return [r[0] for r in self._c.execute("SELECT entry FROM audit ORDER BY seq")]
+
+
+class SQLiteBackend:
+    """One connection per Store, serialised by a lock; several processes share the files."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.path = directory / DB_NAME
+        self._lock = threading.RLock()
+        self._data_version: int | None = None
+        try:
+            self._conn = self.connect(self.path)
+            self._migrate()
+        except sqlite3.Error as exc:
+            raise translate(exc) from exc
+
+    @property
+    def location(self) -> Path:
+        return self.directory
+
+    @staticmethod
+    def connect(path: Path) -> sqlite3.Connection:
+        """A connection with every setting of SQLITE_SETTINGS applied and secure_delete read back."""
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+        for name, value in SQLITE_SETTINGS:
+            conn.execute(f"PRAGMA {name}={value}")
+        if conn.execute("PRAGMA secure_delete").fetchone()[0] != 1:
+            conn.close()
+            raise StorageError(
+                "SQLite refused secure_delete=ON; cenotaph cannot erase freed pages on this build"
+            )
+        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        if str(mode).lower() != "wal":
+            conn.close()
+            raise StorageError("SQLite refused WAL mode; put the data directory on a local file system")
+        return conn
+
+    def _migrate(self) -> None:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                current = int(self._conn.execute("PRAGMA user_version").fetchone()[0])
+                for number, script in MIGRATIONS:
+                    if number > current:
+                        for statement in script.split(";"):
+                            if statement.strip():
+                                self._conn.execute(statement)
+                        self._conn.execute(f"PRAGMA user_version={number}")
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+
+    @contextlib.contextmanager
+    def _transaction(self, begin: str) -> Iterator[SQLiteTxn]:
+        with self._lock:
+            txn = SQLiteTxn(self._conn)
+            try:
+                self._conn.execute(begin)
+            except sqlite3.Error as exc:
+                raise translate(exc) from exc
+            try:
+                yield txn
+                self._conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._rollback()
+                raise translate(exc) from exc
+            except BaseException:
+                self._rollback()
+                raise
+            self._data_version = self._read_data_version()
+        for action in txn._after:
+            action()
+
+    def _rollback(self) -> None:
+        if self._conn.in_transaction:
+            self._conn.execute("ROLLBACK")
+
+    def write(self) -> contextlib.AbstractContextManager[SQLiteTxn]:
+        return self._transaction("BEGIN IMMEDIATE")
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[SQLiteTxn]:
+        """Autocommit reads: each statement sees a committed snapshot and holds no lock after it."""
+        with self._lock:
+            try:
+                yield SQLiteTxn(self._conn)
+            except sqlite3.Error as exc:
+                raise translate(exc) from exc
+
+    def _read_data_version(self) -> int:
+        return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+
+    def changed(self) -> bool:
+        with self._lock:
+            try:
+                current = self._read_data_version()
+            except sqlite3.Error as exc:
+                raise translate(exc) from exc
+            changed = current != self._data_version
+            self._data_version = current
+            return changed
+
+    def owned_files(self) -> list[Path]:
+        return sorted(p for p in self.directory.rglob("*") if p.is_file())
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()

@@ -1,0 +1,75 @@
+"""Schema migrations as numbered data. Every name column holds an HMAC token (W4); every
+content column holds AES-GCM ciphertext (S1); nothing here is plaintext personal data."""
+
+from __future__ import annotations
+
+MIGRATIONS: tuple[tuple[int, str], ...] = (
+    (
+        1,
+        """
+        CREATE TABLE meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+        INSERT INTO meta VALUES ('clock', 0), ('forget_epoch', 0);
+
+        -- one row per scope path ever written, wrapped is NULL once the scope key is destroyed
+        CREATE TABLE scopes (
+            token BLOB PRIMARY KEY, parent BLOB, wrapped BLOB, epoch INTEGER,
+            destroyed_version INTEGER
+        ) WITHOUT ROWID;
+        CREATE INDEX scopes_parent ON scopes(parent);
+
+        CREATE TABLE subjects (
+            token BLOB PRIMARY KEY, wrapped BLOB, epoch INTEGER, destroyed_version INTEGER
+        ) WITHOUT ROWID;
+
+        -- live and hidden records, at most one per (scope, key) slot
+        CREATE TABLE records (
+            id TEXT PRIMARY KEY, scope_token BLOB NOT NULL, key_token BLOB NOT NULL,
+            version INTEGER NOT NULL, expires_at REAL, hidden_version INTEGER, hidden_mode TEXT,
+            wrapped BLOB, epoch INTEGER, ciphertext BLOB, vector BLOB
+        );
+        CREATE UNIQUE INDEX records_slot ON records(scope_token, key_token);
+        CREATE INDEX records_expiry ON records(expires_at) WHERE expires_at IS NOT NULL;
+        CREATE INDEX records_hidden ON records(hidden_version) WHERE hidden_version IS NOT NULL;
+
+        -- one row per record ever written: its lineage key outlives operational expiry (W3)
+        CREATE TABLE lineage (
+            record_id TEXT PRIMARY KEY, scope_token BLOB NOT NULL, key_token BLOB NOT NULL,
+            version INTEGER NOT NULL, wrapped BLOB, epoch INTEGER, subject_tokens BLOB NOT NULL,
+            subjects BLOB, sources TEXT NOT NULL, destroyed_version INTEGER
+        );
+        CREATE INDEX lineage_slot ON lineage(scope_token, key_token);
+
+        CREATE TABLE record_subjects (
+            subject_token BLOB NOT NULL, record_id TEXT NOT NULL,
+            PRIMARY KEY (subject_token, record_id)
+        ) WITHOUT ROWID;
+
+        CREATE TABLE derivations (
+            source_id TEXT NOT NULL, derived_id TEXT NOT NULL, PRIMARY KEY (source_id, derived_id)
+        ) WITHOUT ROWID;
+
+        CREATE TABLE tombstones (
+            target BLOB NOT NULL, version INTEGER NOT NULL, kind TEXT NOT NULL,
+            request_id TEXT NOT NULL, PRIMARY KEY (target, version)
+        ) WITHOUT ROWID;
+
+        CREATE TABLE lifts (
+            target BLOB NOT NULL, version INTEGER NOT NULL, PRIMARY KEY (target, version)
+        ) WITHOUT ROWID;
+
+        CREATE TABLE reauth_tokens (
+            digest BLOB PRIMARY KEY, kind TEXT NOT NULL, target BLOB NOT NULL,
+            issued_version INTEGER NOT NULL, consumed_version INTEGER
+        ) WITHOUT ROWID;
+
+        CREATE TABLE erasures (
+            id TEXT PRIMARY KEY, mode TEXT NOT NULL, target_kind TEXT NOT NULL,
+            target BLOB NOT NULL, version INTEGER NOT NULL, requested_at TEXT NOT NULL,
+            state TEXT NOT NULL, layers TEXT NOT NULL, plan TEXT NOT NULL, probes BLOB,
+            horizon TEXT, horizon_reason TEXT, verified_at TEXT, scan TEXT
+        );
+
+        CREATE TABLE audit (seq INTEGER PRIMARY KEY, entry TEXT NOT NULL);
+        """,
+    ),
+)

@@ -1,0 +1,1 @@
+"""Key hierarchy, KEK epochs, key providers, AEAD and HMAC tokens."""

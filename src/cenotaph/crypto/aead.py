@@ -1,0 +1,63 @@
+"""AES-256-GCM sealing, key wrapping and the key-derivation function (one place for each).
+
+A sealed blob is ``nonce (12) || ciphertext || tag (16)``. ``derive`` is HMAC-SHA256 used as a
+PRF: every data key of a record is derived from its own random seed and the keys it depends on
+(S2), so destroying any one of them makes the record undecryptable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+__all__ = ["KEY_BYTES", "NONCE_BYTES", "Sealer", "derive", "new_key", "open_sealed", "seal"]
+
+KEY_BYTES = 32
+NONCE_BYTES = 12
+
+
+def new_key() -> bytes:
+    return os.urandom(KEY_BYTES)
+
+
+def derive(seed: bytes, label: bytes, *inputs: bytes) -> bytes:
+    """A 32-byte key from ``seed`` and every input key; changing any input changes the result."""
+    mac = hmac.new(seed, label, hashlib.sha256)
+    for part in inputs:
+        mac.update(len(part).to_bytes(2, "big"))
+        mac.update(part)
+    return mac.digest()
+
+
+class Sealer:
+    """AES-256-GCM under one key; reuse one instance for many operations."""
+
+    __slots__ = ("_aead",)
+
+    def __init__(self, key: bytes) -> None:
+        self._aead = AESGCM(key)
+
+    def seal(self, plaintext: bytes, aad: bytes = b"") -> bytes:
+        nonce = os.urandom(NONCE_BYTES)
+        return nonce + self._aead.encrypt(nonce, plaintext, aad)
+
+    def open(self, blob: bytes, aad: bytes = b"") -> bytes | None:
+        """The plaintext, or ``None`` if the blob was not sealed by this key with this aad."""
+        if len(blob) < NONCE_BYTES + 16:
+            return None
+        try:
+            return self._aead.decrypt(blob[:NONCE_BYTES], blob[NONCE_BYTES:], aad)
+        except InvalidTag:
+            return None
+
+
+def seal(key: bytes, plaintext: bytes, aad: bytes = b"") -> bytes:
+    return Sealer(key).seal(plaintext, aad)
+
+
+def open_sealed(key: bytes, blob: bytes, aad: bytes = b"") -> bytes | None:
+    return Sealer(key).open(blob, aad)

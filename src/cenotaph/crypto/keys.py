@@ -1,0 +1,100 @@
+"""The key hierarchy (S2) and the in-memory cache of unwrapped keys.
+
+Every data key is random, wrapped by the KEK of the current epoch, and stored wrapped:
+
+- one key per scope path (each prefix of a record's scope),
+- one key per subject,
+- per record: a *content seed* (in the record row) and a *lineage seed* (in the lineage row,
+  which outlives operational expiry).
+
+A record's lineage key is ``L(r) = derive(lineage_seed, L(s1), L(s2), ...)`` over its sources,
+and its content key ``K(r) = derive(content_seed, L(r), scope keys root..leaf, subject keys)``.
+Destroying any input (a scope, a subject, a source's lineage seed, the record's own seeds)
+makes the record undecryptable, transitively through derived records (W3).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from ..errors import KeyProviderError
+from .aead import Sealer, derive, new_key
+from .provider import KeyProvider
+
+__all__ = ["KeyChain", "content_key", "lineage_key"]
+
+_WRAP_AAD = b"cenotaph-dek/1"
+
+
+def lineage_key(seed: bytes, source_keys: Sequence[bytes]) -> bytes:
+    return derive(seed, b"lineage", *source_keys)
+
+
+def content_key(
+    seed: bytes, lineage: bytes, scope_keys: Sequence[bytes], subject_keys: Sequence[bytes]
+) -> bytes:
+    return derive(seed, b"content", lineage, *scope_keys, b"|", *subject_keys)
+
+
+class KeyChain:
+    """Wraps and unwraps data keys under KEK epochs and caches what it unwrapped.
+
+    Caches hold unwrapped scope, subject and lineage keys; :meth:`clear` drops them all and is
+    called synchronously by every forget and whenever another process forgot something.
+    """
+
+    def __init__(self, provider: KeyProvider) -> None:
+        self.provider = provider
+        self._lock = threading.RLock()
+        self._sealers: dict[int, Sealer] = {}
+        self._epoch = provider.current_epoch()
+        self.scope_keys: dict[bytes, bytes] = {}
+        self.subject_keys: dict[bytes, bytes] = {}
+        self.lineage_keys: dict[str, bytes] = {}
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def refresh_epoch(self) -> int:
+        """Re-read the current epoch (another process may have rotated); call inside a write txn."""
+        self._epoch = self.provider.current_epoch()
+        return self._epoch
+
+    def _sealer(self, epoch: int) -> Sealer:
+        sealer = self._sealers.get(epoch)
+        if sealer is None:
+            sealer = Sealer(self.provider.kek(epoch))
+            with self._lock:
+                self._sealers[epoch] = sealer
+        return sealer
+
+    def new_wrapped(self) -> tuple[bytes, bytes, int]:
+        """A fresh data key, its wrapped form and the epoch it is wrapped under."""
+        key = new_key()
+        return key, self._sealer(self._epoch).seal(key, _WRAP_AAD), self._epoch
+
+    def wrap(self, key: bytes, epoch: int | None = None) -> tuple[bytes, int]:
+        epoch = self._epoch if epoch is None else epoch
+        return self._sealer(epoch).seal(key, _WRAP_AAD), epoch
+
+    def unwrap(self, wrapped: bytes | None, epoch: int | None) -> bytes | None:
+        """The data key, or ``None`` if it or its epoch was destroyed."""
+        if wrapped is None or epoch is None:
+            return None
+        try:
+            sealer = self._sealer(epoch)
+        except KeyProviderError:
+            return None  # the epoch was destroyed: the key is gone for good
+        return sealer.open(wrapped, _WRAP_AAD)
+
+    def forget_epoch_sealers(self) -> None:
+        with self._lock:
+            self._sealers.clear()
+
+    def clear(self) -> None:
+        with self._lock:
+            self.scope_keys.clear()
+            self.subject_keys.clear()
+            self.lineage_keys.clear()

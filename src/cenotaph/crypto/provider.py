@@ -1,0 +1,309 @@
+"""Key providers: where KEK epochs, the erasure secret, the signing key and the forget ledger live.
+
+None of these ever enters the database. :class:`LocalKeyring` keeps them in a 0700 directory:
+
+- ``keyring.json``: epochs, erasure secret, signing key, registered backups. Rewritten
+  atomically (temp file, fsync, rename, fsync dir). With ``CENOTAPH_MASTER_KEY`` (64 hex
+  characters) set, the file is sealed with AES-256-GCM under that key.
+- ``ledger.jsonl``: the content-free forget ledger, one JSON entry a line, appended and fsynced
+  before the forget's database transaction commits (W7).
+
+Several processes may share one keyring: every change holds an ``flock`` on ``.lock``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from ..errors import KeyProviderError
+from .aead import KEY_BYTES, new_key, open_sealed, seal
+
+__all__ = ["KeyProvider", "LocalKeyring", "keyring_from_env", "MASTER_KEY_ENV", "KEYRING_ENV"]
+
+MASTER_KEY_ENV = "CENOTAPH_MASTER_KEY"
+KEYRING_ENV = "CENOTAPH_KEYRING"
+_SEALED_MAGIC = "cenotaph-sealed-keyring/1"
+
+
+@runtime_checkable
+class KeyProvider(Protocol):
+    """What cenotaph needs from a root of trust. Implement it to use a KMS or an HSM."""
+
+    @property
+    def root_of_trust(self) -> str: ...
+
+    def current_epoch(self) -> int: ...
+
+    def kek(self, epoch: int) -> bytes:
+        """The KEK of ``epoch``; raises KeyProviderError if it was destroyed or never existed."""
+        ...
+
+    def live_epochs(self) -> list[int]: ...
+
+    def new_epoch(self) -> int: ...
+
+    def destroy_epoch(self, epoch: int) -> None: ...
+
+    def erasure_secret(self) -> bytes: ...
+
+    def signing_key(self) -> bytes: ...
+
+    def append_ledger(self, entry: Mapping[str, Any]) -> None:
+        """Durably append one content-free entry; must be on stable storage when it returns."""
+        ...
+
+    def ledger(self) -> list[dict[str, Any]]: ...
+
+    def ledger_mark(self) -> int:
+        """A cheap value that changes whenever the ledger grows (e.g. its size)."""
+        ...
+
+    def register_backup(self, backup_id: str, epochs: list[int]) -> None: ...
+
+    def release_backup(self, backup_id: str) -> None: ...
+
+    def backups(self) -> dict[str, list[int]]: ...
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class LocalKeyring:
+    """A keyring directory on the local file system (``root_of_trust == "local-file"``)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, master_key: bytes | None = None) -> None:
+        self.path = Path(path)
+        self._master = master_key
+        if master_key is not None and len(master_key) != KEY_BYTES:
+            raise KeyProviderError(f"{MASTER_KEY_ENV} must be {KEY_BYTES * 2} hex characters")
+        self._state: dict[str, Any] = {}
+        self._stamp: tuple[int, int, int] | None = None
+        self._open()
+
+    # -- file handling ---------------------------------------------------------------
+    @property
+    def _file(self) -> Path:
+        return self.path / "keyring.json"
+
+    @property
+    def _ledger_file(self) -> Path:
+        return self.path / "ledger.jsonl"
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        with open(self.path / ".lock", "a+b") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _open(self) -> None:
+        try:
+            self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(self.path, 0o700)
+        except OSError as exc:
+            raise KeyProviderError(
+                f"cannot create the keyring directory ({exc.strerror}); check permissions or set "
+                f"{KEYRING_ENV} to a writable directory"
+            ) from exc
+        with self._locked():
+            if self._file.exists():
+                self._load()
+            else:
+                self._state = {
+                    "format": "cenotaph-keyring/1",
+                    "erasure_secret": secrets.token_hex(KEY_BYTES),
+                    "signing_key": secrets.token_hex(KEY_BYTES),
+                    "epochs": {"1": new_key().hex()},
+                    "current": 1,
+                    "destroyed": [],
+                    "backups": {},
+                }
+                self._save()
+
+    def _load(self) -> None:
+        try:
+            raw = self._file.read_bytes()
+            stat = self._file.stat()
+        except OSError as exc:
+            raise KeyProviderError(
+                f"cannot read the keyring ({exc.strerror}); check its permissions"
+            ) from exc
+        try:
+            doc = json.loads(raw)
+            if doc.get("format") == _SEALED_MAGIC:
+                if self._master is None:
+                    raise KeyProviderError(
+                        f"the keyring is sealed with a master key; set {MASTER_KEY_ENV} to open it"
+                    )
+                opened = open_sealed(self._master, bytes.fromhex(doc["sealed"]), b"keyring")
+                if opened is None:
+                    raise KeyProviderError(f"{MASTER_KEY_ENV} does not open this keyring; use the right key")
+                doc = json.loads(opened)
+            elif self._master is not None:
+                raise KeyProviderError(
+                    f"{MASTER_KEY_ENV} is set but the keyring is not sealed; unset it or re-create the keyring"
+                )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise KeyProviderError("the keyring file is corrupt; restore it from a trusted copy") from exc
+        self._state = doc
+        self._stamp = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+    def _refresh(self) -> None:
+        try:
+            stat = self._file.stat()
+        except OSError as exc:
+            raise KeyProviderError("the keyring file disappeared; restore it from a trusted copy") from exc
+        if (stat.st_ino, stat.st_size, stat.st_mtime_ns) != self._stamp:
+            self._load()
+
+    def _save(self) -> None:
+        body = json.dumps(self._state, sort_keys=True).encode()
+        if self._master is not None:
+            sealed = seal(self._master, body, b"keyring").hex()
+            body = json.dumps({"format": _SEALED_MAGIC, "sealed": sealed}).encode()
+        tmp = self.path / f".keyring.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, body)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self._file)
+        _fsync_dir(self.path)
+        stat = self._file.stat()
+        self._stamp = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+    # -- KeyProvider -----------------------------------------------------------------
+    @property
+    def root_of_trust(self) -> str:
+        return "local-file+master-key" if self._master is not None else "local-file"
+
+    def current_epoch(self) -> int:
+        self._refresh()
+        return int(self._state["current"])
+
+    def kek(self, epoch: int) -> bytes:
+        hexkey = self._state["epochs"].get(str(epoch))
+        if hexkey is None:
+            self._refresh()
+            hexkey = self._state["epochs"].get(str(epoch))
+        if hexkey is None:
+            raise KeyProviderError(
+                f"KEK epoch {epoch} is not in the keyring (destroyed or never created); "
+                "data wrapped under it cannot be decrypted"
+            )
+        return bytes.fromhex(hexkey)
+
+    def live_epochs(self) -> list[int]:
+        self._refresh()
+        return sorted(int(e) for e in self._state["epochs"])
+
+    def destroyed_epochs(self) -> list[int]:
+        self._refresh()
+        return sorted(int(e) for e in self._state["destroyed"])
+
+    def new_epoch(self) -> int:
+        with self._locked():
+            self._load()
+            known = [int(e) for e in self._state["epochs"]] + [int(e) for e in self._state["destroyed"]]
+            epoch = max(known) + 1
+            self._state["epochs"][str(epoch)] = new_key().hex()
+            self._state["current"] = epoch
+            self._save()
+        return epoch
+
+    def destroy_epoch(self, epoch: int) -> None:
+        with self._locked():
+            self._load()
+            if epoch == int(self._state["current"]):
+                raise KeyProviderError("cannot destroy the current KEK epoch; rotate first")
+            if self._state["epochs"].pop(str(epoch), None) is not None:
+                self._state["destroyed"].append(epoch)
+                self._save()
+
+    def erasure_secret(self) -> bytes:
+        return bytes.fromhex(self._state["erasure_secret"])
+
+    def signing_key(self) -> bytes:
+        return bytes.fromhex(self._state["signing_key"])
+
+    def append_ledger(self, entry: Mapping[str, Any]) -> None:
+        line = (json.dumps(entry, sort_keys=True, separators=(",", ":")) + "\n").encode()
+        with self._locked():
+            try:
+                fd = os.open(self._ledger_file, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+                try:
+                    size = os.fstat(fd).st_size
+                    if size and os.pread(fd, 1, size - 1) != b"\n":
+                        line = b"\n" + line  # close a line torn by a crash, keep this entry whole
+                    os.write(fd, line)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                raise KeyProviderError(
+                    f"cannot append to the forget ledger ({exc.strerror}); the forget was not applied"
+                ) from exc
+
+    def ledger(self) -> list[dict[str, Any]]:
+        try:
+            text = self._ledger_file.read_text()
+        except FileNotFoundError:
+            return []
+        entries = []
+        for line in text.splitlines():
+            try:
+                entries.append(json.loads(line))
+            except ValueError:
+                continue  # a torn final line from a crash mid-append: that forget never committed
+        return entries
+
+    def ledger_mark(self) -> int:
+        try:
+            return self._ledger_file.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def register_backup(self, backup_id: str, epochs: list[int]) -> None:
+        with self._locked():
+            self._load()
+            self._state["backups"][backup_id] = sorted(set(epochs))
+            self._save()
+
+    def release_backup(self, backup_id: str) -> None:
+        with self._locked():
+            self._load()
+            if self._state["backups"].pop(backup_id, None) is None:
+                raise KeyProviderError("no backup with that id is registered; see `cenotaph status`")
+            self._save()
+
+    def backups(self) -> dict[str, list[int]]:
+        self._refresh()
+        return {k: list(v) for k, v in self._state["backups"].items()}
+
+
+def keyring_from_env(data_dir: Path) -> LocalKeyring:
+    """The default provider: ``$CENOTAPH_KEYRING`` or ``<data_dir>/keyring``, sealed if a master key is set."""
+    master_hex = os.environ.get(MASTER_KEY_ENV)
+    master = None
+    if master_hex:
+        try:
+            master = bytes.fromhex(master_hex.strip())
+        except ValueError as exc:
+            raise KeyProviderError(f"{MASTER_KEY_ENV} must be {KEY_BYTES * 2} hex characters") from exc
+    location = os.environ.get(KEYRING_ENV) or str(data_dir / "keyring")
+    return LocalKeyring(location, master_key=master)

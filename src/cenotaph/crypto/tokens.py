@@ -1,0 +1,51 @@
+"""HMAC-SHA256 tokens: the only form in which names reach the database (W4).
+
+Tokens are keyed by the store's erasure secret, which the key provider holds, so a stolen
+database file cannot confirm a guessed scope, key or subject, and two stores never produce the
+same token for the same name. Composite targets (a key under a scope) are built from tokens
+alone, so recovery can recompute coverage without any plaintext.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from functools import lru_cache
+
+from ..scope import Scope
+
+__all__ = ["TokenMaker"]
+
+
+class TokenMaker:
+    """Computes every token of one store. Thread-safe (pure functions with a cache)."""
+
+    def __init__(self, secret: bytes) -> None:
+        self._secret = secret
+        self._cached = lru_cache(maxsize=65536)(self._mac)
+
+    def _mac(self, label: bytes, data: bytes) -> bytes:
+        return hmac.new(self._secret, label + b"\0" + data, hashlib.sha256).digest()
+
+    def scope(self, scope: Scope) -> bytes:
+        """Token of one scope path; also the target of a scope tombstone (covers its subtree)."""
+        return self._cached(b"scope", scope.path.encode())
+
+    def key(self, key: str) -> bytes:
+        return self._cached(b"key", key.encode())
+
+    def subject(self, subject: str) -> bytes:
+        """Token of a subject; also the target of a subject tombstone."""
+        return self._cached(b"subject", subject.encode())
+
+    def key_subtree(self, scope_token: bytes, key_token: bytes) -> bytes:
+        """Target of a key tombstone covering ``key`` in a scope and all its descendants."""
+        return self._cached(b"key-subtree", scope_token + key_token)
+
+    def key_exact(self, scope_token: bytes, key_token: bytes) -> bytes:
+        """Target of a key tombstone covering ``key`` in exactly one scope (include_ancestors)."""
+        return self._cached(b"key-exact", scope_token + key_token)
+
+    def reauth(self, secret_token: str) -> bytes:
+        """What the database stores of a one-time reauthorization token (never the token)."""
+        return self._mac(b"reauth", secret_token.encode())

@@ -1,0 +1,113 @@
+"""W1 dominance: may a write land on a target covered by tombstones? (Pure policy, no I/O.)
+
+A write's *targets* are every tombstone target that covers it: the scope token of each prefix
+of its scope (scope forgets), the key-subtree token of each prefix and the key-exact token of
+its own scope (key forgets), and the token of each of its subjects (subject forgets).
+A *lift* is recorded when a reauthorization token is consumed; it un-blocks the tombstones
+older than it for writes inside its target, until the next forget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .crypto.tokens import TokenMaker
+from .errors import ForgottenError, StaleWriteError
+from .scope import Scope
+
+__all__ = ["WriteTargets", "Reauth", "decide"]
+
+
+@dataclass(frozen=True, slots=True)
+class WriteTargets:
+    scope_token: bytes
+    key_token: bytes
+    prefix_tokens: tuple[bytes, ...]  # root .. own scope
+    key_targets: tuple[bytes, ...]  # key-subtree of each prefix + key-exact of own scope
+    subject_tokens: tuple[bytes, ...]
+
+    @classmethod
+    def build(
+        cls, tokens: TokenMaker, scope: Scope, key: str, subject_tokens: tuple[bytes, ...]
+    ) -> WriteTargets:
+        prefixes = tuple(tokens.scope(p) for p in scope.prefixes())
+        key_token = tokens.key(key)
+        key_targets = tuple(tokens.key_subtree(p, key_token) for p in prefixes)
+        return cls(
+            scope_token=prefixes[-1],
+            key_token=key_token,
+            prefix_tokens=prefixes,
+            key_targets=(*key_targets, tokens.key_exact(prefixes[-1], key_token)),
+            subject_tokens=subject_tokens,
+        )
+
+    @property
+    def exact_key_target(self) -> bytes:
+        return self.key_targets[-1]
+
+    def tombstone_targets(self) -> tuple[bytes, ...]:
+        return (*self.prefix_tokens, *self.key_targets, *self.subject_tokens)
+
+    def lift_targets(self) -> tuple[bytes, ...]:
+        return (*self.prefix_tokens, self.exact_key_target, *self.subject_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class Reauth:
+    """A presented reauthorization token as stored: kind, target, issue and use versions."""
+
+    kind: str  # "scope" | "key" | "subject"
+    target: bytes
+    issued_version: int
+    consumed_version: int | None
+
+
+def decide(
+    targets: WriteTargets,
+    tombstones: dict[bytes, int],
+    lifts: dict[bytes, int],
+    base_version: int | None,
+    reauth: Reauth | None,
+) -> bytes | None:
+    """Raise if the write is dominated; return the lift target to record if a token is consumed."""
+    general = [tombstones[t] for t in (*targets.prefix_tokens, *targets.key_targets) if t in tombstones]
+    by_subject = {t: tombstones[t] for t in targets.subject_tokens if t in tombstones}
+    newest = max([*general, *by_subject.values()], default=None)
+    if newest is None:
+        return None
+    if base_version is not None and base_version < newest:
+        raise StaleWriteError(
+            f"base_version {base_version} predates a forget at version {newest}; re-read the target "
+            "and decide again (a reauthorization cannot revive a stale write)"
+        )
+    lifted = max((lifts.get(t, 0) for t in (*targets.prefix_tokens, targets.exact_key_target)), default=0)
+    blocked = [v for v in general if v > lifted]
+    blocked_subjects = {t: v for t, v in by_subject.items() if v > lifts.get(t, 0)}
+    if not blocked and not blocked_subjects:
+        return None
+    top = max([*blocked, *blocked_subjects.values()])
+    if reauth is None:
+        raise ForgottenError(
+            f"this target was forgotten at version {top}; writing it again needs a token from "
+            "store.reauthorize(...) issued after that forget",
+            top,
+        )
+    if reauth.consumed_version is not None:
+        raise ForgottenError("that reauthorization token was already used; request a new one", top)
+    if reauth.kind == "subject":
+        covers = reauth.target in by_subject and not blocked and set(blocked_subjects) == {reauth.target}
+    elif reauth.kind == "scope":
+        covers = reauth.target in targets.prefix_tokens and not blocked_subjects
+    else:
+        covers = reauth.target == targets.exact_key_target and not blocked_subjects
+    if not covers:
+        raise ForgottenError(
+            "the reauthorization token does not cover this write (a subject forget needs a token naming "
+            "that subject; a scope or key token covers only its own target)",
+            top,
+        )
+    if reauth.issued_version < top:
+        raise ForgottenError(
+            f"the reauthorization token predates the forget at version {top}; request a new one", top
+        )
+    return reauth.target

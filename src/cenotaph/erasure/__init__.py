@@ -1,0 +1,1 @@
+"""Erasure: forget planning, the purge pipeline, the residue scanner, certificates and the audit chain."""

@@ -1,0 +1,77 @@
+"""Forget plans: what one forget tombstones, hides and destroys, as content-free data.
+
+A plan is computed inside the forget's write transaction, applied there, mirrored into the key
+provider's ledger before commit (W7), and can be re-applied from the ledger alone on open or
+restore (S5) -- so it holds only tokens, record ids and versions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..backends.base import Txn
+
+__all__ = ["ForgetPlan", "apply_plan"]
+
+
+@dataclass
+class ForgetPlan:
+    request_id: str
+    mode: str  # "compliance" | "operational"
+    target_kind: str  # "key" | "scope" | "subject"
+    target: bytes  # the primary tombstone target token
+    version: int  # v_f
+    requested_at: str
+    tombstones: list[tuple[bytes, str]] = field(default_factory=list)  # (target, kind)
+    hide: list[str] = field(default_factory=list)  # record ids hidden (every mode)
+    destroy_records: list[str] = field(default_factory=list)  # content + lineage keys destroyed
+    destroy_scopes: list[bytes] = field(default_factory=list)
+    destroy_subjects: list[bytes] = field(default_factory=list)
+
+    @property
+    def compliance(self) -> bool:
+        return self.mode == "compliance"
+
+    def to_entry(self) -> dict[str, Any]:
+        return {
+            "request_id": self.request_id,
+            "mode": self.mode,
+            "target_kind": self.target_kind,
+            "target": self.target.hex(),
+            "version": self.version,
+            "requested_at": self.requested_at,
+            "tombstones": [[t.hex(), kind] for t, kind in self.tombstones],
+            "hide": self.hide,
+            "destroy_records": self.destroy_records,
+            "destroy_scopes": [t.hex() for t in self.destroy_scopes],
+            "destroy_subjects": [t.hex() for t in self.destroy_subjects],
+        }
+
+    @classmethod
+    def from_entry(cls, entry: dict[str, Any]) -> ForgetPlan:
+        return cls(
+            request_id=str(entry["request_id"]),
+            mode=str(entry["mode"]),
+            target_kind=str(entry["target_kind"]),
+            target=bytes.fromhex(entry["target"]),
+            version=int(entry["version"]),
+            requested_at=str(entry["requested_at"]),
+            tombstones=[(bytes.fromhex(t), str(kind)) for t, kind in entry["tombstones"]],
+            hide=[str(i) for i in entry["hide"]],
+            destroy_records=[str(i) for i in entry["destroy_records"]],
+            destroy_scopes=[bytes.fromhex(t) for t in entry["destroy_scopes"]],
+            destroy_subjects=[bytes.fromhex(t) for t in entry["destroy_subjects"]],
+        )
+
+
+def apply_plan(txn: Txn, plan: ForgetPlan) -> None:
+    """Tombstone, hide and destroy in the caller's transaction. Idempotent."""
+    txn.set_clock(plan.version)
+    txn.insert_tombstones((t, plan.version, kind, plan.request_id) for t, kind in plan.tombstones)
+    txn.hide_records(plan.hide, plan.version, plan.mode)
+    if plan.compliance:
+        txn.destroy_record_keys(plan.destroy_records, plan.version)
+        txn.destroy_scope_keys(plan.destroy_scopes, plan.version)
+        txn.destroy_subject_keys(plan.destroy_subjects, plan.version)
+    txn.bump_forget_epoch()

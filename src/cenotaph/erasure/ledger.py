@@ -1,0 +1,140 @@
+"""The forget ledger: each forget's plan, durable in the key provider before the database commits.
+
+``commit_plan`` applies a plan in the forget's transaction, records its erasure request and an
+audit entry, then appends the content-free entry (plan + audit head) to the provider's ledger
+and only then lets the transaction commit (W7). ``reconcile`` re-applies, on open, restore or
+when another process's ledger grew, every entry the database does not have: a forget that
+reached the ledger happened, even if its process died before COMMIT.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from ..backends.base import ErasureRow, Txn
+from ..crypto.provider import KeyProvider
+from ..crypto.tokens import TokenMaker
+from .audit import GENESIS, chain_entry, entry_from_dict, entry_to_dict
+from .forget import ForgetPlan, apply_plan
+
+__all__ = ["Ledger", "initial_layers", "append_audit"]
+
+ENTRY_KIND = "forget"
+
+
+def initial_layers(plan: ForgetPlan) -> dict[str, Any]:
+    """Per-layer status right after the forget committed (evidence is counts, never content)."""
+    if not plan.compliance:
+        return {
+            "tombstone": {"state": "done", "evidence": {"version": plan.version}},
+            "reclaim": {"state": "pending", "evidence": {"hidden": len(plan.hide)}},
+        }
+    return {
+        "tombstone": {"state": "done", "evidence": {"version": plan.version}},
+        "keys": {
+            "state": "done",
+            "evidence": {
+                "records": len(plan.destroy_records),
+                "scopes": len(plan.destroy_scopes),
+                "subjects": len(plan.destroy_subjects),
+            },
+        },
+        "lineage": {"state": "done", "evidence": {"cascaded": len(plan.destroy_records)}},
+        "caches": {"state": "done", "evidence": {"cleared": "in-process, others by forget epoch"}},
+        "rows": {"state": "pending", "evidence": {}},
+        "wal": {"state": "pending", "evidence": {}},
+        "index": {"state": "pending", "evidence": {}},
+        "scan": {"state": "pending", "evidence": {}},
+    }
+
+
+def append_audit(txn: Txn, event: str, fields: dict[str, Any]) -> tuple[int, str]:
+    """Append one content-free entry to the audit chain; returns (seq, head)."""
+    tail = txn.audit_tail()
+    prev_seq, prev_head = (
+        (0, GENESIS) if tail is None else (tail[0], entry_from_dict(json.loads(tail[1])).head)
+    )
+    at = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    entry = chain_entry(prev_head, prev_seq + 1, at, event, fields)
+    txn.append_audit(entry.seq, json.dumps(entry_to_dict(entry), sort_keys=True))
+    return entry.seq, entry.head
+
+
+class Ledger:
+    def __init__(self, provider: KeyProvider, tokens: TokenMaker) -> None:
+        self._provider = provider
+        self._tokens = tokens
+        self._mark: int | None = None
+
+    def changed(self) -> bool:
+        return self._provider.ledger_mark() != self._mark
+
+    def reconcile_if_changed(self, txn: Txn) -> None:
+        if self.changed():
+            self.reconcile(txn)
+
+    def reconcile(self, txn: Txn) -> int:
+        """Apply every ledger entry the database lacks, and mirror back what the ledger lacks."""
+        mark = self._provider.ledger_mark()
+        entries = [e for e in self._provider.ledger() if e.get("kind") == ENTRY_KIND]
+        known = txn.erasure_ids()
+        applied = 0
+        for entry in entries:
+            if entry["request_id"] not in known:
+                self._record(txn, ForgetPlan.from_entry(entry["plan"]), replayed=True)
+                applied += 1
+        in_ledger = {e["request_id"] for e in entries}
+        for row in txn.erasures():
+            if row.id not in in_ledger:
+                self._provider.append_ledger(self._entry(json.loads(row.plan), None))
+        self._mark = self._provider.ledger_mark() if applied or mark != self._provider.ledger_mark() else mark
+        return applied
+
+    def commit_plan(self, txn: Txn, plan: ForgetPlan) -> None:
+        """Apply ``plan`` and make it durable in the provider before the caller commits."""
+        seq, head = self._record(txn, plan, replayed=False)
+        self._provider.append_ledger(self._entry(plan.to_entry(), (seq, head)))
+        self._mark = self._provider.ledger_mark()
+
+    def _record(self, txn: Txn, plan: ForgetPlan, *, replayed: bool) -> tuple[int, str]:
+        apply_plan(txn, plan)
+        txn.insert_erasure(
+            ErasureRow(
+                id=plan.request_id,
+                mode=plan.mode,
+                target_kind=plan.target_kind,
+                target=plan.target,
+                version=plan.version,
+                requested_at=plan.requested_at,
+                state="shredded" if plan.compliance else "tombstoned",
+                layers=json.dumps(initial_layers(plan)),
+                plan=json.dumps(plan.to_entry()),
+                probes=None,
+                horizon=None,
+                horizon_reason=None,
+                verified_at=None,
+                scan=None,
+            )
+        )
+        return append_audit(
+            txn,
+            "forget",
+            {
+                "request_id": plan.request_id,
+                "mode": plan.mode,
+                "target_kind": plan.target_kind,
+                "target": plan.target.hex(),
+                "version": plan.version,
+                "records": len(plan.destroy_records) or len(plan.hide),
+                "replayed": replayed,
+            },
+        )
+
+    @staticmethod
+    def _entry(plan: dict[str, Any], audit: tuple[int, str] | None) -> dict[str, Any]:
+        entry: dict[str, Any] = {"kind": ENTRY_KIND, "request_id": plan["request_id"], "plan": plan}
+        if audit is not None:
+            entry["audit_seq"], entry["audit_head"] = audit
+        return entry

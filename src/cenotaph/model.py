@@ -1,0 +1,202 @@
+"""The public value types: records, hits, erasure status, reports, certificates."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+__all__ = [
+    "BackupInfo",
+    "Certificate",
+    "ErasureRequest",
+    "ErasureStatus",
+    "JSONValue",
+    "LayerStatus",
+    "PurgeReport",
+    "Record",
+    "RotationReport",
+    "SearchHit",
+    "ERASURE_STATES",
+    "canonical_json",
+]
+
+JSONValue = Any  # any value json.dumps accepts without a default hook
+Mode = Literal["compliance", "operational"]
+ERASURE_STATES = ("tombstoned", "shredded", "purged", "verified")
+
+
+def canonical_json(obj: object) -> str:
+    """Sorted keys, no insignificant whitespace, UTF-8 text (S6's canonical form)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One value under ``(scope, key)``."""
+
+    id: str
+    scope: str
+    key: str
+    value: JSONValue
+    version: int
+    subjects: tuple[str, ...]
+    created_at: datetime
+    expires_at: datetime | None = None
+    derived_from: tuple[str, ...] = ()
+    metadata: Mapping[str, JSONValue] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "scope": self.scope,
+            "key": self.key,
+            "value": self.value,
+            "version": self.version,
+            "subjects": list(self.subjects),
+            "created_at": self.created_at.isoformat(),
+            "expires_at": self.expires_at.isoformat() if self.expires_at else None,
+            "derived_from": list(self.derived_from),
+            "metadata": dict(self.metadata),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    record: Record
+    score: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"record": self.record.to_dict(), "score": self.score}
+
+
+LayerState = Literal["done", "pending", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class LayerStatus:
+    state: LayerState
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"state": self.state, "evidence": dict(self.evidence)}
+
+
+@dataclass(frozen=True, slots=True)
+class ErasureStatus:
+    """Where an erasure request stands: ``state``, per-layer evidence, horizon, gaps."""
+
+    state: str
+    layers: Mapping[str, LayerStatus]
+    horizon: datetime | None
+    gaps: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "layers": {name: layer.to_dict() for name, layer in sorted(self.layers.items())},
+            "horizon": self.horizon.isoformat() if self.horizon else None,
+            "gaps": list(self.gaps),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ErasureRequest:
+    """The handle every forget returns; poll it with :meth:`status` or :meth:`wait`."""
+
+    id: str
+    version: int
+    mode: Mode
+    target_kind: str
+    requested_at: datetime
+    _status: Callable[[str], ErasureStatus] = field(repr=False, compare=False)
+    _wait: Callable[[str, float | None], ErasureStatus] = field(repr=False, compare=False)
+
+    def status(self) -> ErasureStatus:
+        return self._status(self.id)
+
+    def wait(self, timeout: float | None = None) -> ErasureStatus:
+        """Drive the request forward (purge) until verified or ``timeout`` seconds pass."""
+        return self._wait(self.id, timeout)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "version": self.version,
+            "mode": self.mode,
+            "target_kind": self.target_kind,
+            "requested_at": self.requested_at.isoformat(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeReport:
+    requests: Mapping[str, str]
+    reclaimed: int
+    wal_truncated: bool
+    scan: Mapping[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "requests": dict(self.requests),
+            "reclaimed": self.reclaimed,
+            "wal_truncated": self.wal_truncated,
+            "scan": dict(self.scan),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BackupInfo:
+    id: str
+    path: str
+    created_at: datetime
+    epochs: tuple[int, ...]
+    bytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "path": self.path,
+            "created_at": self.created_at.isoformat(),
+            "epochs": list(self.epochs),
+            "bytes": self.bytes,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RotationReport:
+    new_epoch: int
+    rewrapped: int
+    destroyed_epochs: tuple[int, ...]
+    retained_epochs: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "new_epoch": self.new_epoch,
+            "rewrapped": self.rewrapped,
+            "destroyed_epochs": list(self.destroyed_epochs),
+            "retained_epochs": list(self.retained_epochs),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Certificate:
+    """A signed, content-free erasure certificate (S6). ``fields`` includes ``signature``."""
+
+    fields: Mapping[str, Any]
+
+    def __getitem__(self, name: str) -> Any:
+        return self.fields[name]
+
+    @property
+    def signature(self) -> str:
+        return str(self.fields["signature"])
+
+    def to_dict(self) -> dict[str, Any]:
+        copy: dict[str, Any] = json.loads(self.to_json())  # a deep copy
+        return copy
+
+    def to_json(self) -> str:
+        return canonical_json(dict(self.fields))

@@ -1,0 +1,220 @@
+"""Sealing and opening records: the only code that turns rows into :class:`Record` and back.
+
+Payload layout (AES-256-GCM under the record's content key, aad = record id)::
+
+    {"v": <value JSON>, "r": {"s": scope, "k": key, "u": subjects, "m": metadata,
+                             "d": derived_from, "c": created_at, "x": expires_at}}
+
+The lineage row keeps the record's subjects sealed under its lineage key, so a derived record can
+inherit them after the source expired, and nobody can once the source is compliance-forgotten.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from .backends.base import LineageRow, RecordRow, Txn
+from .crypto.aead import Sealer
+from .crypto.keys import KeyChain, content_key, lineage_key
+from .model import Record
+
+__all__ = ["RecordCrypto", "SealedRecord"]
+
+_SUBJECTS_AAD = b"cenotaph-subjects/1"
+
+
+def _ts(value: float | None) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(value, UTC)
+
+
+class SealedRecord:
+    """A record ready to insert: its row, its lineage row and its keys (kept for the cache)."""
+
+    __slots__ = ("lineage", "lineage_key", "record", "row")
+
+    def __init__(self, row: RecordRow, lineage: LineageRow, lineage_key: bytes, record: Record) -> None:
+        self.row = row
+        self.lineage = lineage
+        self.lineage_key = lineage_key
+        self.record = record
+
+
+class RecordCrypto:
+    """Derives record keys from the key hierarchy and seals/opens payloads."""
+
+    def __init__(self, keys: KeyChain) -> None:
+        self.keys = keys
+        self._parents: dict[bytes, bytes | None] = {}
+
+    # -- key lookups (cached in the KeyChain) -----------------------------------------
+    def scope_chain(self, txn: Txn, token: bytes) -> list[bytes] | None:
+        """Unwrapped keys of the scope and all its ancestors, root first; None if any is destroyed."""
+        chain: list[bytes] = []
+        current: bytes | None = token
+        while current is not None:
+            key = self.keys.scope_keys.get(current)
+            if key is None or current not in self._parents:
+                row = txn.scope_rows([current]).get(current)
+                if row is None:
+                    return None
+                self._parents[current] = None if row.parent is None else bytes(row.parent)
+                key = self.keys.unwrap(row.wrapped, row.epoch)
+                if key is None:
+                    return None
+                self.keys.scope_keys[current] = key
+            chain.append(key)
+            current = self._parents[current]
+        chain.reverse()
+        return chain
+
+    def subject_keys(self, txn: Txn, tokens: Sequence[bytes]) -> list[bytes] | None:
+        missing = [t for t in tokens if t not in self.keys.subject_keys]
+        if missing:
+            for token, (wrapped, epoch) in txn.subject_rows(missing).items():
+                key = self.keys.unwrap(wrapped, epoch)
+                if key is not None:
+                    self.keys.subject_keys[token] = key
+        found = [self.keys.subject_keys.get(t) for t in tokens]
+        return None if any(k is None for k in found) else [k for k in found if k is not None]
+
+    def lineage_key(self, txn: Txn, record_id: str, _depth: int = 0) -> bytes | None:
+        cached = self.keys.lineage_keys.get(record_id)
+        if cached is not None:
+            return cached
+        row = txn.lineage([record_id]).get(record_id)
+        if row is None or _depth > 10_000:
+            return None
+        return self.lineage_key_of(txn, row, _depth)
+
+    def lineage_key_of(self, txn: Txn, row: LineageRow, _depth: int = 0) -> bytes | None:
+        seed = self.keys.unwrap(row.wrapped, row.epoch)
+        if seed is None:
+            return None
+        sources: list[bytes] = []
+        for source in row.sources:
+            key = self.lineage_key(txn, source, _depth + 1)
+            if key is None:
+                return None
+            sources.append(key)
+        key = lineage_key(seed, sources)
+        self.keys.lineage_keys[row.record_id] = key
+        return key
+
+    def subjects_of(self, txn: Txn, row: LineageRow) -> list[str] | None:
+        key = self.lineage_key_of(txn, row)
+        if key is None or row.subjects is None:
+            return None
+        opened = Sealer(key).open(row.subjects, _SUBJECTS_AAD + row.record_id.encode())
+        return None if opened is None else list(json.loads(opened))
+
+    # -- sealing -------------------------------------------------------------------------
+    def seal(
+        self,
+        *,
+        scope_path: str,
+        key: str,
+        value_json: bytes,
+        version: int,
+        scope_keys: Sequence[bytes],
+        subjects: Sequence[str],
+        subject_tokens: Sequence[bytes],
+        subject_keys: Sequence[bytes],
+        sources: Sequence[tuple[str, bytes]],
+        metadata: dict[str, Any],
+        created_at: float,
+        expires_at: float | None,
+        scope_token: bytes,
+        key_token: bytes,
+    ) -> SealedRecord:
+        record_id = os.urandom(16).hex()
+        content_seed, wrapped_content, epoch = self.keys.new_wrapped()
+        lineage_seed, wrapped_lineage, _ = self.keys.new_wrapped()
+        lin_key = lineage_key(lineage_seed, [k for _, k in sources])
+        ckey = content_key(content_seed, lin_key, scope_keys, subject_keys)
+        derived_from = [s for s, _ in sources]
+        rest = {
+            "s": scope_path,
+            "k": key,
+            "u": list(subjects),
+            "m": metadata,
+            "d": derived_from,
+            "c": created_at,
+            "x": expires_at,
+        }
+        payload = b'{"v":' + value_json + b',"r":' + json.dumps(rest, separators=(",", ":")).encode() + b"}"
+        aad = record_id.encode()
+        row = RecordRow(
+            id=record_id,
+            scope_token=scope_token,
+            key_token=key_token,
+            version=version,
+            expires_at=expires_at,
+            hidden_version=None,
+            wrapped=wrapped_content,
+            epoch=epoch,
+            ciphertext=Sealer(ckey).seal(payload, aad),
+        )
+        lineage = LineageRow(
+            record_id=record_id,
+            scope_token=scope_token,
+            key_token=key_token,
+            version=version,
+            wrapped=wrapped_lineage,
+            epoch=epoch,
+            subject_tokens=b"".join(subject_tokens),
+            subjects=Sealer(lin_key).seal(json.dumps(list(subjects)).encode(), _SUBJECTS_AAD + aad),
+            sources=tuple(derived_from),
+        )
+        record = Record(
+            id=record_id,
+            scope=scope_path,
+            key=key,
+            value=json.loads(value_json),
+            version=version,
+            subjects=tuple(subjects),
+            created_at=datetime.fromtimestamp(created_at, UTC),
+            expires_at=_ts(expires_at),
+            derived_from=tuple(derived_from),
+            metadata=metadata,
+        )
+        return SealedRecord(row, lineage, lin_key, record)
+
+    def open(self, txn: Txn, row: RecordRow) -> Record | None:
+        """Decrypt a row; ``None`` if any key it depends on was destroyed (S2)."""
+        if row.ciphertext is None:
+            return None
+        seed = self.keys.unwrap(row.wrapped, row.epoch)
+        if seed is None:
+            return None
+        lineage = txn.lineage([row.id]).get(row.id)
+        if lineage is None:
+            return None
+        lin_key = self.lineage_key_of(txn, lineage)
+        scope_keys = self.scope_chain(txn, row.scope_token)
+        tokens = [lineage.subject_tokens[i : i + 32] for i in range(0, len(lineage.subject_tokens), 32)]
+        subject_keys = self.subject_keys(txn, tokens)
+        if lin_key is None or scope_keys is None or subject_keys is None:
+            return None
+        payload = Sealer(content_key(seed, lin_key, scope_keys, subject_keys)).open(
+            row.ciphertext, row.id.encode()
+        )
+        if payload is None:
+            return None
+        doc = json.loads(payload)
+        rest = doc["r"]
+        return Record(
+            id=row.id,
+            scope=rest["s"],
+            key=rest["k"],
+            value=doc["v"],
+            version=row.version,
+            subjects=tuple(rest["u"]),
+            created_at=datetime.fromtimestamp(rest["c"], UTC),
+            expires_at=_ts(rest["x"]),
+            derived_from=tuple(rest["d"]),
+            metadata=rest["m"],
+        )

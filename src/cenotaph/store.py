@@ -1,0 +1,694 @@
+"""The Store: SPEC §2's API and all of its policy. No SQL here (see ``backends``)."""
+
+from __future__ import annotations
+
+import builtins
+import os
+import secrets
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from .backends.base import Backend, RecordRow, ScopeKeyRow, Txn
+from .backends.sqlite.backend import SQLiteBackend
+from .crypto.keys import KeyChain
+from .crypto.provider import KeyProvider, keyring_from_env
+from .crypto.tokens import TokenMaker
+from .dominance import Reauth, WriteTargets, decide
+from .erasure.forget import ForgetPlan
+from .erasure.ledger import Ledger
+from .errors import (
+    DerivedFromForgottenError,
+    ErasureNotProvableError,
+    InvalidValueError,
+    ScopeClosureError,
+    StaleWriteError,
+)
+from .model import ErasureRequest, ErasureStatus, JSONValue, LayerStatus, Record
+from .records import RecordCrypto, SealedRecord
+from .scope import Scope, default_subjects
+from .validation import (
+    check_key,
+    check_metadata,
+    check_record_ids,
+    check_subject,
+    check_subjects,
+    check_ttl,
+    encode_json,
+)
+
+__all__ = ["Store", "StoreSession", "open_store"]
+
+MODES = ("compliance", "operational")
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """One validated write, before its transaction."""
+
+    scope: Scope
+    key: str
+    value_json: bytes
+    subjects: tuple[str, ...]
+    ttl: float | None
+    derived_from: tuple[str, ...]
+    metadata: dict[str, Any]
+    base_version: int | None
+    reauthorization: str | None
+
+
+class Store:
+    """A cenotaph store. Thread-safe; several processes may open the same data directory.
+
+    >>> import cenotaph, tempfile
+    >>> with cenotaph.open(tempfile.mkdtemp()) as store:
+    ...     _ = store.write("tenant:acme/user:alice", "diet", "vegetarian")
+    ...     store.read("tenant:acme/user:alice/session:s1", "diet").value
+    'vegetarian'
+    """
+
+    def __init__(self, backend: Backend, provider: KeyProvider) -> None:
+        self._backend = backend
+        self._provider = provider
+        self._tokens = TokenMaker(provider.erasure_secret())
+        self._keys = KeyChain(provider)
+        self._crypto = RecordCrypto(self._keys)
+        self._cache: dict[str, Record] = {}
+        self._cache_lock = threading.Lock()
+        self._forget_epoch = -1
+        self._ledger = Ledger(provider, self._tokens)
+        self._closed = False
+        with self._backend.write() as txn:
+            self._ledger.reconcile(txn)
+            self._forget_epoch = txn.forget_epoch()
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._drop_caches()
+            self._backend.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def path(self) -> Path | None:
+        return self._backend.location
+
+    def _drop_caches(self) -> None:
+        with self._cache_lock:
+            self._cache.clear()
+        self._keys.clear()
+
+    def _sync(self) -> None:
+        """Before serving anything: apply forgets another process logged, drop stale caches."""
+        if self._closed:
+            raise InvalidValueError("this store is closed; open it again with cenotaph.open(...)")
+        if self._ledger.changed():
+            with self._backend.write() as txn:
+                self._ledger.reconcile(txn)
+        if self._backend.changed():
+            with self._backend.read() as txn:
+                epoch = txn.forget_epoch()
+            if epoch != self._forget_epoch:
+                self._drop_caches()
+                self._forget_epoch = epoch
+
+    # -- writes --------------------------------------------------------------------------
+    def write(
+        self,
+        scope: str,
+        key: str,
+        value: JSONValue,
+        *,
+        subjects: Iterable[str] | None = None,
+        ttl: float | timedelta | None = None,
+        derived_from: Iterable[str] = (),
+        metadata: Mapping[str, JSONValue] | None = None,
+        base_version: int | None = None,
+        reauthorization: str | None = None,
+    ) -> Record:
+        """Write ``value`` under ``(scope, key)``; durable when it returns (W7)."""
+        item = {
+            "scope": scope,
+            "key": key,
+            "value": value,
+            "subjects": subjects,
+            "ttl": ttl,
+            "derived_from": derived_from,
+            "metadata": metadata,
+            "base_version": base_version,
+            "reauthorization": reauthorization,
+        }
+        return self.write_many([item])[0]
+
+    def write_many(self, items: Iterable[Mapping[str, Any]]) -> list[Record]:
+        """Write several records in one transaction: all land or none does."""
+        prepared = [self._prepare(item) for item in items]
+        if not prepared:
+            return []
+        self._sync()
+        try:
+            with self._backend.write() as txn:
+                self._ledger.reconcile_if_changed(txn)
+                self._keys.refresh_epoch()
+                sealed = self._write_batch(txn, prepared)
+        except BaseException:
+            self._keys.clear()  # keys created in a rolled-back transaction must not be reused
+            raise
+        with self._cache_lock:
+            for s in sealed:
+                self._cache[s.record.id] = s.record
+        return [s.record for s in sealed]
+
+    def _prepare(self, item: Mapping[str, Any]) -> _Prepared:
+        if not isinstance(item, Mapping):
+            raise InvalidValueError("each item must be a dict with scope, key and value")
+        unknown = set(item) - {
+            "scope",
+            "key",
+            "value",
+            "subjects",
+            "ttl",
+            "derived_from",
+            "metadata",
+            "base_version",
+            "reauthorization",
+        }
+        if unknown:
+            raise InvalidValueError(f"unknown write option(s): {', '.join(sorted(unknown))}")
+        if "value" not in item:
+            raise InvalidValueError("a write needs a value (use forget() to remove a key)")
+        base = item.get("base_version")
+        if base is not None and (not isinstance(base, int) or isinstance(base, bool) or base < 0):
+            raise InvalidValueError("base_version must be a non-negative int (a version returned by read)")
+        token = item.get("reauthorization")
+        if token is not None and not isinstance(token, str):
+            raise InvalidValueError("reauthorization must be the string returned by store.reauthorize()")
+        return _Prepared(
+            scope=Scope.parse(item.get("scope")),
+            key=check_key(item.get("key")),
+            value_json=encode_json(item["value"]),
+            subjects=tuple(check_subjects(item.get("subjects"))),
+            ttl=check_ttl(item.get("ttl")),
+            derived_from=check_record_ids(item.get("derived_from")),
+            metadata=check_metadata(item.get("metadata")),
+            base_version=base,
+            reauthorization=token,
+        )
+
+    def _write_batch(self, txn: Txn, prepared: Sequence[_Prepared]) -> list[SealedRecord]:
+        now = time.time()
+        version = txn.clock()
+        source_ids = sorted({s for p in prepared for s in p.derived_from})
+        sources = self._open_sources(txn, source_ids)
+        plans: list[tuple[_Prepared, WriteTargets, list[str], list[tuple[str, bytes]]]] = []
+        for p in prepared:
+            inherited = [subject for s in p.derived_from for subject in sources[s][1]]
+            subjects = list(dict.fromkeys([*default_subjects(p.scope), *p.subjects, *inherited]))
+            targets = WriteTargets.build(
+                self._tokens, p.scope, p.key, tuple(self._tokens.subject(x) for x in subjects)
+            )
+            plans.append((p, targets, subjects, [(s, sources[s][0]) for s in p.derived_from]))
+        all_targets = list({t for _, w, _, _ in plans for t in w.tombstone_targets()})
+        tombstones = txn.tombstone_versions(all_targets)
+        lifts = (
+            txn.lift_versions(list({t for _, w, _, _ in plans for t in w.lift_targets()}))
+            if tombstones
+            else {}
+        )
+        existing = {
+            (r.scope_token, r.key_token): r
+            for r in txn.records_in_slots(list({(w.scope_token, w.key_token) for _, w, _, _ in plans}))
+        }
+        for i, (p, targets, _, _) in enumerate(plans, start=version + 1):
+            lift = decide(targets, tombstones, lifts, p.base_version, self._reauth(txn, p.reauthorization))
+            if lift is not None and p.reauthorization is not None:
+                txn.consume_reauth(self._tokens.reauth(p.reauthorization), i)
+                txn.insert_lift(lift, i)
+                lifts[lift] = i
+        self._ensure_scope_keys(txn, [p.scope for p in prepared])
+        subject_keys = self._ensure_subject_keys(txn, {t for _, w, _, _ in plans for t in w.subject_tokens})
+        sealed: dict[tuple[bytes, bytes], SealedRecord] = {}
+        replaced: list[str] = []
+        for p, targets, subjects, source_keys in plans:
+            version += 1
+            slot = (targets.scope_token, targets.key_token)
+            old = existing.get(slot)
+            if (
+                p.base_version is not None
+                and old is not None
+                and old.hidden_version is None
+                and old.version > p.base_version
+            ):
+                raise StaleWriteError(
+                    f"the record changed (version {old.version}) after base_version {p.base_version}; "
+                    "re-read it and retry"
+                )
+            if old is not None:
+                replaced.append(old.id)
+                existing.pop(slot)
+            sealed[slot] = self._crypto.seal(
+                scope_path=p.scope.path,
+                key=p.key,
+                value_json=p.value_json,
+                version=version,
+                scope_keys=self._scope_keys_for(p.scope),
+                subjects=subjects,
+                subject_tokens=targets.subject_tokens,
+                subject_keys=[subject_keys[t] for t in targets.subject_tokens],
+                sources=source_keys,
+                metadata=p.metadata,
+                created_at=now,
+                expires_at=None if p.ttl is None else now + p.ttl,
+                scope_token=targets.scope_token,
+                key_token=targets.key_token,
+            )
+        txn.delete_records(replaced)
+        txn.insert_records([s.row for s in sealed.values()], [s.lineage for s in sealed.values()])
+        txn.set_clock(version)
+        for s in sealed.values():
+            self._keys.lineage_keys[s.record.id] = s.lineage_key
+        return [sealed[(w.scope_token, w.key_token)] for _, w, _, _ in plans]
+
+    def _open_sources(self, txn: Txn, ids: Sequence[str]) -> dict[str, tuple[bytes, list[str]]]:
+        """Lineage key and subjects of each derived_from source; raises if one was forgotten."""
+        if not ids:
+            return {}
+        rows = txn.lineage(ids)
+        records = {i: txn.record(i) for i in ids}
+        found: dict[str, tuple[bytes, list[str]]] = {}
+        for source in ids:
+            row = rows.get(source)
+            if row is None:
+                raise InvalidValueError("derived_from names a record id this store never wrote")
+            rec = records[source]
+            forgotten = row.destroyed_version or (rec is not None and rec.hidden_version)
+            key = None if forgotten else self._crypto.lineage_key_of(txn, row)
+            subjects = None if key is None else self._crypto.subjects_of(txn, row)
+            if key is None or subjects is None:
+                version = int(row.destroyed_version or (rec.hidden_version if rec else 0) or 0)
+                raise DerivedFromForgottenError(
+                    f"a derived_from source was forgotten at version {version}; do not write data derived "
+                    "from forgotten records",
+                    version,
+                )
+            found[source] = (key, subjects)
+        return found
+
+    def _reauth(self, txn: Txn, token: str | None) -> Reauth | None:
+        if token is None:
+            return None
+        row = txn.reauth(self._tokens.reauth(token))
+        return None if row is None else Reauth(*row)
+
+    def _ensure_scope_keys(self, txn: Txn, scopes: Iterable[Scope]) -> None:
+        wanted = {self._tokens.scope(p): p for s in scopes for p in s.prefixes()}
+        missing = [t for t in wanted if t not in self._keys.scope_keys]
+        if not missing:
+            return
+        rows = txn.scope_rows(missing)
+        new_rows: list[ScopeKeyRow] = []
+        for token in missing:
+            row = rows.get(token)
+            if row is not None:
+                key = self._keys.unwrap(row.wrapped, row.epoch)
+                if key is None:
+                    # destroyed by a compliance forget: dominance already allowed this write, so the
+                    # scope starts a new key generation (old data stays undecryptable)
+                    key, wrapped, epoch = self._keys.new_wrapped()
+                    txn.replace_scope_key(token, wrapped, epoch)
+                self._keys.scope_keys[token] = key
+                continue
+            key, wrapped, epoch = self._keys.new_wrapped()
+            parent = wanted[token].parent()
+            new_rows.append(
+                ScopeKeyRow(token, None if parent is None else self._tokens.scope(parent), wrapped, epoch)
+            )
+            self._keys.scope_keys[token] = key
+        txn.insert_scopes(new_rows)
+
+    def _scope_keys_for(self, scope: Scope) -> list[bytes]:
+        return [self._keys.scope_keys[self._tokens.scope(p)] for p in scope.prefixes()]
+
+    def _ensure_subject_keys(self, txn: Txn, tokens: set[bytes]) -> dict[bytes, bytes]:
+        missing = [t for t in tokens if t not in self._keys.subject_keys]
+        if missing:
+            rows = txn.subject_rows(missing)
+            new_rows: list[tuple[bytes, bytes, int]] = []
+            for token in missing:
+                wrapped, epoch = rows.get(token, (None, None))
+                key = self._keys.unwrap(wrapped, epoch)
+                if key is None:
+                    key, wrapped_new, epoch_new = self._keys.new_wrapped()
+                    if token in rows:
+                        txn.replace_subject_key(token, wrapped_new, epoch_new)
+                    else:
+                        new_rows.append((token, wrapped_new, epoch_new))
+                self._keys.subject_keys[token] = key
+            txn.insert_subjects(new_rows)
+        return {t: self._keys.subject_keys[t] for t in tokens}
+
+    def reauthorize(self, scope: str, key: str | None = None, *, subject: str | None = None) -> str:
+        """A one-time token that lets the next write to a forgotten target land (W1).
+
+        ``reauthorize(scope)`` covers the scope's subtree; ``reauthorize(scope, key)`` that key in
+        that scope; ``reauthorize(scope, subject=...)`` lifts a subject's tombstone.
+        """
+        parsed = Scope.parse(scope)
+        if subject is not None:
+            kind, target = "subject", self._tokens.subject(check_subject(subject))
+        elif key is not None:
+            key_token = self._tokens.key(check_key(key))
+            kind, target = "key", self._tokens.key_exact(self._tokens.scope(parsed), key_token)
+        else:
+            kind, target = "scope", self._tokens.scope(parsed)
+        token = "crt_" + secrets.token_urlsafe(32)
+        self._sync()
+        with self._backend.write() as txn:
+            version = txn.clock() + 1
+            txn.insert_reauth(self._tokens.reauth(token), kind, target, version)
+            txn.set_clock(version)
+        return token
+
+    # -- reads ---------------------------------------------------------------------------
+    def read(self, scope: str, key: str, *, fallthrough: bool = True) -> Record | None:
+        """The record under ``key`` in ``scope``, else in its nearest ancestor (R1)."""
+        parsed = Scope.parse(scope)
+        key_token = self._tokens.key(check_key(key))
+        chain = list(reversed(parsed.prefixes())) if fallthrough else [parsed]
+        tokens = [self._tokens.scope(p) for p in chain]
+        self._sync()
+        with self._backend.read() as txn:
+            rows = {r.scope_token: r for r in txn.records_in_slots([(t, key_token) for t in tokens])}
+            for token in tokens:
+                row = rows.get(token)
+                record = None if row is None else self._materialize(txn, row)
+                if record is not None:
+                    return record
+        return None
+
+    def get(self, record_id: str) -> Record | None:
+        """The record with this id, under the same checks as :meth:`read` (R2)."""
+        if not isinstance(record_id, str) or not record_id.isalnum() or len(record_id) > 64:
+            raise InvalidValueError("record_id must be an id returned by write()")
+        self._sync()
+        with self._backend.read() as txn:
+            row = txn.record(record_id)
+            return None if row is None else self._materialize(txn, row)
+
+    def list(self, scope: str, *, include_descendants: bool = False) -> list[Record]:
+        """Every visible record in ``scope`` (and its descendants), ordered by scope then key."""
+        parsed = Scope.parse(scope)
+        self._sync()
+        with self._backend.read() as txn:
+            token = self._tokens.scope(parsed)
+            tokens = txn.subtree_tokens(token) if include_descendants else [token]
+            found = [self._materialize(txn, row) for row in txn.records_in_scopes(tokens)]
+        return sorted((r for r in found if r is not None), key=lambda r: (r.scope, r.key))
+
+    def _visible_row(self, row: RecordRow, now: float) -> bool:
+        return (
+            row.hidden_version is None
+            and row.wrapped is not None
+            and (row.expires_at is None or row.expires_at > now)
+        )
+
+    def _materialize(self, txn: Txn, row: RecordRow) -> Record | None:
+        """The final materialization step (R2): every path to a Record ends here."""
+        if not self._visible_row(row, time.time()):
+            return None
+        cached = self._cache.get(row.id)
+        if cached is not None and cached.version == row.version:
+            return cached
+        record = self._crypto.open(txn, row)
+        if record is None or self._dominated(txn, record):
+            return None
+        with self._cache_lock:
+            self._cache[record.id] = record
+        return record
+
+    def _dominated(self, txn: Txn, record: Record) -> bool:
+        targets = WriteTargets.build(
+            self._tokens,
+            Scope.parse(record.scope),
+            record.key,
+            tuple(self._tokens.subject(s) for s in record.subjects),
+        )
+        versions = txn.tombstone_versions(list(targets.tombstone_targets()))
+        return any(v > record.version for v in versions.values())
+
+    # -- sessions ------------------------------------------------------------------------
+    @contextmanager
+    def session(self, scope: str) -> Iterator[StoreSession]:
+        """A session whose writes record everything it read as ``derived_from`` (W6)."""
+        yield StoreSession(self, Scope.parse(scope))
+
+    # -- forgetting ----------------------------------------------------------------------
+    def forget(
+        self,
+        scope: str,
+        key: str | None = None,
+        *,
+        mode: str = "compliance",
+        include_ancestors: bool = False,
+        reason: str | None = None,
+    ) -> ErasureRequest:
+        """Forget ``key`` in ``scope`` and every descendant, or (``key=None``) the whole subtree."""
+        parsed = Scope.parse(scope)
+        if key is not None:
+            check_key(key)
+        if mode not in MODES:
+            raise InvalidValueError("mode must be 'compliance' or 'operational'")
+        self._check_reason(reason)
+        return self._forget(
+            lambda txn, rid, v: self._plan_scope_forget(txn, rid, v, parsed, key, mode, include_ancestors)
+        )
+
+    def forget_subject(self, subject: str, *, reason: str | None = None) -> ErasureRequest:
+        """Compliance-forget everything about a subject, including records derived from it."""
+        check_subject(subject)
+        self._check_reason(reason)
+        token = self._tokens.subject(subject)
+        return self._forget(lambda txn, rid, v: self._plan_subject_forget(txn, rid, v, token))
+
+    @staticmethod
+    def _check_reason(reason: object) -> None:
+        # The reason is the caller's note; it is never stored (it may carry personal data).
+        if reason is not None and not isinstance(reason, str):
+            raise InvalidValueError("reason must be a string")
+
+    def _forget(self, planner: Any) -> ErasureRequest:
+        self._sync()
+        with self._backend.write() as txn:
+            self._ledger.reconcile_if_changed(txn)
+            request_id = "er_" + os.urandom(12).hex()
+            plan: ForgetPlan = planner(txn, request_id, txn.clock() + 1)
+            self._ledger.commit_plan(txn, plan)
+            self._check_postcondition(txn, plan)
+            txn.after_commit(self._drop_caches)
+        self._drop_caches()
+        with self._backend.read() as txn:
+            self._forget_epoch = txn.forget_epoch()
+        return self._handle(plan.request_id, plan.version, plan.mode, plan.target_kind, plan.requested_at)
+
+    def _plan_scope_forget(
+        self,
+        txn: Txn,
+        request_id: str,
+        version: int,
+        scope: Scope,
+        key: str | None,
+        mode: str,
+        include_ancestors: bool,
+    ) -> ForgetPlan:
+        scope_token = self._tokens.scope(scope)
+        subtree = txn.subtree_tokens(scope_token)
+        now = time.time()
+        plan = ForgetPlan(
+            request_id, mode, "scope" if key is None else "key", scope_token, version, _now_iso()
+        )
+        if key is None:
+            plan.tombstones.append((scope_token, "scope"))
+            live = txn.records_in_scopes(subtree)
+            affected = txn.lineage_ids(subtree, None)
+            plan.destroy_scopes = subtree if mode == "compliance" else []
+        else:
+            key_token = self._tokens.key(key)
+            plan.target = self._tokens.key_subtree(scope_token, key_token)
+            plan.tombstones.append((plan.target, "key"))
+            live = [r for r in txn.records_in_scopes(subtree) if r.key_token == key_token]
+            affected = txn.lineage_ids(subtree, key_token)
+            ancestors = [(a, self._tokens.scope(a)) for a in scope.ancestors()]
+            rows = {r.scope_token: r for r in txn.records_in_slots([(t, key_token) for _, t in ancestors])}
+            holders = [(a, t) for a, t in ancestors if t in rows and self._visible_row(rows[t], now)]
+            if holders and not include_ancestors:
+                raise ScopeClosureError(
+                    "the key is also held by ancestor scope(s) "
+                    + ", ".join(repr(a.path) for a, _ in holders)
+                    + "; reads would fall through to them. Forget those too with include_ancestors=True, "
+                    "or forget them first. Nothing was changed.",
+                    [a.path for a, _ in holders],
+                )
+            for _, token in holders:
+                plan.tombstones.append((self._tokens.key_exact(token, key_token), "key-exact"))
+                live.append(rows[token])
+                affected.extend(txn.lineage_ids([token], key_token))
+        plan.hide = sorted({r.id for r in live})
+        if mode == "compliance":
+            plan.destroy_records = self._with_derived(txn, affected)
+            plan.hide = sorted({*plan.hide, *plan.destroy_records})
+        return plan
+
+    def _plan_subject_forget(self, txn: Txn, request_id: str, version: int, token: bytes) -> ForgetPlan:
+        plan = ForgetPlan(request_id, "compliance", "subject", token, version, _now_iso())
+        plan.tombstones.append((token, "subject"))
+        plan.destroy_records = self._with_derived(txn, txn.lineage_ids_for_subject(token))
+        plan.hide = list(plan.destroy_records)
+        plan.destroy_subjects = [token]
+        return plan
+
+    @staticmethod
+    def _with_derived(txn: Txn, ids: Sequence[str]) -> builtins.list[str]:
+        return sorted({*ids, *txn.derived_closure(list(ids))})
+
+    def _check_postcondition(self, txn: Txn, plan: ForgetPlan) -> None:
+        """W2/W3, checked inside the forget's transaction: nothing planned is still readable."""
+        now = time.time()
+        still = [r.id for r in map(txn.record, plan.hide) if r is not None and self._visible_row(r, now)]
+        if plan.compliance:
+            rows = txn.lineage(plan.destroy_records)
+            still += [i for i, row in rows.items() if row.wrapped is not None]
+        if still:
+            raise ErasureNotProvableError(
+                "the forget's postcondition failed (records still readable); nothing was changed. "
+                "Run `cenotaph doctor` and report this.",
+                ["postcondition"],
+            )
+
+    # -- erasure requests ---------------------------------------------------------------
+    def _handle(
+        self, request_id: str, version: int, mode: Any, kind: str, requested_at: str
+    ) -> ErasureRequest:
+        return ErasureRequest(
+            id=request_id,
+            version=version,
+            mode=mode,
+            target_kind=kind,
+            requested_at=datetime.fromisoformat(requested_at),
+            _status=self._status,
+            _wait=self._wait,
+        )
+
+    def erasure(self, request_id: str) -> ErasureRequest:
+        row = self._erasure_row(request_id)
+        return self._handle(row.id, row.version, row.mode, row.target_kind, row.requested_at)
+
+    def _erasure_row(self, request_id: str) -> Any:
+        if not isinstance(request_id, str):
+            raise InvalidValueError("request_id must be the id of an erasure request")
+        self._sync()
+        with self._backend.read() as txn:
+            row = txn.erasure(request_id)
+        if row is None:
+            raise InvalidValueError("no erasure request with that id; list them with `cenotaph status`")
+        return row
+
+    def _status(self, request_id: str) -> ErasureStatus:
+        import json
+
+        row = self._erasure_row(request_id)
+        layers = {
+            name: LayerStatus(v["state"], v.get("evidence", {})) for name, v in json.loads(row.layers).items()
+        }
+        gaps = [
+            f"layer {name!r} is {layer.state}"
+            for name, layer in sorted(layers.items())
+            if layer.state != "done"
+        ]
+        if row.mode == "operational":
+            gaps.insert(0, "an operational forget never reports erasure")
+        horizon = datetime.fromisoformat(row.horizon) if row.horizon else None
+        return ErasureStatus(row.state, layers, horizon, tuple(gaps))
+
+    def _wait(self, request_id: str, timeout: float | None) -> ErasureStatus:
+        return self._status(request_id)
+
+
+class StoreSession:
+    """Session taint (W6): whatever this session reads becomes ``derived_from`` of what it writes.
+
+    A session does not confine reads; the interfaces (HTTP, MCP) do that.
+    """
+
+    def __init__(self, store: Store, scope: Scope) -> None:
+        self.store = store
+        self.scope = scope
+        self._read_set: dict[str, None] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def read_set(self) -> tuple[str, ...]:
+        return tuple(self._read_set)
+
+    def _taint(self, records: Iterable[Record]) -> None:
+        with self._lock:
+            for record in records:
+                self._read_set[record.id] = None
+
+    def read(self, scope: str, key: str, *, fallthrough: bool = True) -> Record | None:
+        record = self.store.read(scope, key, fallthrough=fallthrough)
+        if record is not None:
+            self._taint([record])
+        return record
+
+    def get(self, record_id: str) -> Record | None:
+        record = self.store.get(record_id)
+        if record is not None:
+            self._taint([record])
+        return record
+
+    def list(self, scope: str, *, include_descendants: bool = False) -> list[Record]:
+        records = self.store.list(scope, include_descendants=include_descendants)
+        self._taint(records)
+        return records
+
+    def write(self, scope: str, key: str, value: JSONValue, **options: Any) -> Record:
+        explicit = check_record_ids(options.pop("derived_from", ()))
+        with self._lock:
+            derived = tuple(dict.fromkeys([*self._read_set, *explicit]))
+        return self.store.write(scope, key, value, derived_from=derived, **options)
+
+
+def open_store(location: str | os.PathLike[str], *, key_provider: KeyProvider | None = None) -> Store:
+    """Open (creating if needed) a store: a directory (embedded SQLite) or a postgresql:// URL."""
+    if isinstance(location, str) and location.startswith(("postgresql://", "postgres://")):
+        raise InvalidValueError(
+            "the PostgreSQL backend is not available in this version; use a data directory"
+        )
+    if not isinstance(location, str | os.PathLike):
+        raise InvalidValueError("location must be a data directory path or a postgresql:// URL")
+    directory = Path(location)
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidValueError(
+            f"cannot create the data directory ({exc.strerror}); choose a writable path"
+        ) from exc
+    if not directory.is_dir():
+        raise InvalidValueError("the data location exists and is not a directory; choose another path")
+    provider = key_provider if key_provider is not None else keyring_from_env(directory)
+    return Store(SQLiteBackend(directory), provider)
