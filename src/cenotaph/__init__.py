@@ -39,7 +39,8 @@ from .model import (
     SearchHit,
 )
 from .scope import Scope
-from .store import Store, StoreSession
+from .erasure.certificate import verify_certificate
+from .store import Store, StoreSession, restore
 from .store import open_store as open
 
 __version__ = "0.1.0"
@@ -72,4 +73,6 @@ __all__ = [
     "StoreSession",
     "errors",
     "open",
+    "restore",
+    "verify_certificate",
 ]

@@ -22,6 +22,8 @@ from .crypto.tokens import TokenMaker
 from .dominance import Reauth, WriteTargets, decide
 from .erasure.forget import ForgetPlan
 from .erasure.ledger import Ledger
+from .erasure.probes import sample_probes, seal_probes
+from .erasure.service import ErasureService, Progress, copy_backup
 from .errors import (
     DerivedFromForgottenError,
     ErasureNotProvableError,
@@ -29,7 +31,16 @@ from .errors import (
     ScopeClosureError,
     StaleWriteError,
 )
-from .model import ErasureRequest, ErasureStatus, JSONValue, LayerStatus, Record
+from .model import (
+    BackupInfo,
+    Certificate,
+    ErasureRequest,
+    ErasureStatus,
+    JSONValue,
+    PurgeReport,
+    Record,
+    RotationReport,
+)
 from .records import RecordCrypto, SealedRecord
 from .scope import Scope, default_subjects
 from .validation import (
@@ -42,7 +53,7 @@ from .validation import (
     encode_json,
 )
 
-__all__ = ["Store", "StoreSession", "open_store"]
+__all__ = ["Store", "StoreSession", "open_store", "restore"]
 
 MODES = ("compliance", "operational")
 
@@ -76,7 +87,7 @@ class Store:
     'vegetarian'
     """
 
-    def __init__(self, backend: Backend, provider: KeyProvider) -> None:
+    def __init__(self, backend: Backend, provider: KeyProvider, *, auto_purge: bool = True) -> None:
         self._backend = backend
         self._provider = provider
         self._tokens = TokenMaker(provider.erasure_secret())
@@ -85,7 +96,9 @@ class Store:
         self._cache: dict[str, Record] = {}
         self._cache_lock = threading.Lock()
         self._forget_epoch = -1
-        self._ledger = Ledger(provider, self._tokens)
+        self._ledger = Ledger(provider, self._sample_probes)
+        self._erasure = ErasureService(backend, provider, self._keys, self._clear_memory, self._sync)
+        self.auto_purge = auto_purge
         self._closed = False
         with self._backend.write() as txn:
             self._ledger.reconcile(txn)
@@ -294,6 +307,13 @@ class Store:
         for source in ids:
             row = rows.get(source)
             if row is None:
+                erased = txn.erased_version(source)
+                if erased is not None:
+                    raise DerivedFromForgottenError(
+                        f"a derived_from source was erased at version {erased}; do not write data derived "
+                        "from forgotten records",
+                        erased,
+                    )
                 raise InvalidValueError("derived_from names a record id this store never wrote")
             rec = records[source]
             forgotten = row.destroyed_version or (rec is not None and rec.hidden_version)
@@ -503,6 +523,8 @@ class Store:
         self._drop_caches()
         with self._backend.read() as txn:
             self._forget_epoch = txn.forget_epoch()
+        if plan.compliance and self.auto_purge:
+            self._erasure.purge()
         return self._handle(plan.request_id, plan.version, plan.mode, plan.target_kind, plan.requested_at)
 
     def _plan_scope_forget(
@@ -579,7 +601,7 @@ class Store:
                 ["postcondition"],
             )
 
-    # -- erasure requests ---------------------------------------------------------------
+    # -- erasure requests (see erasure/service.py) --------------------------------------
     def _handle(
         self, request_id: str, version: int, mode: Any, kind: str, requested_at: str
     ) -> ErasureRequest:
@@ -589,43 +611,70 @@ class Store:
             mode=mode,
             target_kind=kind,
             requested_at=datetime.fromisoformat(requested_at),
-            _status=self._status,
-            _wait=self._wait,
+            _status=self._erasure.status,
+            _wait=self._erasure.wait,
         )
 
     def erasure(self, request_id: str) -> ErasureRequest:
-        row = self._erasure_row(request_id)
+        """The handle of an earlier forget, to poll."""
+        row = self._erasure.row(request_id)
         return self._handle(row.id, row.version, row.mode, row.target_kind, row.requested_at)
 
-    def _erasure_row(self, request_id: str) -> Any:
-        if not isinstance(request_id, str):
-            raise InvalidValueError("request_id must be the id of an erasure request")
+    def erasures(self) -> builtins.list[ErasureRequest]:
+        """Every erasure request this store has, oldest first."""
         self._sync()
         with self._backend.read() as txn:
-            row = txn.erasure(request_id)
-        if row is None:
-            raise InvalidValueError("no erasure request with that id; list them with `cenotaph status`")
-        return row
+            rows = txn.erasures()
+        return [self._handle(r.id, r.version, r.mode, r.target_kind, r.requested_at) for r in rows]
 
-    def _status(self, request_id: str) -> ErasureStatus:
-        import json
+    def confirm_erasure(self, request_id: str) -> ErasureStatus:
+        """The request's status if verified; else ErasureNotProvableError naming every gap."""
+        return self._erasure.confirm(request_id)
 
-        row = self._erasure_row(request_id)
-        layers = {
-            name: LayerStatus(v["state"], v.get("evidence", {})) for name, v in json.loads(row.layers).items()
-        }
-        gaps = [
-            f"layer {name!r} is {layer.state}"
-            for name, layer in sorted(layers.items())
-            if layer.state != "done"
-        ]
-        if row.mode == "operational":
-            gaps.insert(0, "an operational forget never reports erasure")
-        horizon = datetime.fromisoformat(row.horizon) if row.horizon else None
-        return ErasureStatus(row.state, layers, horizon, tuple(gaps))
+    def attest(self, request_id: str) -> Certificate:
+        """A signed, content-free certificate of a verified compliance erasure (S6)."""
+        return self._erasure.attest(request_id)
 
-    def _wait(self, request_id: str, timeout: float | None) -> ErasureStatus:
-        return self._status(request_id)
+    def purge(self, *, progress: Progress | None = None) -> PurgeReport:
+        """Remove erased rows, truncate the WAL, clear caches, then verify by scanning (S3, S4)."""
+        return self._erasure.purge(progress)
+
+    def backup(self, dest: str | os.PathLike[str]) -> BackupInfo:
+        """A consistent copy holding ciphertext only, registered with the key provider."""
+        return self._erasure.backup(Path(dest))
+
+    def release_backup(self, backup_id: str) -> None:
+        """End a backup's retention so rotate_keys() may destroy the epochs only it needed."""
+        if not isinstance(backup_id, str):
+            raise InvalidValueError("backup_id must be the id returned by backup()")
+        self._erasure.release_backup(backup_id)
+
+    def rotate_keys(self, *, progress: Progress | None = None) -> RotationReport:
+        """Rewrap every live key under a new KEK epoch; destroy epochs no registered backup needs."""
+        return self._erasure.rotate(progress)
+
+    def verify_audit(self) -> dict[str, Any]:
+        """Check the audit chain against the head anchored in the key provider (S7)."""
+        return self._erasure.verify_audit()
+
+    @property
+    def public_key(self) -> str:
+        """The raw Ed25519 public key that signs this store's certificates, as 64 hex characters."""
+        return self._erasure.signer().public_key_hex
+
+    # -- internals for the erasure path --------------------------------------------------
+    def _sample_probes(self, txn: Txn, plan: ForgetPlan) -> bytes:
+        probes = sample_probes(txn, plan, self._open_for_probe)
+        return seal_probes(self._provider.erasure_secret(), plan.request_id, probes)
+
+    def _open_for_probe(self, txn: Txn, record_id: str) -> tuple[Record, bytes | None] | None:
+        row = txn.record(record_id)
+        record = None if row is None else self._crypto.open(txn, row)
+        return None if record is None else (record, None)
+
+    def _clear_memory(self) -> int:
+        self._drop_caches()
+        return 0
 
 
 class StoreSession:
@@ -673,8 +722,14 @@ class StoreSession:
         return self.store.write(scope, key, value, derived_from=derived, **options)
 
 
-def open_store(location: str | os.PathLike[str], *, key_provider: KeyProvider | None = None) -> Store:
-    """Open (creating if needed) a store: a directory (embedded SQLite) or a postgresql:// URL."""
+def open_store(
+    location: str | os.PathLike[str], *, key_provider: KeyProvider | None = None, auto_purge: bool = True
+) -> Store:
+    """Open (creating if needed) a store: a directory (embedded SQLite) or a postgresql:// URL.
+
+    ``auto_purge`` (default True): every compliance forget runs :meth:`Store.purge` before it
+    returns, so it usually returns ``verified``. Set it False to batch purges yourself.
+    """
     if isinstance(location, str) and location.startswith(("postgresql://", "postgres://")):
         raise InvalidValueError(
             "the PostgreSQL backend is not available in this version; use a data directory"
@@ -691,4 +746,22 @@ def open_store(location: str | os.PathLike[str], *, key_provider: KeyProvider | 
     if not directory.is_dir():
         raise InvalidValueError("the data location exists and is not a directory; choose another path")
     provider = key_provider if key_provider is not None else keyring_from_env(directory)
-    return Store(SQLiteBackend(directory), provider)
+    return Store(SQLiteBackend(directory), provider, auto_purge=auto_purge)
+
+
+def restore(
+    src: str | os.PathLike[str], target: str | os.PathLike[str], *, key_provider: KeyProvider
+) -> Store:
+    """Restore a backup into an empty ``target`` directory with the source store's key provider.
+
+    The newest forget ledger is replayed before the restored store serves its first read, then
+    purged, so a backup taken before a forget resurrects nothing (S5). Copies no key material.
+    """
+    if key_provider is None:
+        raise InvalidValueError(
+            "restore needs the source store's key provider (e.g. LocalKeyring(<keyring dir>))"
+        )
+    copy_backup(Path(src), Path(target))
+    store = Store(SQLiteBackend(Path(target)), key_provider)
+    store.purge()
+    return store

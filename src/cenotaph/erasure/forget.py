@@ -28,6 +28,7 @@ class ForgetPlan:
     destroy_records: list[str] = field(default_factory=list)  # content + lineage keys destroyed
     destroy_scopes: list[bytes] = field(default_factory=list)
     destroy_subjects: list[bytes] = field(default_factory=list)
+    epochs: list[int] = field(default_factory=list)  # KEK epochs live at forget time (S5 horizon)
 
     @property
     def compliance(self) -> bool:
@@ -46,6 +47,7 @@ class ForgetPlan:
             "destroy_records": self.destroy_records,
             "destroy_scopes": [t.hex() for t in self.destroy_scopes],
             "destroy_subjects": [t.hex() for t in self.destroy_subjects],
+            "epochs": self.epochs,
         }
 
     @classmethod
@@ -62,6 +64,7 @@ class ForgetPlan:
             destroy_records=[str(i) for i in entry["destroy_records"]],
             destroy_scopes=[bytes.fromhex(t) for t in entry["destroy_scopes"]],
             destroy_subjects=[bytes.fromhex(t) for t in entry["destroy_subjects"]],
+            epochs=[int(e) for e in entry.get("epochs", [])],
         )
 
 

@@ -10,12 +10,12 @@ reached the ledger happened, even if its process died before COMMIT.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from ..backends.base import ErasureRow, Txn
 from ..crypto.provider import KeyProvider
-from ..crypto.tokens import TokenMaker
 from .audit import GENESIS, chain_entry, entry_from_dict, entry_to_dict
 from .forget import ForgetPlan, apply_plan
 
@@ -63,9 +63,9 @@ def append_audit(txn: Txn, event: str, fields: dict[str, Any]) -> tuple[int, str
 
 
 class Ledger:
-    def __init__(self, provider: KeyProvider, tokens: TokenMaker) -> None:
+    def __init__(self, provider: KeyProvider, sampler: Callable[[Txn, ForgetPlan], bytes | None]) -> None:
         self._provider = provider
-        self._tokens = tokens
+        self._sampler = sampler  # seals probes of what a compliance plan destroys (S4)
         self._mark: int | None = None
 
     def changed(self) -> bool:
@@ -99,6 +99,9 @@ class Ledger:
         self._mark = self._provider.ledger_mark()
 
     def _record(self, txn: Txn, plan: ForgetPlan, *, replayed: bool) -> tuple[int, str]:
+        if not plan.epochs:
+            plan.epochs = self._provider.live_epochs()
+        probes = self._sampler(txn, plan) if plan.compliance else None
         apply_plan(txn, plan)
         txn.insert_erasure(
             ErasureRow(
@@ -111,7 +114,7 @@ class Ledger:
                 state="shredded" if plan.compliance else "tombstoned",
                 layers=json.dumps(initial_layers(plan)),
                 plan=json.dumps(plan.to_entry()),
-                probes=None,
+                probes=probes,
                 horizon=None,
                 horizon_reason=None,
                 verified_at=None,
@@ -138,3 +141,14 @@ class Ledger:
         if audit is not None:
             entry["audit_seq"], entry["audit_head"] = audit
         return entry
+
+
+def anchor_audit(provider: KeyProvider, txn: Txn, event: str, fields: dict[str, Any]) -> None:
+    """Append an audit entry and anchor its head in the provider's ledger (S7)."""
+    seq, head = append_audit(txn, event, fields)
+    provider.append_ledger({"kind": "anchor", "audit_seq": seq, "audit_head": head})
+
+
+def latest_anchor(provider: KeyProvider) -> tuple[int, str] | None:
+    anchors = [(int(e["audit_seq"]), str(e["audit_head"])) for e in provider.ledger() if "audit_head" in e]
+    return max(anchors) if anchors else None

@@ -76,22 +76,25 @@ def probe_windows(data: bytes, width: int = 32, count: int = 4) -> list[bytes]:
     [b'\\x00', b'*', b'T']
 
     Data shorter than ``width`` is one probe if it is at least :data:`PROBE_MIN` bytes, else none.
+    Windows of one repeated byte (a run of zeros in a sparse vector) are left out: see :func:`_is_run`.
     """
     if width < PROBE_MIN:
         raise InvalidValueError(f"probe width must be at least {PROBE_MIN} bytes, got {width}")
     if count < 1:
         raise InvalidValueError(f"probe count must be at least 1, got {count}")
     if len(data) <= width:
-        return [bytes(data)] if len(data) >= PROBE_MIN else []
-    last = len(data) - width
-    starts = sorted({i * last // (count - 1) for i in range(count)}) if count > 1 else [0]
-    return [bytes(data[s : s + width]) for s in starts]
+        windows = [bytes(data)] if len(data) >= PROBE_MIN else []
+    else:
+        last = len(data) - width
+        starts = sorted({i * last // (count - 1) for i in range(count)}) if count > 1 else [0]
+        windows = [bytes(data[s : s + width]) for s in starts]
+    return [window for window in windows if not _is_run(window)]
 
 
 def text_probes(text: str) -> list[bytes]:
     """The forms a plaintext canary can take on disk: UTF-8, UTF-16-LE and hex of UTF-8 (lower and upper).
 
-    Forms shorter than :data:`PROBE_MIN` bytes are left out.
+    Forms shorter than :data:`PROBE_MIN` bytes, or of one repeated byte, are left out.
 
     >>> [p[:6] for p in text_probes("canary-0123456789")]
     [b'canary', b'c\\x00a\\x00n\\x00', b'63616e', b'63616E']
@@ -99,7 +102,12 @@ def text_probes(text: str) -> list[bytes]:
     utf8 = text.encode("utf-8")
     hexed = utf8.hex()
     forms = [utf8, text.encode("utf-16-le"), hexed.encode("ascii"), hexed.upper().encode("ascii")]
-    return [form for form in dict.fromkeys(forms) if len(form) >= PROBE_MIN]
+    return [form for form in dict.fromkeys(forms) if len(form) >= PROBE_MIN and not _is_run(form)]
+
+
+def _is_run(probe: bytes) -> bool:
+    """One byte repeated: such a probe matches every zeroed page and so proves nothing."""
+    return probe.count(probe[:1]) == len(probe)
 
 
 @dataclass(frozen=True)
@@ -134,6 +142,11 @@ class ResidueScanner:
                 raise InvalidValueError(
                     f"a probe is {len(probe)} bytes; probes must be at least {PROBE_MIN} bytes "
                     "so that a match means residue, not chance"
+                )
+            if _is_run(probe):
+                raise InvalidValueError(
+                    "a probe is one byte repeated; it would match any run such as a zeroed page, so it "
+                    "proves nothing: sample probes from bytes that vary (probe_windows skips such windows)"
                 )
         if chunk_size < 1:
             raise InvalidValueError(f"chunk_size must be positive, got {chunk_size}")
@@ -189,7 +202,7 @@ class ResidueScanner:
             bytes=done,
             probes=len(self._probes),
             matches=matches,
-            positive_control=self._positive_control(root),
+            positive_control=self._positive_control(root, buf),
             matched_files=tuple(matched),
         )
 
@@ -231,7 +244,7 @@ class ResidueScanner:
             base += n - keep
             kept = keep
 
-    def _positive_control(self, root: Path) -> bool:
+    def _positive_control(self, root: Path, buf: bytearray) -> bool:
         """Plant a probe across a chunk boundary in a random file outside ``root``; True if it is found."""
         scanner = (
             self if self._probes else ResidueScanner([secrets.token_bytes(32)], chunk_size=self._chunk_size)
@@ -246,7 +259,10 @@ class ResidueScanner:
             path = Path(tmp) / "control.bin"
             path.write_bytes(data.data)
             found = scanner._scan_path(
-                path, "the positive-control file", scanner._new_buffer(), lambda n: None
+                path,
+                "the positive-control file",
+                buf if scanner is self else scanner._new_buffer(),
+                lambda n: None,
             )
         return found is not None and (index, at) in found
 
@@ -260,6 +276,7 @@ class _Matcher:
         if not probes:
             return
         self._min_len = min(len(p) for p in probes)
+        self._max_len = max(len(p) for p in probes)
         self._stride = self._min_len - _GRAM + 1
         grams, owners, offsets = [], [], []
         for index, probe in enumerate(probes):
@@ -303,8 +320,16 @@ class _Matcher:
         total = int(count.sum())
         if total == 0:
             return []
-        if total > n // 8 + 4096:
-            return self._find_with_automaton(buf, n, fresh_from)
+        limit = n // 8 + 4096
+        if total > limit:
+            # Degenerate chunk, usually zero pages against probes with zero grams: positions deep inside
+            # a run of one byte cannot start a match (no probe is a run), so drop them first.
+            data = np.frombuffer(buf, dtype=np.uint8, count=n)
+            edge = self._near_run_edge(data, hit * stride)
+            hit, lo, count = hit[edge], lo[edge], count[edge]
+            total = int(count.sum())
+            if total > limit:
+                return self._find_with_automaton(buf, n, fresh_from)
         # One row per (stride position, indexed gram equal to it).
         entry = np.repeat(lo - (np.cumsum(count) - count), count) + np.arange(total)
         owner = self._owner[entry]
@@ -312,6 +337,16 @@ class _Matcher:
         end = start + self._length[owner]
         keep = (start >= 0) & (end <= n) & (end > fresh_from)
         return self._verify(np.frombuffer(buf, dtype=np.uint8, count=n), owner[keep], start[keep])
+
+    def _near_run_edge(self, data: npt.NDArray[np.uint8], at: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        """Whether the span of every match that could contain the gram at ``at`` crosses a byte change."""
+        changes = np.flatnonzero(data[1:] != data[:-1]) + 1  # where a new run begins
+        first = np.maximum(at - (self._stride - 1), 0)
+        last = np.minimum(at + self._max_len - 1, data.size - 1)
+        crosses: npt.NDArray[np.bool_] = np.searchsorted(changes, first, side="right") != np.searchsorted(
+            changes, last, side="right"
+        )
+        return crosses
 
     def _verify(
         self, data: npt.NDArray[np.uint8], owner: npt.NDArray[np.int64], start: npt.NDArray[np.int64]

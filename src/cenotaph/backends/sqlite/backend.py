@@ -7,6 +7,7 @@ import contextlib
 import json
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ _ERASURE_COLS = (
     "id, mode, target_kind, target, version, requested_at, state, layers, plan, probes, horizon, "
     "horizon_reason, verified_at, scan"
 )
+_WRAPPED_TABLES = (("records", "id"), ("lineage", "record_id"), ("scopes", "token"), ("subjects", "token"))
 _CHUNK = 500  # bound on host parameters per statement
 
 
@@ -339,6 +341,70 @@ class SQLiteTxn:
             [(t, version) for t in tokens],
         )
 
+    # -- purge -----------------------------------------------------------------------
+    def purge_erased(
+        self, ids: Sequence[str], scopes: Sequence[bytes], subjects: Sequence[bytes], version: int
+    ) -> int:
+        """Delete every row of compliance-erased records, scopes and subjects; returns rows removed."""
+        removed = 0
+        for part in _chunks(list(ids)):
+            marks = _marks(len(part))
+            for sql in (
+                f"DELETE FROM records WHERE id IN ({marks})",
+                f"DELETE FROM lineage WHERE record_id IN ({marks})",
+                f"DELETE FROM record_subjects WHERE record_id IN ({marks})",
+                f"DELETE FROM derivations WHERE source_id IN ({marks})",
+                f"DELETE FROM derivations WHERE derived_id IN ({marks})",
+            ):
+                removed += self._c.execute(sql, part).rowcount
+        self._c.executemany("INSERT OR IGNORE INTO erased_records VALUES (?,?)", [(i, version) for i in ids])
+        for table, tokens in (("scopes", scopes), ("subjects", subjects)):
+            for part in _chunks(list(tokens)):
+                sql = f"DELETE FROM {table} WHERE wrapped IS NULL AND token IN ({_marks(len(part))})"
+                removed += self._c.execute(sql, part).rowcount
+        return removed
+
+    def erased_version(self, record_id: str) -> int | None:
+        value = self._one("SELECT version FROM erased_records WHERE record_id=?", (record_id,))
+        return None if value is None else int(value)
+
+    def delete_hidden(self, ids: Sequence[str]) -> int:
+        """Reclaim rows hidden by an operational forget (their lineage stays, W3)."""
+        removed = 0
+        for part in _chunks(list(ids)):
+            sql = f"DELETE FROM records WHERE hidden_version IS NOT NULL AND id IN ({_marks(len(part))})"
+            removed += self._c.execute(sql, part).rowcount
+        return removed
+
+    def sweep_expired(self, now: float) -> int:
+        """Delete expired rows (content key and ciphertext); lineage is kept (expiry is operational)."""
+        return self._c.execute("DELETE FROM records WHERE expires_at <= ?", (now,)).rowcount
+
+    # -- key rotation and backups -------------------------------------------------------
+    def wrapped_keys(self) -> list[tuple[str, Any, bytes, int]]:
+        """Every live wrapped key: (table, primary key, wrapped, epoch)."""
+        rows: list[tuple[str, Any, bytes, int]] = []
+        for table, pk in _WRAPPED_TABLES:
+            sql = f"SELECT {pk}, wrapped, epoch FROM {table} WHERE wrapped IS NOT NULL"
+            rows.extend((table, k, bytes(w), int(e)) for k, w, e in self._c.execute(sql))
+        return rows
+
+    def rewrap(self, rows: Iterable[tuple[str, Any, bytes, int]]) -> None:
+        for table, pk in _WRAPPED_TABLES:
+            self._c.executemany(
+                f"UPDATE {table} SET wrapped=?, epoch=? WHERE {pk}=?",
+                [(w, e, k) for t, k, w, e in rows if t == table],
+            )
+
+    def epochs_in_use(self) -> set[int]:
+        found: set[int] = set()
+        for table, _ in _WRAPPED_TABLES:
+            found.update(
+                int(r[0])
+                for r in self._c.execute(f"SELECT DISTINCT epoch FROM {table} WHERE epoch IS NOT NULL")
+            )
+        return found
+
     # -- erasure requests and audit ----------------------------------------------------
     def insert_erasure(self, row: ErasureRow) -> None:
         self._c.execute(
@@ -494,6 +560,30 @@ class SQLiteBackend:
             changed = current != self._data_version
             self._data_version = current
             return changed
+
+    def checkpoint_truncate(self, attempts: int = 20) -> tuple[bool, int]:
+        """``wal_checkpoint(TRUNCATE)`` until it succeeds; (done, wal bytes left). An open reader
+        anywhere keeps it busy, and then the WAL layer stays pending."""
+        wal = self.path.with_name(self.path.name + "-wal")
+        for attempt in range(attempts):
+            with self._lock:
+                try:
+                    busy = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+                except sqlite3.Error as exc:
+                    raise translate(exc) from exc
+            size = wal.stat().st_size if wal.exists() else 0
+            if busy == 0 and size == 0:
+                return True, 0
+            time.sleep(min(0.005 * (attempt + 1), 0.05))
+        return False, wal.stat().st_size if wal.exists() else 0
+
+    def vacuum_into(self, target: Path) -> None:
+        """A consistent, compact copy with no freelist residue (HINTS)."""
+        with self._lock:
+            try:
+                self._conn.execute("VACUUM INTO ?", (str(target),))
+            except sqlite3.Error as exc:
+                raise translate(exc) from exc
 
     def owned_files(self) -> list[Path]:
         return sorted(p for p in self.directory.rglob("*") if p.is_file())

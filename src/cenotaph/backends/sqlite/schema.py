@@ -72,4 +72,12 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         CREATE TABLE audit (seq INTEGER PRIMARY KEY, entry TEXT NOT NULL);
         """,
     ),
+    (
+        2,
+        """
+        -- ids (random, content-free) of records whose rows a compliance purge removed, so a late
+        -- write derived from one is still refused with DerivedFromForgottenError
+        CREATE TABLE erased_records (record_id TEXT PRIMARY KEY, version INTEGER NOT NULL) WITHOUT ROWID;
+        """,
+    ),
 )

@@ -1,0 +1,142 @@
+"""``cenotaph doctor``: check the data directory, the keyring and SQLite's erasure settings."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import click
+from rich.console import RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from cenotaph.backends.sqlite.backend import DB_NAME, SQLiteBackend
+from cenotaph.crypto.provider import keyring_from_env
+from cenotaph.errors import CenotaphError
+
+from .options import data_option, keyring_location, root_of_trust_warning
+from .output import emit, table_option
+
+__all__ = ["doctor"]
+
+Outcome = Literal["ok", "warn", "fail"]
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str
+    status: Outcome
+    detail: str
+
+
+@click.command()
+@data_option
+@table_option
+@click.pass_context
+def doctor(ctx: click.Context, data: Path, table: bool) -> None:
+    """Check the store's setup; exit 1 if any check fails (a warning does not fail).
+
+    Checks: the data directory exists and is writable; the keyring directory is 0700 and its
+    files 0600; whether the keyring is inside the data directory (S8); the keyring opens;
+    SQLite reads secure_delete back as 1 and runs in WAL mode; Python and SQLite versions.
+    """
+    checks = [*_data_checks(data), *_keyring_checks(data), *_sqlite_checks(data)]
+    checks.append(Check("python", "ok", sys.version.split()[0]))
+    checks.append(Check("sqlite version", "ok", sqlite3.sqlite_version))
+    ok = all(c.status != "fail" for c in checks)
+    doc = {"ok": ok, "data": str(data), "checks": [asdict(c) for c in checks]}
+    emit(doc, table=table, render=_checks_table)
+    if not ok:
+        ctx.exit(1)
+
+
+def _data_checks(data: Path) -> list[Check]:
+    if not data.is_dir():
+        return [Check("data directory", "fail", f"{data} does not exist; run `cenotaph init --data {data}`")]
+    if not os.access(data, os.W_OK | os.X_OK):
+        return [Check("data directory", "fail", f"{data} is not writable by this user")]
+    if not (data / DB_NAME).is_file():
+        return [Check("data directory", "fail", f"{data} holds no store; run `cenotaph init --data {data}`")]
+    return [Check("data directory", "ok", f"{data} exists and is writable")]
+
+
+def _keyring_checks(data: Path) -> list[Check]:
+    keyring = keyring_location(data)
+    if not keyring.is_dir():
+        return [Check("keyring", "fail", f"no keyring directory at {keyring}")]
+    mode = stat.S_IMODE(keyring.stat().st_mode)
+    checks = [
+        Check(
+            "keyring directory mode",
+            "ok" if mode == 0o700 else "fail",
+            f"{mode:04o}" + ("" if mode == 0o700 else f"; run `chmod 700 {keyring}`"),
+        )
+    ]
+    # Files that hold bytes must be private; an empty lock file holds nothing.
+    loose = sorted(
+        f"{p.name} ({stat.S_IMODE(p.stat().st_mode):04o})"
+        for p in keyring.iterdir()
+        if p.is_file() and p.stat().st_size > 0 and stat.S_IMODE(p.stat().st_mode) & 0o077
+    )
+    checks.append(
+        Check(
+            "keyring file modes",
+            "fail" if loose else "ok",
+            ("readable by others: " + ", ".join(loose) + "; chmod them 600") if loose else "all 0600",
+        )
+    )
+    warning = root_of_trust_warning(data)
+    checks.append(Check("root of trust", "warn" if warning else "ok", warning or "keyring outside data"))
+    try:
+        provider = keyring_from_env(data)
+    except CenotaphError as exc:
+        checks.append(Check("keyring opens", "fail", " ".join(str(exc).split())))
+    else:
+        checks.append(Check("keyring opens", "ok", f"root of trust: {provider.root_of_trust}"))
+    return checks
+
+
+@contextmanager
+def _database(data: Path) -> Iterator[tuple[Path, str]]:
+    """The store's database if it exists, else a throwaway one (to check this SQLite build)."""
+    if (data / DB_NAME).is_file():
+        yield data / DB_NAME, "store database"
+        return
+    with tempfile.TemporaryDirectory(prefix="cenotaph-doctor-") as tmp:
+        yield Path(tmp) / DB_NAME, "a temporary database"
+
+
+def _sqlite_checks(data: Path) -> list[Check]:
+    with _database(data) as (path, which):
+        try:
+            conn = SQLiteBackend.connect(path)
+        except (CenotaphError, sqlite3.Error) as exc:
+            reason = " ".join(str(exc).split())
+            return [Check("sqlite connection", "fail", f"{which}: {reason}")]
+        try:
+            secure = int(conn.execute("PRAGMA secure_delete").fetchone()[0])
+            journal = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+        finally:
+            conn.close()
+    return [
+        Check("sqlite secure_delete", "ok" if secure == 1 else "fail", f"{secure} on a fresh connection ({which})"),
+        Check("sqlite journal_mode", "ok" if journal == "wal" else "fail", f"{journal} ({which})"),
+    ]
+
+
+_STYLE = {"ok": "green", "warn": "yellow", "fail": "red"}
+
+
+def _checks_table(doc: dict[str, Any]) -> RenderableType:
+    table = Table("check", "status", "detail", title=f"cenotaph doctor: {doc['data']}")
+    for check in doc["checks"]:
+        table.add_row(check["name"], Text(check["status"], style=_STYLE[check["status"]]), check["detail"])
+    return table

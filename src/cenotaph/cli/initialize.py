@@ -1,0 +1,50 @@
+"""``cenotaph init``: create the data directory and its keyring."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+import cenotaph
+from cenotaph.backends.sqlite.backend import DB_NAME
+
+from .options import data_option, keyring_inside, keyring_location, root_of_trust_warning
+from .output import emit, generic_table, table_option
+
+__all__ = ["init"]
+
+
+@click.command()
+@data_option
+@table_option
+def init(data: Path, table: bool) -> None:
+    """Create the data directory and keyring (safe to run again on an existing store).
+
+    Prints where both live. With the default keyring inside the data directory, whoever copies
+    the directory has the keys; it warns about that, and says how to keep the keyring elsewhere.
+    """
+    created = not (data / DB_NAME).exists()
+    cenotaph.open(data).close()
+    warning = root_of_trust_warning(data)
+    doc = {
+        "data": str(data.resolve()),
+        "keyring": str(keyring_location(data).resolve()),
+        "keyring_inside_data": keyring_inside(data),
+        "created": created,
+        "warning": warning,
+    }
+    if warning is not None and not table:  # the table shows it; JSON readers also get it on stderr
+        click.echo(f"warning: {warning}", err=True)
+    emit(doc, table=table, render=_init_table)
+
+
+def _init_table(doc: dict[str, Any]) -> RenderableType:
+    fields = {k: v for k, v in doc.items() if k != "warning"}
+    parts: list[RenderableType] = [generic_table(fields, "cenotaph store")]
+    if doc["warning"]:
+        parts.append(Text("warning: " + doc["warning"], style="yellow"))
+    return Group(*parts)

@@ -1,0 +1,90 @@
+"""Probes (S4): byte strings sampled from what a forget removes, kept sealed until verification.
+
+Sampled inside the forget's transaction (and again when a forget is replayed from the ledger):
+ciphertext windows of each destroyed record, its wrapped keys, the wrapped scope and subject
+keys, and -- while the keys still exist -- the record's plaintext and vector bytes. They are
+sealed under a key derived from the erasure secret (held by the key provider, never in the
+database), so a crashed purge can resume and still prove, and deleted once verified.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+
+from ..backends.base import Txn
+from ..crypto.aead import derive, open_sealed, seal
+from ..model import Record
+from .forget import ForgetPlan
+from .scanner import PROBE_MIN, probe_windows, text_probes
+
+__all__ = ["sample_probes", "seal_probes", "open_probes"]
+
+_AAD = b"cenotaph-probes/1"
+MAX_PROBES_PER_REQUEST = 4096
+
+
+def _texts(value: object) -> Iterable[str]:
+    """String leaves (and the whole JSON text) of a value, long enough to be a probe."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    yield json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def sample_probes(
+    txn: Txn, plan: ForgetPlan, open_record: Callable[[Txn, str], tuple[Record, bytes | None] | None]
+) -> list[bytes]:
+    """Probes of everything ``plan`` will destroy; call before the keys are destroyed."""
+    probes: list[bytes] = []
+    ids = plan.destroy_records
+    for record_id in ids:
+        row = txn.record(record_id)
+        if row is not None:
+            for blob in (row.ciphertext, row.vector):
+                if blob:
+                    probes.extend(probe_windows(blob))
+            if row.wrapped:
+                probes.append(bytes(row.wrapped))
+        opened = open_record(txn, record_id)
+        if opened is not None:
+            record, vector = opened
+            for text in _texts(record.value):
+                if len(text.encode()) >= PROBE_MIN:
+                    probes.extend(text_probes(text)[:3])
+            if vector:
+                probes.extend(probe_windows(vector))
+    for lineage in txn.lineage(ids).values():
+        for blob in (lineage.wrapped, lineage.subjects):
+            if blob:
+                probes.append(bytes(blob))
+    for scope in txn.scope_rows(plan.destroy_scopes).values():
+        if scope.wrapped:
+            probes.append(bytes(scope.wrapped))
+    for wrapped, _ in txn.subject_rows(plan.destroy_subjects).values():
+        if wrapped:
+            probes.append(bytes(wrapped))
+    unique = list(dict.fromkeys(p for p in probes if len(p) >= PROBE_MIN))
+    return unique[:MAX_PROBES_PER_REQUEST]
+
+
+def _key(secret: bytes, request_id: str) -> bytes:
+    return derive(secret, b"probes", request_id.encode())
+
+
+def seal_probes(secret: bytes, request_id: str, probes: list[bytes]) -> bytes:
+    body = json.dumps([p.hex() for p in probes]).encode()
+    return seal(_key(secret, request_id), body, _AAD)
+
+
+def open_probes(secret: bytes, request_id: str, blob: bytes | None) -> list[bytes] | None:
+    if blob is None:
+        return None
+    body = open_sealed(_key(secret, request_id), blob, _AAD)
+    return None if body is None else [bytes.fromhex(p) for p in json.loads(body)]

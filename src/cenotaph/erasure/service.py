@@ -1,0 +1,390 @@
+"""Erasure requests after the forget: purge, scan, horizon, certificates, audit, rotation, backup.
+
+States only move forward on evidence (SPEC W5, S3-S6)::
+
+    tombstoned (operational; stays there)
+    shredded   keys destroyed with the tombstone, in the forget's transaction
+    purged     rows deleted, WAL truncated, in-memory index and caches cleared
+    verified   every owned file scanned: 0 matches of the request's probes, positive control found
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ..backends.base import Backend, ErasureRow, Txn
+from ..crypto.keys import KeyChain
+from ..crypto.provider import KeyProvider, LocalKeyring
+from ..errors import ErasureNotProvableError, InvalidValueError, StorageError
+from ..model import BackupInfo, Certificate, ErasureStatus, LayerStatus, PurgeReport, RotationReport
+from .audit import entry_from_dict, verify_chain
+from .certificate import Signer
+from .forget import ForgetPlan
+from .ledger import anchor_audit, latest_anchor
+from .probes import open_probes
+from .scanner import ResidueScanner, ScanResult
+
+__all__ = ["ErasureService", "BACKUP_MANIFEST", "Progress"]
+
+Progress = Callable[[int, int], None]
+BACKUP_MANIFEST = "cenotaph-backup.json"
+PURGE_LAYERS = ("rows", "wal", "index")
+OPERATIONAL_GAP = "an operational forget never reports erasure; use mode='compliance' to erase"
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def _done(**evidence: Any) -> dict[str, Any]:
+    return {"state": "done", "evidence": evidence}
+
+
+def _pending(**evidence: Any) -> dict[str, Any]:
+    return {"state": "pending", "evidence": evidence}
+
+
+class ErasureService:
+    def __init__(
+        self,
+        backend: Backend,
+        provider: KeyProvider,
+        keys: KeyChain,
+        clear_memory: Callable[[], int],
+        sync: Callable[[], None],
+    ) -> None:
+        self._backend = backend
+        self._provider = provider
+        self._keys = keys
+        self._clear_memory = clear_memory  # drops caches and index entries; returns vectors removed
+        self._sync = sync
+
+    # -- status ------------------------------------------------------------------------
+    def row(self, request_id: object) -> ErasureRow:
+        if not isinstance(request_id, str) or not request_id:
+            raise InvalidValueError("request_id must be the id returned by forget()")
+        self._sync()
+        with self._backend.read() as txn:
+            row = txn.erasure(request_id)
+        if row is None:
+            raise InvalidValueError("no erasure request with that id; list them with `cenotaph status`")
+        return row
+
+    def status(self, request_id: str) -> ErasureStatus:
+        row = self.row(request_id)
+        layers = {
+            n: LayerStatus(v["state"], v.get("evidence", {})) for n, v in json.loads(row.layers).items()
+        }
+        gaps = [
+            f"layer {name!r} is {layer.state}"
+            + (f": {layer.evidence['gap']}" if "gap" in layer.evidence else "")
+            for name, layer in sorted(layers.items())
+            if layer.state != "done"
+        ]
+        if row.mode == "operational":
+            gaps.insert(0, OPERATIONAL_GAP)
+        horizon, reason = self._horizon(row)
+        if row.mode == "compliance" and horizon is None:
+            layers["horizon"] = LayerStatus("pending", {"reason": reason})
+        return ErasureStatus(row.state, layers, horizon, tuple(gaps))
+
+    def _horizon(self, row: ErasureRow) -> tuple[datetime | None, str]:
+        """S5: reached once every KEK epoch live at the forget is destroyed."""
+        if row.mode != "compliance":
+            return None, "operational forgets have no erasure horizon"
+        plan = ForgetPlan.from_entry(json.loads(row.plan))
+        live = set(self._provider.live_epochs()) & set(plan.epochs)
+        if not live:
+            stamp = row.horizon or _now()
+            return datetime.fromisoformat(stamp), "every KEK epoch that wrapped a destroyed key is destroyed"
+        held = sorted(b for b, epochs in self._provider.backups().items() if live & set(epochs))
+        reason = f"KEK epoch(s) {sorted(live)} still exist"
+        if held:
+            reason += f" and registered backup(s) {held} need them: release_backup() them, then rotate_keys()"
+        else:
+            reason += ": run rotate_keys() to destroy them"
+        return None, reason
+
+    def confirm(self, request_id: str) -> ErasureStatus:
+        if self.row(request_id).mode == "operational":
+            raise ErasureNotProvableError(OPERATIONAL_GAP, [OPERATIONAL_GAP])
+        status = self.status(request_id)
+        if status.state != "verified":
+            gaps = list(status.gaps) or [f"the request is {status.state}, not verified"]
+            raise ErasureNotProvableError(
+                "erasure is not provable yet: " + "; ".join(gaps) + ". Run store.purge() and retry.", gaps
+            )
+        return status
+
+    def wait(self, request_id: str, timeout: float | None) -> ErasureStatus:
+        """Purge until the request is verified (operational: reclaimed) or ``timeout`` passes."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        operational = self.row(request_id).mode == "operational"
+        while True:
+            status = self.status(request_id)
+            if status.state == "verified" or (operational and status.layers["reclaim"].state == "done"):
+                return status
+            self.purge()
+            status = self.status(request_id)
+            if status.state == "verified" or operational:
+                return status
+            if deadline is not None and time.monotonic() >= deadline:
+                return status
+            time.sleep(0.05)
+
+    # -- purge -------------------------------------------------------------------------
+    def purge(self, progress: Progress | None = None) -> PurgeReport:
+        self._sync()
+        reclaimed = 0
+        with self._backend.write() as txn:
+            open_rows = txn.erasures(["tombstoned", "shredded", "purged"])
+            for row in open_rows:
+                reclaimed += self._purge_rows(txn, row)
+            reclaimed += txn.sweep_expired(time.time())
+        vectors = self._clear_memory()
+        wal_done, wal_left = self._backend.checkpoint_truncate()
+        requests: dict[str, str] = {}
+        scan: dict[str, Any] = {"files": 0, "bytes": 0, "probes": 0, "matches": 0, "positive_control": False}
+        with self._backend.write() as txn:
+            candidates = [r for r in txn.erasures(["shredded", "purged"])]
+            for row in candidates:
+                layers = json.loads(row.layers)
+                layers["wal"] = (
+                    _done(wal_bytes=0)
+                    if wal_done
+                    else _pending(
+                        wal_bytes=wal_left,
+                        gap="an open reader blocks wal_checkpoint(TRUNCATE); close it and purge again",
+                    )
+                )
+                layers["index"] = _done(vectors_removed_from_memory=vectors, on_disk_snapshots=0)
+                state = "purged" if all(layers[n]["state"] == "done" for n in PURGE_LAYERS) else row.state
+                txn.update_erasure(row.id, layers=json.dumps(layers), state=state)
+        with self._backend.read() as txn:
+            to_verify = txn.erasures(["purged"])
+        if to_verify:
+            scan = self._verify(to_verify, progress)
+        with self._backend.read() as txn:
+            for row in txn.erasures():
+                requests[row.id] = row.state
+            anchor = {"request_count": len(requests), "reclaimed": reclaimed, "wal_truncated": wal_done}
+        with self._backend.write() as txn:
+            anchor_audit(self._provider, txn, "purge", anchor)
+        return PurgeReport(requests=requests, reclaimed=reclaimed, wal_truncated=wal_done, scan=scan)
+
+    def _purge_rows(self, txn: Txn, row: ErasureRow) -> int:
+        layers = json.loads(row.layers)
+        plan = ForgetPlan.from_entry(json.loads(row.plan))
+        if row.mode == "operational":
+            if layers["reclaim"]["state"] == "done":
+                return 0
+            removed = txn.delete_hidden(plan.hide)
+            layers["reclaim"] = _done(rows_removed=removed)
+            txn.update_erasure(row.id, layers=json.dumps(layers))
+            return removed
+        if layers["rows"]["state"] == "done":
+            return 0
+        ids = sorted({*plan.destroy_records, *plan.hide})
+        removed = txn.purge_erased(ids, plan.destroy_scopes, plan.destroy_subjects, plan.version)
+        layers["rows"] = _done(rows_removed=removed, records=len(ids))
+        txn.update_erasure(row.id, layers=json.dumps(layers))
+        return removed
+
+    def _scan_roots(self) -> list[Path]:
+        roots = [p for p in (self._backend.location,) if p is not None]
+        if isinstance(self._provider, LocalKeyring) and not any(
+            self._provider.path.resolve().is_relative_to(r.resolve()) for r in roots
+        ):
+            roots.append(self._provider.path)
+        return roots
+
+    def _scan(self, probes: list[bytes], progress: Progress | None) -> ScanResult:
+        scanner = ResidueScanner(probes)
+        results = [scanner.scan(root, progress=progress) for root in self._scan_roots()]
+        return ScanResult(
+            files=sum(r.files for r in results),
+            bytes=sum(r.bytes for r in results),
+            probes=scanner.probe_count,
+            matches=sum(r.matches for r in results),
+            positive_control=all(r.positive_control for r in results),
+            matched_files=tuple(f for r in results for f in r.matched_files),
+        )
+
+    def _verify(self, rows: list[ErasureRow], progress: Progress | None) -> dict[str, Any]:
+        secret = self._provider.erasure_secret()
+        per_request = {r.id: open_probes(secret, r.id, r.probes) or [] for r in rows}
+        combined = self._scan([p for probes in per_request.values() for p in probes], progress)
+        results = {r.id: combined for r in rows}
+        if combined.matches:  # attribute residue to the requests it belongs to
+            results = {r.id: self._scan(per_request[r.id], None) for r in rows}
+        with self._backend.write() as txn:
+            for row in rows:
+                self._conclude(txn, row, results[row.id], len(per_request[row.id]))
+        return combined.to_dict()
+
+    def _conclude(self, txn: Txn, row: ErasureRow, result: ScanResult, probe_count: int) -> None:
+        layers = json.loads(row.layers)
+        removed = int(layers["rows"]["evidence"].get("records", 0))
+        evidence = {**result.to_dict(), "probes": probe_count}
+        gap = None
+        if result.matches:
+            gap = f"{result.matches} probe match(es) in {list(result.matched_files)}; purge again or investigate"
+        elif not result.positive_control:
+            gap = "the scanner's positive control failed, so a clean scan proves nothing"
+        elif probe_count == 0 and removed:
+            gap = "rows were removed but no probes were taken, so a clean scan proves nothing"
+        layers["scan"] = {
+            "state": "failed" if gap else "done",
+            "evidence": evidence | ({"gap": gap} if gap else {}),
+        }
+        fields: dict[str, Any] = {"layers": json.dumps(layers), "scan": json.dumps(evidence)}
+        if gap is None:
+            fields |= {"state": "verified", "verified_at": _now(), "probes": None}
+            horizon, reason = self._horizon(row)
+            fields |= {"horizon": horizon.isoformat() if horizon else None, "horizon_reason": reason}
+        txn.update_erasure(row.id, **fields)
+        anchor_audit(
+            self._provider,
+            txn,
+            "verify",
+            {"request_id": row.id, "verified": gap is None, "matches": result.matches, "probes": probe_count},
+        )
+
+    # -- certificates ------------------------------------------------------------------
+    def signer(self) -> Signer:
+        return Signer.from_private_bytes(self._provider.signing_key())
+
+    def attest(self, request_id: str) -> Certificate:
+        row = self.row(request_id)
+        if row.mode == "operational":
+            raise ErasureNotProvableError(OPERATIONAL_GAP, [OPERATIONAL_GAP])
+        status = self.confirm(request_id)
+        row = self.row(request_id)
+        horizon, reason = self._horizon(row)
+        fields = {
+            "request_id": row.id,
+            "target": row.target.hex(),
+            "target_kind": row.target_kind,
+            "mode": row.mode,
+            "requested_at": row.requested_at,
+            "verified_at": row.verified_at,
+            "forget_version": row.version,
+            "layers": {name: layer.to_dict() for name, layer in status.layers.items()},
+            "scan": json.loads(row.scan or "{}"),
+            "horizon": horizon.isoformat() if horizon else None,
+            "horizon_reason": reason,
+            "root_of_trust": self._provider.root_of_trust,
+        }
+        with self._backend.write() as txn:
+            anchor_audit(self._provider, txn, "attest", {"request_id": row.id})
+            tail = txn.audit_tail()
+        fields["audit_head"] = entry_from_dict(json.loads(tail[1])).head if tail else ""
+        return self.signer().sign_certificate(fields)
+
+    # -- audit -------------------------------------------------------------------------
+    def verify_audit(self) -> dict[str, Any]:
+        with self._backend.read() as txn:
+            entries = [entry_from_dict(json.loads(e)) for e in txn.audit_entries()]
+        anchor = latest_anchor(self._provider)
+        head = verify_chain(
+            entries, anchor=anchor[1] if anchor else None, anchor_seq=anchor[0] if anchor else None
+        )
+        return {"entries": len(entries), "head": head, "anchored_seq": anchor[0] if anchor else 0}
+
+    # -- rotation ----------------------------------------------------------------------
+    def rotate(self, progress: Progress | None = None) -> RotationReport:
+        self._sync()
+        new_epoch = self._provider.new_epoch()
+        with self._backend.write() as txn:
+            self._keys.refresh_epoch()
+            rows = txn.wrapped_keys()
+            rewrapped = []
+            for n, (table, pk, wrapped, epoch) in enumerate(rows, start=1):
+                key = self._keys.unwrap(wrapped, epoch)
+                if key is None:
+                    raise StorageError(
+                        "a live key could not be unwrapped during rotation; nothing was changed"
+                    )
+                new_wrapped, _ = self._keys.wrap(key, new_epoch)
+                rewrapped.append((table, pk, new_wrapped, new_epoch))
+                if progress is not None and n % 1000 == 0:
+                    progress(n, len(rows))
+            txn.rewrap(rewrapped)
+            anchor_audit(self._provider, txn, "rotate", {"epoch": new_epoch, "rewrapped": len(rewrapped)})
+        # old wrapped bytes must leave the WAL before old epochs can be said to be gone
+        self._backend.checkpoint_truncate()
+        retained = {e for epochs in self._provider.backups().values() for e in epochs}
+        destroyed = []
+        for epoch in self._provider.live_epochs():
+            if epoch != new_epoch and epoch not in retained:
+                self._provider.destroy_epoch(epoch)
+                destroyed.append(epoch)
+        self._keys.forget_epoch_sealers()
+        self._record_horizons()
+        if progress is not None:
+            progress(len(rows), len(rows))
+        return RotationReport(
+            new_epoch=new_epoch,
+            rewrapped=len(rewrapped),
+            destroyed_epochs=tuple(destroyed),
+            retained_epochs=tuple(sorted(retained & set(self._provider.live_epochs()))),
+        )
+
+    def _record_horizons(self) -> None:
+        """Persist the instant each request's horizon was reached (first seen after rotation)."""
+        with self._backend.write() as txn:
+            for row in txn.erasures():
+                if row.mode == "compliance" and row.horizon is None:
+                    horizon, reason = self._horizon(row)
+                    if horizon is not None:
+                        txn.update_erasure(row.id, horizon=horizon.isoformat(), horizon_reason=reason)
+
+    # -- backups -----------------------------------------------------------------------
+    def backup(self, dest: Path) -> BackupInfo:
+        self._sync()
+        if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+            raise InvalidValueError("the backup destination must be a new or empty directory")
+        dest.mkdir(parents=True, exist_ok=True, mode=0o700)
+        backup_id = "bk_" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "_" + os.urandom(4).hex()
+        with self._backend.read() as txn:
+            epochs = sorted(txn.epochs_in_use() | {self._keys.refresh_epoch()})
+        self._provider.register_backup(backup_id, epochs)
+        self._backend.vacuum_into(dest / "cenotaph.db")
+        info = BackupInfo(
+            id=backup_id,
+            path=str(dest),
+            created_at=datetime.now(UTC),
+            epochs=tuple(epochs),
+            bytes=(dest / "cenotaph.db").stat().st_size,
+        )
+        (dest / BACKUP_MANIFEST).write_text(json.dumps({"format": "cenotaph-backup/1", **info.to_dict()}))
+        with self._backend.write() as txn:
+            anchor_audit(self._provider, txn, "backup", {"backup_id": backup_id, "epochs": epochs})
+        return info
+
+    def release_backup(self, backup_id: str) -> None:
+        self._provider.release_backup(backup_id)
+        with self._backend.write() as txn:
+            anchor_audit(self._provider, txn, "release_backup", {"backup_id": backup_id})
+
+
+def copy_backup(src: Path, target: Path) -> dict[str, Any]:
+    """Copy a backup's database into an empty target directory; returns its manifest."""
+    manifest_path = src / BACKUP_MANIFEST
+    if not manifest_path.is_file() or not (src / "cenotaph.db").is_file():
+        raise InvalidValueError(
+            "the source is not a cenotaph backup (no manifest); pass a directory made by backup()"
+        )
+    if target.exists() and (not target.is_dir() or any(p.name != "keyring" for p in target.iterdir())):
+        raise InvalidValueError("the restore target must be a new or empty directory")
+    manifest: dict[str, Any] = json.loads(manifest_path.read_text())
+    target.mkdir(parents=True, exist_ok=True, mode=0o700)
+    shutil.copyfile(src / "cenotaph.db", target / "cenotaph.db")
+    return manifest
