@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from . import errors
 from .crypto.provider import KeyProvider, LocalKeyring
+from .erasure.certificate import verify_certificate
 from .errors import (
     CenotaphError,
     CertificateError,
@@ -39,7 +40,6 @@ from .model import (
     SearchHit,
 )
 from .scope import Scope
-from .erasure.certificate import verify_certificate
 from .store import Store, StoreSession, restore
 from .store import open_store as open
 

@@ -25,6 +25,7 @@ from .model import Record
 __all__ = ["RecordCrypto", "SealedRecord"]
 
 _SUBJECTS_AAD = b"cenotaph-subjects/1"
+_VECTOR_AAD = b"/vector"
 
 
 def _ts(value: float | None) -> datetime | None:
@@ -129,6 +130,7 @@ class RecordCrypto:
         expires_at: float | None,
         scope_token: bytes,
         key_token: bytes,
+        vector: bytes | None = None,
     ) -> SealedRecord:
         record_id = os.urandom(16).hex()
         content_seed, wrapped_content, epoch = self.keys.new_wrapped()
@@ -147,6 +149,7 @@ class RecordCrypto:
         }
         payload = b'{"v":' + value_json + b',"r":' + json.dumps(rest, separators=(",", ":")).encode() + b"}"
         aad = record_id.encode()
+        sealer = Sealer(ckey)
         row = RecordRow(
             id=record_id,
             scope_token=scope_token,
@@ -156,7 +159,8 @@ class RecordCrypto:
             hidden_version=None,
             wrapped=wrapped_content,
             epoch=epoch,
-            ciphertext=Sealer(ckey).seal(payload, aad),
+            ciphertext=sealer.seal(payload, aad),
+            vector=None if vector is None else sealer.seal(vector, aad + _VECTOR_AAD),
         )
         lineage = LineageRow(
             record_id=record_id,
@@ -183,10 +187,8 @@ class RecordCrypto:
         )
         return SealedRecord(row, lineage, lin_key, record)
 
-    def open(self, txn: Txn, row: RecordRow) -> Record | None:
-        """Decrypt a row; ``None`` if any key it depends on was destroyed (S2)."""
-        if row.ciphertext is None:
-            return None
+    def _content_sealer(self, txn: Txn, row: RecordRow) -> Sealer | None:
+        """The AEAD of a row's content key; ``None`` if any key it depends on was destroyed (S2)."""
         seed = self.keys.unwrap(row.wrapped, row.epoch)
         if seed is None:
             return None
@@ -199,9 +201,21 @@ class RecordCrypto:
         subject_keys = self.subject_keys(txn, tokens)
         if lin_key is None or scope_keys is None or subject_keys is None:
             return None
-        payload = Sealer(content_key(seed, lin_key, scope_keys, subject_keys)).open(
-            row.ciphertext, row.id.encode()
-        )
+        return Sealer(content_key(seed, lin_key, scope_keys, subject_keys))
+
+    def open_vector(self, txn: Txn, row: RecordRow) -> bytes | None:
+        """The record's float32 embedding bytes, or ``None`` if it has none or was shredded."""
+        sealer = None if row.vector is None else self._content_sealer(txn, row)
+        if sealer is None or row.vector is None:
+            return None
+        return sealer.open(row.vector, row.id.encode() + _VECTOR_AAD)
+
+    def open(self, txn: Txn, row: RecordRow) -> Record | None:
+        """Decrypt a row; ``None`` if any key it depends on was destroyed (S2)."""
+        sealer = None if row.ciphertext is None else self._content_sealer(txn, row)
+        if sealer is None or row.ciphertext is None:
+            return None
+        payload = sealer.open(row.ciphertext, row.id.encode())
         if payload is None:
             return None
         doc = json.loads(payload)

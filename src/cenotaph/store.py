@@ -14,6 +14,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
+
 from .backends.base import Backend, RecordRow, ScopeKeyRow, Txn
 from .backends.sqlite.backend import SQLiteBackend
 from .crypto.keys import KeyChain
@@ -31,6 +34,8 @@ from .errors import (
     ScopeClosureError,
     StaleWriteError,
 )
+from .index.embedder import Embedder, HashingEmbedder
+from .index.search import SearchIndex, check_filter, check_query, matches_filter
 from .model import (
     BackupInfo,
     Certificate,
@@ -40,6 +45,7 @@ from .model import (
     PurgeReport,
     Record,
     RotationReport,
+    SearchHit,
 )
 from .records import RecordCrypto, SealedRecord
 from .scope import Scope, default_subjects
@@ -68,6 +74,7 @@ class _Prepared:
 
     scope: Scope
     key: str
+    value: JSONValue
     value_json: bytes
     subjects: tuple[str, ...]
     ttl: float | None
@@ -87,7 +94,14 @@ class Store:
     'vegetarian'
     """
 
-    def __init__(self, backend: Backend, provider: KeyProvider, *, auto_purge: bool = True) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        provider: KeyProvider,
+        *,
+        auto_purge: bool = True,
+        embedder: Embedder | None = None,
+    ) -> None:
         self._backend = backend
         self._provider = provider
         self._tokens = TokenMaker(provider.erasure_secret())
@@ -97,7 +111,8 @@ class Store:
         self._cache_lock = threading.Lock()
         self._forget_epoch = -1
         self._ledger = Ledger(provider, self._sample_probes)
-        self._erasure = ErasureService(backend, provider, self._keys, self._clear_memory, self._sync)
+        self._search = SearchIndex(embedder if embedder is not None else HashingEmbedder())
+        self._erasure = ErasureService(backend, provider, self._keys, self._forget_from_memory, self._sync)
         self.auto_purge = auto_purge
         self._closed = False
         with self._backend.write() as txn:
@@ -126,6 +141,17 @@ class Store:
             self._cache.clear()
         self._keys.clear()
 
+    def _forget_from_memory(self, ids: Iterable[str] | None) -> int:
+        """Drop decrypted caches and remove vectors: ``ids`` (this process's forget) or all
+        (another process forgot something we cannot enumerate). Returns entries left for ``ids``."""
+        self._drop_caches()
+        if ids is None:
+            self._search.reset()
+            return 0
+        wanted = set(ids)
+        self._search.remove(wanted)
+        return self._search.count_of(wanted)
+
     def _sync(self) -> None:
         """Before serving anything: apply forgets another process logged, drop stale caches."""
         if self._closed:
@@ -137,7 +163,7 @@ class Store:
             with self._backend.read() as txn:
                 epoch = txn.forget_epoch()
             if epoch != self._forget_epoch:
-                self._drop_caches()
+                self._forget_from_memory(None)
                 self._forget_epoch = epoch
 
     # -- writes --------------------------------------------------------------------------
@@ -173,18 +199,22 @@ class Store:
         prepared = [self._prepare(item) for item in items]
         if not prepared:
             return []
+        vectors = self._search.embed_values([p.value for p in prepared])
         self._sync()
         try:
             with self._backend.write() as txn:
                 self._ledger.reconcile_if_changed(txn)
                 self._keys.refresh_epoch()
-                sealed = self._write_batch(txn, prepared)
+                sealed, replaced = self._write_batch(txn, prepared, vectors)
         except BaseException:
             self._keys.clear()  # keys created in a rolled-back transaction must not be reused
             raise
         with self._cache_lock:
             for s in sealed:
                 self._cache[s.record.id] = s.record
+        self._search.remove(replaced)
+        self._search.add([s.record.id for s in sealed], vectors)
+        vectors.fill(0)
         return [s.record for s in sealed]
 
     def _prepare(self, item: Mapping[str, Any]) -> _Prepared:
@@ -214,6 +244,7 @@ class Store:
         return _Prepared(
             scope=Scope.parse(item.get("scope")),
             key=check_key(item.get("key")),
+            value=item["value"],
             value_json=encode_json(item["value"]),
             subjects=tuple(check_subjects(item.get("subjects"))),
             ttl=check_ttl(item.get("ttl")),
@@ -223,7 +254,9 @@ class Store:
             reauthorization=token,
         )
 
-    def _write_batch(self, txn: Txn, prepared: Sequence[_Prepared]) -> list[SealedRecord]:
+    def _write_batch(
+        self, txn: Txn, prepared: Sequence[_Prepared], vectors: NDArray[np.float32]
+    ) -> tuple[list[SealedRecord], list[str]]:
         now = time.time()
         version = txn.clock()
         source_ids = sorted({s for p in prepared for s in p.derived_from})
@@ -257,7 +290,7 @@ class Store:
         subject_keys = self._ensure_subject_keys(txn, {t for _, w, _, _ in plans for t in w.subject_tokens})
         sealed: dict[tuple[bytes, bytes], SealedRecord] = {}
         replaced: list[str] = []
-        for p, targets, subjects, source_keys in plans:
+        for n, (p, targets, subjects, source_keys) in enumerate(plans):
             version += 1
             slot = (targets.scope_token, targets.key_token)
             old = existing.get(slot)
@@ -289,13 +322,14 @@ class Store:
                 expires_at=None if p.ttl is None else now + p.ttl,
                 scope_token=targets.scope_token,
                 key_token=targets.key_token,
+                vector=vectors[n].tobytes(),
             )
         txn.delete_records(replaced)
         txn.insert_records([s.row for s in sealed.values()], [s.lineage for s in sealed.values()])
         txn.set_clock(version)
         for s in sealed.values():
             self._keys.lineage_keys[s.record.id] = s.lineage_key
-        return [sealed[(w.scope_token, w.key_token)] for _, w, _, _ in plans]
+        return [sealed[(w.scope_token, w.key_token)] for _, w, _, _ in plans], replaced
 
     def _open_sources(self, txn: Txn, ids: Sequence[str]) -> dict[str, tuple[bytes, list[str]]]:
         """Lineage key and subjects of each derived_from source; raises if one was forgotten."""
@@ -314,7 +348,9 @@ class Store:
                         "from forgotten records",
                         erased,
                     )
-                raise InvalidValueError("derived_from names a record id this store never wrote")
+                raise InvalidValueError(
+                    "derived_from names a record id this store never wrote; pass ids returned by write()"
+                )
             rec = records[source]
             forgotten = row.destroyed_version or (rec is not None and rec.hidden_version)
             key = None if forgotten else self._crypto.lineage_key_of(txn, row)
@@ -471,6 +507,85 @@ class Store:
         versions = txn.tombstone_versions(list(targets.tombstone_targets()))
         return any(v > record.version for v in versions.values())
 
+    # -- search --------------------------------------------------------------------------
+    def search(
+        self,
+        scope: str,
+        query: str,
+        *,
+        k: int = 10,
+        fallthrough: bool = True,
+        include_descendants: bool = False,
+        filter: Mapping[str, Any] | None = None,
+    ) -> builtins.list[SearchHit]:
+        """The ``k`` records most similar to ``query`` in ``scope`` (its ancestors when
+        ``fallthrough``, its descendants when ``include_descendants``), best first. Exact search;
+        every candidate passes the same final checks as :meth:`read` (R2). Hits with a score of
+        zero or less (nothing in common with the query) are left out."""
+        parsed = Scope.parse(scope)
+        query, k = check_query(query, k)
+        conditions = check_filter(filter)
+        self._sync()
+        qvec = self._search.embed_query(query)
+        found: dict[str, Record] = {}
+        with self._backend.read() as txn:
+            self._search.ensure(txn.clock(), lambda after: self._load_vectors(txn, after))
+            tokens = {self._tokens.scope(p) for p in (parsed.prefixes() if fallthrough else [parsed])}
+            if include_descendants:
+                tokens.update(txn.subtree_tokens(self._tokens.scope(parsed)))
+            candidates = set(txn.live_ids_in_scopes(builtins.list(tokens), time.time()))
+
+            def allow(record_id: str) -> bool:
+                row = txn.record(record_id)
+                record = None if row is None else self._materialize(txn, row)
+                if record is None or not matches_filter(record.metadata, conditions):
+                    return False
+                found[record_id] = record
+                return True
+
+            hits = self._search.search(qvec, k, candidates, allow)
+        qvec.fill(0)
+        # a hit with no similarity at all is noise, and in a session it would taint the writes
+        return [SearchHit(found[i], score) for i, score in hits if score > 0.0]
+
+    def _load_vectors(self, txn: Txn, after_version: int) -> tuple[builtins.list[str], builtins.list[bytes]]:
+        ids: builtins.list[str] = []
+        blobs: builtins.list[bytes] = []
+        for row in txn.live_records(after_version):
+            vector = self._crypto.open_vector(txn, row)
+            if vector is not None and len(vector) == 4 * self._search.dim:
+                ids.append(row.id)
+                blobs.append(vector)
+        return ids, blobs
+
+    # -- access requests -----------------------------------------------------------------
+    def export_subject(self, subject: str) -> dict[str, Any]:
+        """Everything this store holds about a subject, as JSON (an access request)."""
+        token = self._tokens.subject(check_subject(subject))
+        self._sync()
+        with self._backend.read() as txn:
+            ids = txn.lineage_ids_for_subject(token)
+            records = [r for r in (self._materialize(txn, row) for row in map(txn.record, ids) if row) if r]
+            requests = [r for r in txn.erasures() if r.target_kind == "subject" and r.target == token]
+        records.sort(key=lambda r: (r.scope, r.key))
+        return {
+            "format": "cenotaph-subject-export/1",
+            "subject": subject,
+            "exported_at": _now_iso(),
+            "records": [r.to_dict() for r in records if not r.derived_from],
+            "derived_records": [r.to_dict() for r in records if r.derived_from],
+            "erasure_requests": [
+                {
+                    "id": r.id,
+                    "mode": r.mode,
+                    "state": r.state,
+                    "version": r.version,
+                    "requested_at": r.requested_at,
+                }
+                for r in requests
+            ],
+        }
+
     # -- sessions ------------------------------------------------------------------------
     @contextmanager
     def session(self, scope: str) -> Iterator[StoreSession]:
@@ -517,10 +632,8 @@ class Store:
             self._ledger.reconcile_if_changed(txn)
             request_id = "er_" + os.urandom(12).hex()
             plan: ForgetPlan = planner(txn, request_id, txn.clock() + 1)
-            self._ledger.commit_plan(txn, plan)
-            self._check_postcondition(txn, plan)
-            txn.after_commit(self._drop_caches)
-        self._drop_caches()
+            self._ledger.commit_plan(txn, plan, self._check_postcondition)
+        self._forget_from_memory([*plan.hide, *plan.destroy_records])
         with self._backend.read() as txn:
             self._forget_epoch = txn.forget_epoch()
         if plan.compliance and self.auto_purge:
@@ -670,11 +783,9 @@ class Store:
     def _open_for_probe(self, txn: Txn, record_id: str) -> tuple[Record, bytes | None] | None:
         row = txn.record(record_id)
         record = None if row is None else self._crypto.open(txn, row)
-        return None if record is None else (record, None)
-
-    def _clear_memory(self) -> int:
-        self._drop_caches()
-        return 0
+        if row is None or record is None:
+            return None
+        return record, self._crypto.open_vector(txn, row)
 
 
 class StoreSession:
@@ -715,6 +826,11 @@ class StoreSession:
         self._taint(records)
         return records
 
+    def search(self, scope: str, query: str, **options: Any) -> builtins.list[SearchHit]:
+        hits = self.store.search(scope, query, **options)
+        self._taint(h.record for h in hits)
+        return hits
+
     def write(self, scope: str, key: str, value: JSONValue, **options: Any) -> Record:
         explicit = check_record_ids(options.pop("derived_from", ()))
         with self._lock:
@@ -723,7 +839,11 @@ class StoreSession:
 
 
 def open_store(
-    location: str | os.PathLike[str], *, key_provider: KeyProvider | None = None, auto_purge: bool = True
+    location: str | os.PathLike[str],
+    *,
+    key_provider: KeyProvider | None = None,
+    auto_purge: bool = True,
+    embedder: Embedder | None = None,
 ) -> Store:
     """Open (creating if needed) a store: a directory (embedded SQLite) or a postgresql:// URL.
 
@@ -746,7 +866,7 @@ def open_store(
     if not directory.is_dir():
         raise InvalidValueError("the data location exists and is not a directory; choose another path")
     provider = key_provider if key_provider is not None else keyring_from_env(directory)
-    return Store(SQLiteBackend(directory), provider, auto_purge=auto_purge)
+    return Store(SQLiteBackend(directory), provider, auto_purge=auto_purge, embedder=embedder)
 
 
 def restore(

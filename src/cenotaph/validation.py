@@ -53,6 +53,7 @@ def encode_json(value: object, what: str = "value", limit: int = MAX_VALUE_BYTES
         raise InvalidValueError(
             f"{what} must be a JSON value (dict, list, str, int, float, bool or None, no NaN): {exc}"
         ) from None
+    _check_keys(value, what)
     try:
         data = text.encode("utf-8")
     except UnicodeEncodeError:
@@ -62,6 +63,19 @@ def encode_json(value: object, what: str = "value", limit: int = MAX_VALUE_BYTES
             f"{what} is {len(data)} bytes of JSON, over the {limit}-byte limit; split it into several keys"
         )
     return data
+
+
+def _check_keys(value: object, what: str) -> None:
+    """json.dumps silently turns non-string object keys into strings; refuse them instead."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if not all(isinstance(k, str) for k in item):
+                raise InvalidValueError(f"{what} has an object key that is not a string; JSON keys must be strings")
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
 
 
 def check_subjects(subjects: object) -> list[str]:

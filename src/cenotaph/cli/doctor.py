@@ -15,7 +15,6 @@ from typing import Any, Literal
 
 import click
 from rich.console import RenderableType
-from rich.table import Table
 from rich.text import Text
 
 from cenotaph.backends.sqlite.backend import DB_NAME, SQLiteBackend
@@ -23,7 +22,7 @@ from cenotaph.crypto.provider import keyring_from_env
 from cenotaph.errors import CenotaphError
 
 from .options import data_option, keyring_location, root_of_trust_warning
-from .output import emit, table_option
+from .output import emit, new_table, table_option
 
 __all__ = ["doctor"]
 
@@ -42,17 +41,18 @@ class Check:
 @table_option
 @click.pass_context
 def doctor(ctx: click.Context, data: Path, table: bool) -> None:
-    """Check the store's setup; exit 1 if any check fails (a warning does not fail).
+    """Check the setup; exit 1 if a check fails.
 
-    Checks: the data directory exists and is writable; the keyring directory is 0700 and its
-    files 0600; whether the keyring is inside the data directory (S8); the keyring opens;
-    SQLite reads secure_delete back as 1 and runs in WAL mode; Python and SQLite versions.
+    A warning does not fail. Checks: the data directory exists and is writable; the keyring
+    directory is 0700 and its files 0600; whether the keyring is inside the data directory (S8);
+    the keyring opens; SQLite reads secure_delete back as 1 on a fresh connection and runs in WAL
+    mode; Python and SQLite versions.
     """
     checks = [*_data_checks(data), *_keyring_checks(data), *_sqlite_checks(data)]
     checks.append(Check("python", "ok", sys.version.split()[0]))
     checks.append(Check("sqlite version", "ok", sqlite3.sqlite_version))
     ok = all(c.status != "fail" for c in checks)
-    doc = {"ok": ok, "data": str(data), "checks": [asdict(c) for c in checks]}
+    doc = {"ok": ok, "data": str(data.resolve()), "checks": [asdict(c) for c in checks]}
     emit(doc, table=table, render=_checks_table)
     if not ok:
         ctx.exit(1)
@@ -70,8 +70,10 @@ def _data_checks(data: Path) -> list[Check]:
 
 def _keyring_checks(data: Path) -> list[Check]:
     keyring = keyring_location(data)
-    if not keyring.is_dir():
-        return [Check("keyring", "fail", f"no keyring directory at {keyring}")]
+    if not keyring.is_dir() or not any(keyring.iterdir()):
+        return [
+            Check("keyring", "fail", f"no keyring at {keyring}; run `cenotaph init` or set the right path")
+        ]
     mode = stat.S_IMODE(keyring.stat().st_mode)
     checks = [
         Check(
@@ -95,7 +97,7 @@ def _keyring_checks(data: Path) -> list[Check]:
     )
     warning = root_of_trust_warning(data)
     checks.append(Check("root of trust", "warn" if warning else "ok", warning or "keyring outside data"))
-    try:
+    try:  # after the mode checks: opening the keyring also restores its directory to 0700
         provider = keyring_from_env(data)
     except CenotaphError as exc:
         checks.append(Check("keyring opens", "fail", " ".join(str(exc).split())))
@@ -127,7 +129,11 @@ def _sqlite_checks(data: Path) -> list[Check]:
         finally:
             conn.close()
     return [
-        Check("sqlite secure_delete", "ok" if secure == 1 else "fail", f"{secure} on a fresh connection ({which})"),
+        Check(
+            "sqlite secure_delete",
+            "ok" if secure == 1 else "fail",
+            f"{secure} on a fresh connection ({which})",
+        ),
         Check("sqlite journal_mode", "ok" if journal == "wal" else "fail", f"{journal} ({which})"),
     ]
 
@@ -136,7 +142,7 @@ _STYLE = {"ok": "green", "warn": "yellow", "fail": "red"}
 
 
 def _checks_table(doc: dict[str, Any]) -> RenderableType:
-    table = Table("check", "status", "detail", title=f"cenotaph doctor: {doc['data']}")
+    table = new_table("check", "status", "detail", title=f"cenotaph doctor: {doc['data']}")
     for check in doc["checks"]:
         table.add_row(check["name"], Text(check["status"], style=_STYLE[check["status"]]), check["detail"])
     return table

@@ -1,8 +1,7 @@
 """Forgetting commands: ``forget``, ``forget-subject``, ``reauthorize`` and ``status``.
 
-Every forget prints the request and its status as the store reports it: a compliance forget
-returns at ``shredded`` with the layers still pending listed as gaps; nothing here says
-"erased" on the strength of a return code.
+Every forget prints the request and its status as the store reports it, with every layer's
+evidence and every gap still open: nothing here says "erased" on the strength of a return code.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ import click
 from rich.console import Group, RenderableType
 
 import cenotaph
-from cenotaph.backends.sqlite.backend import SQLiteBackend
 
 from .options import data_option, keyring_location, open_existing_store
 from .output import emit, erasure_table, generic_table, table_option
@@ -46,9 +44,10 @@ def request_document(request: cenotaph.ErasureRequest) -> dict[str, Any]:
 @data_option
 @table_option
 def forget(scope: str, key: str | None, mode: str, include_ancestors: bool, data: Path, table: bool) -> None:
-    """Forget KEY in SCOPE and every descendant, or the whole SCOPE subtree without KEY.
+    """Forget a key, or a whole scope subtree.
 
-    Prints the erasure request (id, version, mode) and its status; poll it with `cenotaph status ID`.
+    Forgets KEY in SCOPE and every descendant, or without KEY the whole SCOPE subtree. Prints
+    the erasure request (id, version, mode) and its status; poll it with `cenotaph status ID`.
     """
     with open_existing_store(data) as store:
         request = store.forget(scope, key, mode=mode, include_ancestors=include_ancestors)
@@ -61,7 +60,10 @@ def forget(scope: str, key: str | None, mode: str, include_ancestors: bool, data
 @data_option
 @table_option
 def forget_subject(subject: str, data: Path, table: bool) -> None:
-    """Forget everything about SUBJECT, and every record derived from it (always compliance)."""
+    """Forget everything about a data subject.
+
+    Every record carrying SUBJECT, and every record derived from one, always in compliance mode.
+    """
     with open_existing_store(data) as store:
         doc = request_document(store.forget_subject(subject))
     emit(doc, table=table, render=erasure_table)
@@ -74,10 +76,11 @@ def forget_subject(subject: str, data: Path, table: bool) -> None:
 @data_option
 @table_option
 def reauthorize(scope: str, key: str | None, subject: str | None, data: Path, table: bool) -> None:
-    """Print a one-time token that lets one write reach a forgotten target again.
+    """Issue a token to rewrite a forgotten target.
 
-    Without KEY the token covers SCOPE's subtree; with KEY that key in SCOPE; with --subject that
-    subject. Pass it to `cenotaph write --reauthorization TOKEN`. It never revives a stale write.
+    The token is good for one write. Without KEY it covers SCOPE's subtree; with KEY that key in
+    SCOPE; with --subject that subject. Pass it to `cenotaph write --reauthorization TOKEN`. It
+    never revives a stale write (one whose --base-version predates the forget).
     """
     if key is not None and subject is not None:
         raise click.UsageError("give KEY or --subject, not both")
@@ -91,18 +94,22 @@ def reauthorize(scope: str, key: str | None, subject: str | None, data: Path, ta
 @data_option
 @table_option
 def status(request_id: str | None, data: Path, table: bool) -> None:
-    """Print one erasure request's status, or without REQUEST_ID a summary of the store.
+    """Show an erasure request, or sum up the store.
 
-    The summary lists every erasure request (id, mode, kind, version, state); it holds no names.
+    With REQUEST_ID: that request and its status. Without: where the store and its keyring are,
+    its certificate-signing public key, and every erasure request (id, mode, kind, version,
+    state) with counts by state and mode. It holds no names.
     """
     with open_existing_store(data) as store:
         if request_id is not None:
             emit(request_document(store.erasure(request_id)), table=table, render=erasure_table)
             return
-        requests = _erasure_requests(data)
+        requests = [{**r.to_dict(), "state": r.status().state} for r in store.erasures()]
+        public_key = store.public_key
     summary = {
-        "data": str(data),
-        "keyring": str(keyring_location(data)),
+        "data": str(data.resolve()),
+        "keyring": str(keyring_location(data).resolve()),
+        "public_key": public_key,
         "erasures": {
             "total": len(requests),
             "by_state": dict(sorted(Counter(r["state"] for r in requests).items())),
@@ -113,31 +120,6 @@ def status(request_id: str | None, data: Path, table: bool) -> None:
     emit(summary, table=table, render=_summary_table)
 
 
-def _erasure_requests(data: Path) -> list[dict[str, Any]]:
-    """Every erasure request of the store, content-free (no target token).
-
-    Read from the backend because the Store has no public listing yet; replace with
-    ``Store.erasures()`` when it exists.
-    """
-    backend = SQLiteBackend(data)
-    try:
-        with backend.read() as txn:
-            rows = txn.erasures()
-    finally:
-        backend.close()
-    return [
-        {
-            "id": r.id,
-            "mode": r.mode,
-            "target_kind": r.target_kind,
-            "version": r.version,
-            "requested_at": r.requested_at,
-            "state": r.state,
-        }
-        for r in rows
-    ]
-
-
 def _summary_table(doc: dict[str, Any]) -> RenderableType:
-    head = {"data": doc["data"], "keyring": doc["keyring"], **doc["erasures"]}
+    head = {k: doc[k] for k in ("data", "keyring", "public_key")} | doc["erasures"]
     return Group(generic_table(head, "store"), generic_table(doc["requests"], "erasure requests"))

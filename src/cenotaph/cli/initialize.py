@@ -22,10 +22,11 @@ __all__ = ["init"]
 @data_option
 @table_option
 def init(data: Path, table: bool) -> None:
-    """Create the data directory and keyring (safe to run again on an existing store).
+    """Create the data directory and keyring.
 
-    Prints where both live. With the default keyring inside the data directory, whoever copies
-    the directory has the keys; it warns about that, and says how to keep the keyring elsewhere.
+    Safe to run again on an existing store. Prints where both live. With the default keyring
+    inside the data directory, whoever copies the directory has the keys: it warns about that,
+    and says how to keep the keyring elsewhere (CENOTAPH_KEYRING, CENOTAPH_MASTER_KEY).
     """
     created = not (data / DB_NAME).exists()
     cenotaph.open(data).close()

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from .options import JSON_TEXT, data_option, open_existing_store, parse_json
+from .options import data_option, json_callback, open_existing_store, parse_json
 from .output import emit, records_table, table_option
 
 __all__ = ["list_records", "read", "write"]
@@ -18,16 +18,35 @@ __all__ = ["list_records", "read", "write"]
 @click.argument("key")
 @click.argument("value")
 @click.option("--json", "as_json", is_flag=True, help="Parse VALUE as JSON instead of taking it as a string.")
-@click.option("--ttl", type=click.FloatRange(min=0, min_open=True), help="Expire the record after SECONDS.")
-@click.option("--subject", "subjects", multiple=True, help="Add a data subject (repeatable).")
-@click.option("--derived-from", "derived_from", multiple=True, help="Id of a source record (repeatable).")
-@click.option("--metadata", type=JSON_TEXT, help="A JSON object stored (encrypted) with the record.")
+@click.option(
+    "--ttl",
+    metavar="SECONDS",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Expire the record after SECONDS.",
+)
+@click.option(
+    "--subject", "subjects", metavar="SUBJECT", multiple=True, help="Add a data subject (repeatable)."
+)
+@click.option(
+    "--derived-from", "derived_from", metavar="ID", multiple=True, help="Id of a source record (repeatable)."
+)
+@click.option(
+    "--metadata",
+    metavar="JSON",
+    callback=json_callback,
+    help="A JSON object stored (encrypted) with the record.",
+)
 @click.option(
     "--base-version",
+    metavar="N",
     type=click.IntRange(min=0),
     help="Refuse the write if the record or a forget is newer than this version.",
 )
-@click.option("--reauthorization", help="A token from `cenotaph reauthorize`, to write a forgotten target.")
+@click.option(
+    "--reauthorization",
+    metavar="TOKEN",
+    help="A token from `cenotaph reauthorize`, to write a forgotten target.",
+)
 @data_option
 @table_option
 def write(
@@ -44,10 +63,11 @@ def write(
     data: Path,
     table: bool,
 ) -> None:
-    """Write VALUE under KEY in SCOPE and print the record.
+    """Write a value under a key in a scope.
 
-    VALUE is a string unless --json is given. A forgotten target refuses the write (exit 1)
-    unless --reauthorization carries a token issued after the forget.
+    Writes VALUE under KEY in SCOPE and prints the record. VALUE is a string unless --json is
+    given. A forgotten target refuses the write (exit 1) unless --reauthorization carries a token
+    issued after the forget.
     """
     parsed = parse_json(value, "VALUE") if as_json else value
     with open_existing_store(data) as store:
@@ -73,10 +93,11 @@ def write(
 @table_option
 @click.pass_context
 def read(ctx: click.Context, scope: str, key: str, no_fallthrough: bool, data: Path, table: bool) -> None:
-    """Print the record under KEY in SCOPE, else in its nearest ancestor.
+    """Read a key, falling through to ancestor scopes.
 
-    When nothing is found (never written, expired or forgotten) it prints `null` (with --table:
-    a line saying so) and exits 1, so scripts can test the exit code.
+    Prints the record under KEY in SCOPE, else in its nearest ancestor. When nothing is found
+    (never written, expired or forgotten) it prints `null` (with --table: a line saying so) and
+    exits 1, so scripts can test the exit code.
     """
     with open_existing_store(data) as store:
         record = store.read(scope, key, fallthrough=not no_fallthrough)
@@ -95,7 +116,10 @@ def read(ctx: click.Context, scope: str, key: str, no_fallthrough: bool, data: P
 @data_option
 @table_option
 def list_records(scope: str, descendants: bool, data: Path, table: bool) -> None:
-    """Print every visible record in SCOPE (a JSON array), ordered by scope then key."""
+    """List the records in a scope.
+
+    Prints every visible record in SCOPE as a JSON array, ordered by scope then key.
+    """
     with open_existing_store(data) as store:
         records = store.list(scope, include_descendants=descendants)
     emit([r.to_dict() for r in records], table=table, render=records_table)

@@ -18,8 +18,8 @@ from cenotaph.crypto.provider import KEYRING_ENV, MASTER_KEY_ENV
 __all__ = [
     "DATA_ENV",
     "DEFAULT_DATA",
-    "JSON_TEXT",
     "data_option",
+    "json_callback",
     "keyring_inside",
     "keyring_location",
     "open_existing_store",
@@ -39,6 +39,7 @@ def data_option(func: F) -> F:
         "--data",
         "data",
         type=click.Path(file_okay=False, path_type=Path),
+        metavar="DIR",
         envvar=DATA_ENV,
         default=DEFAULT_DATA,
         show_default=True,
@@ -99,22 +100,13 @@ def open_existing_store(data: Path) -> Iterator[cenotaph.Store]:
         store.close()
 
 
-class JSONText(click.ParamType):
-    """A parameter holding JSON text; the parse error names the position, never the text."""
-
-    name = "json"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if not isinstance(value, str):
-            return value
-        try:
-            return json.loads(value)
-        except (ValueError, RecursionError) as exc:
-            self.fail(f"not valid JSON ({_json_reason(exc)})", param, ctx)
+def json_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    """Click callback for an option holding JSON text (e.g. ``--metadata``); None stays None."""
+    return None if value is None else parse_json(value, f"--{param.name}")
 
 
 def parse_json(text: str, param_hint: str) -> Any:
-    """Parse JSON text given outside a typed option (e.g. VALUE with ``--json``)."""
+    """Parse JSON text from the command line; the error names the position, never the text."""
     try:
         return json.loads(text)
     except (ValueError, RecursionError) as exc:
@@ -127,6 +119,3 @@ def _json_reason(exc: Exception) -> str:
     if isinstance(exc, RecursionError):
         return "nested too deeply"
     return "unparseable"
-
-
-JSON_TEXT = JSONText()

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import click
 from rich.console import Console, Group, RenderableType
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "emit",
     "erasure_table",
     "generic_table",
+    "new_table",
     "records_table",
     "table_option",
 ]
@@ -38,15 +39,20 @@ def table_option(func: F) -> F:
 
 def console() -> Console:
     """A console on the current stdout (looked up per call, so test runners can capture it)."""
-    return Console(file=click.get_text_stream("stdout"), highlight=False, soft_wrap=False)
+    return Console(highlight=False, soft_wrap=False)
 
 
 def emit(doc: Any, *, table: bool, render: Renderer | None = None) -> None:
     """Print ``doc`` as JSON, or as a table when ``table`` is set."""
     if table:
-        console().print((render or generic_table)(doc))
+        console().print(render(doc) if render is not None else generic_table(doc))
     else:
         click.echo(json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False))
+
+
+def new_table(*headers: str, title: str | None = None) -> Table:
+    """A table whose cells wrap instead of being cut: ids and timestamps must stay whole."""
+    return Table(*(Column(h, overflow="fold") for h in headers), title=title)
 
 
 def _cell(value: Any) -> Text:
@@ -60,7 +66,7 @@ def _cell(value: Any) -> Text:
 def generic_table(doc: Any, title: str | None = None) -> RenderableType:
     """A field/value table for a dict, a row per item for a list of dicts, else the value itself."""
     if isinstance(doc, Mapping):
-        table = Table("field", "value", title=title, show_lines=False)
+        table = new_table("field", "value", title=title)
         for name, value in doc.items():
             table.add_row(str(name), _cell(value))
         return table
@@ -68,7 +74,7 @@ def generic_table(doc: Any, title: str | None = None) -> RenderableType:
         if not doc:
             return Text("(none)", style="dim")
         columns = list(dict.fromkeys(k for row in doc if isinstance(row, Mapping) for k in row))
-        table = Table(*columns, title=title)
+        table = new_table(*columns, title=title)
         for row in doc:
             table.add_row(*(_cell(row.get(c)) if isinstance(row, Mapping) else _cell(row) for c in columns))
         return table
@@ -83,7 +89,7 @@ def records_table(records: Any) -> RenderableType:
     rows = [records] if isinstance(records, Mapping) else list(records)
     if not rows:
         return Text("(no records)", style="dim")
-    table = Table(*RECORD_COLUMNS)
+    table = new_table(*RECORD_COLUMNS)
     for row in rows:
         table.add_row(*(_cell(row.get(c)) for c in RECORD_COLUMNS))
     return table
@@ -95,19 +101,20 @@ _STATE_STYLE = {"done": "green", "pending": "yellow", "failed": "red"}
 def erasure_table(doc: Mapping[str, Any]) -> RenderableType:
     """An erasure request document: the request, its layers, and every gap still open."""
     status: Mapping[str, Any] = doc.get("status", {})
-    head = Table("field", "value", title="erasure request")
+    head = new_table("field", "value", title="erasure request")
     for name in ("id", "mode", "target_kind", "version", "requested_at"):
         head.add_row(name, _cell(doc.get(name)))
     head.add_row("state", _cell(status.get("state")))
-    head.add_row("horizon", _cell(status.get("horizon")))
-    layers = Table("layer", "state", "evidence", title="layers")
+    head.add_row("horizon", _cell(status.get("horizon") or "not reached"))
+    layers = new_table("layer", "state", "evidence", title="layers")
     for name, layer in status.get("layers", {}).items():
         state = str(layer.get("state"))
         layers.add_row(name, Text(state, style=_STATE_STYLE.get(state, "")), _cell(layer.get("evidence")))
     gaps = list(status.get("gaps", []))
-    footer = (
-        Text("gaps: " + "; ".join(gaps), style="yellow")
-        if gaps
-        else Text("no gaps: erasure verified", style="green")
-    )
+    if gaps:
+        footer = Text("gaps: " + "; ".join(gaps), style="yellow")
+    elif status.get("state") == "verified":
+        footer = Text("no gaps: erasure verified", style="green")
+    else:
+        footer = Text(f"no gaps reported; state {status.get('state')}")
     return Group(head, layers, footer)

@@ -92,9 +92,11 @@ class Ledger:
         self._mark = self._provider.ledger_mark() if applied or mark != self._provider.ledger_mark() else mark
         return applied
 
-    def commit_plan(self, txn: Txn, plan: ForgetPlan) -> None:
-        """Apply ``plan`` and make it durable in the provider before the caller commits."""
+    def commit_plan(self, txn: Txn, plan: ForgetPlan, check: Callable[[Txn, ForgetPlan], None]) -> None:
+        """Apply ``plan``, run ``check`` (the postcondition; raising rolls everything back), then
+        make the plan durable in the provider; the caller commits right after."""
         seq, head = self._record(txn, plan, replayed=False)
+        check(txn, plan)
         self._provider.append_ledger(self._entry(plan.to_entry(), (seq, head)))
         self._mark = self._provider.ledger_mark()
 

@@ -70,7 +70,8 @@ def sample_probes(
     for wrapped, _ in txn.subject_rows(plan.destroy_subjects).values():
         if wrapped:
             probes.append(bytes(wrapped))
-    unique = list(dict.fromkeys(p for p in probes if len(p) >= PROBE_MIN))
+    # a probe that is one byte repeated would match any zeroed page: it proves nothing
+    unique = list(dict.fromkeys(p for p in probes if len(p) >= PROBE_MIN and len(set(p)) > 1))
     return unique[:MAX_PROBES_PER_REQUEST]
 
 

@@ -29,7 +29,8 @@ from .certificate import Signer
 from .forget import ForgetPlan
 from .ledger import anchor_audit, latest_anchor
 from .probes import open_probes
-from .scanner import ResidueScanner, ScanResult
+from .scan_worker import scan_in_child
+from .scanner import ScanResult
 
 __all__ = ["ErasureService", "BACKUP_MANIFEST", "Progress"]
 
@@ -57,13 +58,13 @@ class ErasureService:
         backend: Backend,
         provider: KeyProvider,
         keys: KeyChain,
-        clear_memory: Callable[[], int],
+        clear_memory: Callable[[list[str]], int],
         sync: Callable[[], None],
     ) -> None:
         self._backend = backend
         self._provider = provider
         self._keys = keys
-        self._clear_memory = clear_memory  # drops caches and index entries; returns vectors removed
+        self._clear_memory = clear_memory  # drops caches and index entries; returns entries left
         self._sync = sync
 
     # -- status ------------------------------------------------------------------------
@@ -143,18 +144,20 @@ class ErasureService:
     def purge(self, progress: Progress | None = None) -> PurgeReport:
         self._sync()
         reclaimed = 0
+        cleared: list[str] = []
         with self._backend.write() as txn:
-            open_rows = txn.erasures(["tombstoned", "shredded", "purged"])
-            for row in open_rows:
+            for row in txn.erasures(["tombstoned", "shredded", "purged"]):
                 reclaimed += self._purge_rows(txn, row)
+                if row.mode == "compliance":
+                    plan = ForgetPlan.from_entry(json.loads(row.plan))
+                    cleared += [*plan.hide, *plan.destroy_records]
             reclaimed += txn.sweep_expired(time.time())
-        vectors = self._clear_memory()
+        left = self._clear_memory(cleared)
         wal_done, wal_left = self._backend.checkpoint_truncate()
         requests: dict[str, str] = {}
         scan: dict[str, Any] = {"files": 0, "bytes": 0, "probes": 0, "matches": 0, "positive_control": False}
         with self._backend.write() as txn:
-            candidates = [r for r in txn.erasures(["shredded", "purged"])]
-            for row in candidates:
+            for row in txn.erasures(["shredded", "purged"]):
                 layers = json.loads(row.layers)
                 layers["wal"] = (
                     _done(wal_bytes=0)
@@ -164,7 +167,11 @@ class ErasureService:
                         gap="an open reader blocks wal_checkpoint(TRUNCATE); close it and purge again",
                     )
                 )
-                layers["index"] = _done(vectors_removed_from_memory=vectors, on_disk_snapshots=0)
+                layers["index"] = (
+                    _done(entries_left_in_memory=0, on_disk_snapshots=0)
+                    if left == 0
+                    else _pending(entries_left_in_memory=left, gap="vectors are still in the in-memory index")
+                )
                 state = "purged" if all(layers[n]["state"] == "done" for n in PURGE_LAYERS) else row.state
                 txn.update_erasure(row.id, layers=json.dumps(layers), state=state)
         with self._backend.read() as txn:
@@ -206,16 +213,7 @@ class ErasureService:
         return roots
 
     def _scan(self, probes: list[bytes], progress: Progress | None) -> ScanResult:
-        scanner = ResidueScanner(probes)
-        results = [scanner.scan(root, progress=progress) for root in self._scan_roots()]
-        return ScanResult(
-            files=sum(r.files for r in results),
-            bytes=sum(r.bytes for r in results),
-            probes=scanner.probe_count,
-            matches=sum(r.matches for r in results),
-            positive_control=all(r.positive_control for r in results),
-            matched_files=tuple(f for r in results for f in r.matched_files),
-        )
+        return scan_in_child(self._scan_roots(), probes, progress)
 
     def _verify(self, rows: list[ErasureRow], progress: Progress | None) -> dict[str, Any]:
         secret = self._provider.erasure_secret()

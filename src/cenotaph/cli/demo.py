@@ -1,0 +1,249 @@
+"""``cenotaph demo``: the seeds' scenario, played on a temporary store and narrated step by step.
+
+Every claim it prints is checked as it goes: if the store ever behaved otherwise, the demo stops
+with exit code 1 and says which step failed.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+import cenotaph
+from cenotaph.backends.sqlite.backend import DB_NAME, SQLiteBackend
+from cenotaph.erasure.scanner import ResidueScanner, text_probes
+from cenotaph.errors import (
+    CenotaphError,
+    DerivedFromForgottenError,
+    ForgottenError,
+    ScopeClosureError,
+    StaleWriteError,
+)
+
+from .output import console
+
+__all__ = ["demo"]
+
+E = TypeVar("E", bound=CenotaphError)
+
+USER = "tenant:acme/user:alice"
+SESSION = f"{USER}/session:s1"
+SUMMARY = "User mentioned a cardiology appointment"
+STATE_MEANING = {
+    "tombstoned": "hidden from every read, not yet erased",
+    "shredded": "keys destroyed, so no copy in the live store can be decrypted; ciphertext awaits purge",
+    "purged": "keys destroyed, rows removed, WAL truncated; the verification scan is pending",
+    "verified": "keys destroyed, rows removed, WAL truncated, every file scanned and no trace found",
+}
+
+
+class DemoFailed(click.ClickException):
+    """The store did not behave as the narration claims; exit 1 naming the step."""
+
+
+@click.command()
+@click.option("--keep", is_flag=True, help="Keep the temporary data directory and print where it is.")
+def demo(keep: bool) -> None:
+    """Play the seeds' scenario on a temporary store, narrated.
+
+    Takes a few seconds: a medical note in a session, a summary derived from it, a refused
+    scope-leak forget, a compliance forget that cascades, refused late and racing writes, a look
+    at the bytes on disk, and the erasure status with its open gaps. Touches no existing data
+    directory or keyring.
+    """
+    out = console()
+    directory = Path(tempfile.mkdtemp(prefix="cenotaph-demo-"))
+    try:
+        started = time.monotonic()
+        Scenario(out, directory).run()
+        out.print(f"\n[bold]Demo finished[/] in {time.monotonic() - started:.1f}s.")
+    finally:
+        if keep:
+            out.print(f"Kept the demo data directory: {escape(str(directory))}", soft_wrap=True)
+        else:
+            shutil.rmtree(directory)
+
+
+class Scenario:
+    """The seeds' multi-tenant assistant, one method per step."""
+
+    def __init__(self, out: Console, directory: Path) -> None:
+        self.out = out
+        self.directory = directory
+        self.canary = "canary-" + secrets.token_hex(8)
+        self.note_text = f"Alice has a cardiology appointment on 14 March ({self.canary})"
+        # An explicit keyring inside the temporary directory: never the caller's $CENOTAPH_KEYRING.
+        self.store = cenotaph.open(
+            directory / "data", key_provider=cenotaph.LocalKeyring(directory / "keyring")
+        )
+
+    def run(self) -> None:
+        try:
+            note = self.remember()
+            self.summarize()
+            self.scope_leak()
+            request = self.forget_session()
+            self.late_writes(note)
+            self.racing_writer(note)
+            self.bytes_on_disk()
+            self.honest_status(request)
+        finally:
+            self.store.close()
+
+    # -- narration helpers ------------------------------------------------------------
+    def step(self, number: int, title: str) -> None:
+        self.out.print()
+        self.out.rule(f"[bold]{number}. {title}", align="left")
+
+    def say(self, text: str) -> None:
+        self.out.print(text)
+
+    def check(self, holds: bool, claim: str) -> None:
+        if not holds:
+            raise DemoFailed(f"the demo's claim did not hold: {claim}")
+        self.out.print(f"  [green]✓[/] {claim}")
+
+    def refused(self, error: type[E], action: Callable[[], object]) -> E:
+        try:
+            action()
+        except error as exc:
+            self.out.print(f"  [green]✓ refused[/] with {type(exc).__name__}: [italic]{escape(str(exc))}[/]")
+            return exc
+        raise DemoFailed(f"the store accepted what it should refuse with {error.__name__}")
+
+    # -- the steps ----------------------------------------------------------------------
+    def remember(self) -> cenotaph.Record:
+        self.step(1, "An assistant remembers")
+        note = self.store.write(SESSION, "medical-note", self.note_text)
+        self.store.write(USER, "diet", "vegetarian")
+        self.say(
+            f"Wrote a medical note into the session scope [cyan]{SESSION}[/] (version {note.version}) "
+            f"and a preference (diet: vegetarian) into the user scope [cyan]{USER}[/]. The note carries "
+            f"a canary, [magenta]{self.canary}[/], to look for on disk later."
+        )
+        return note
+
+    def summarize(self) -> None:
+        self.step(2, "A summary is derived from the note")
+        with self.store.session(SESSION) as session:
+            note = session.read(SESSION, "medical-note")
+            summary = session.write(USER, "session-summary", SUMMARY)
+        self.say(
+            f"Inside store.session(...) the agent read the note and wrote [italic]{SUMMARY!r}[/] into the "
+            "user scope, where it would outlive the session: the seeds' failure."
+        )
+        self.check(
+            note is not None and summary.derived_from == (note.id,),
+            "the session recorded the note as the summary's source (derived_from)",
+        )
+
+    def scope_leak(self) -> None:
+        self.step(3, "Scope-leak protection")
+        self.store.write(SESSION, "diet", "vegetarian")
+        self.say(
+            "The agent also copied the diet preference into the session. Forgetting only that copy would "
+            "not work: a read in the session falls through to the user scope's copy."
+        )
+        self.refused(ScopeClosureError, lambda: self.store.forget(SESSION, "diet"))
+        copy = self.store.read(SESSION, "diet", fallthrough=False)
+        self.check(copy is not None, "nothing was changed: the forget failed closed")
+        self.say("[dim]To forget both copies: cenotaph forget SCOPE KEY --include-ancestors[/]")
+
+    def forget_session(self) -> cenotaph.ErasureRequest:
+        self.step(4, "The user asks to forget the session (compliance mode)")
+        request = self.store.forget(SESSION, mode="compliance")
+        state = request.status().state
+        self.say(
+            f"Erasure request [bold]{request.id}[/] at version {request.version}, mode {request.mode}: "
+            f"state [bold]{state}[/] ({STATE_MEANING.get(state, 'see its layers')})."
+        )
+        self.check(self.store.read(SESSION, "medical-note") is None, "the note is gone")
+        self.check(
+            self.store.read(USER, "session-summary") is None, "the summary derived from it is gone too"
+        )
+        diet = self.store.read(USER, "diet")
+        self.check(diet is not None and diet.value == "vegetarian", "the user's own preference stays")
+        return request
+
+    def late_writes(self, note: cenotaph.Record) -> None:
+        self.step(5, "Late writes cannot bring it back")
+        self.say("The summarizer runs late and writes the summary again, derived from the note:")
+        self.refused(
+            DerivedFromForgottenError,
+            lambda: self.store.write(USER, "session-summary", SUMMARY, derived_from=[note.id]),
+        )
+        self.say("A plain rewrite of the note into the forgotten session scope:")
+        exc = self.refused(ForgottenError, lambda: self.store.write(SESSION, "medical-note", self.note_text))
+        self.check(not isinstance(exc, DerivedFromForgottenError), "the session's tombstone refused it")
+
+    def racing_writer(self, note: cenotaph.Record) -> None:
+        self.step(6, "A racing writer with a stale read")
+        self.say(
+            f"Another worker read the note at version {note.version}, before the forget, and writes it back "
+            "with base_version set to what it read, even carrying a fresh reauthorization token:"
+        )
+        token = self.store.reauthorize(SESSION)
+        self.refused(
+            StaleWriteError,
+            lambda: self.store.write(
+                SESSION, "medical-note", self.note_text, base_version=note.version, reauthorization=token
+            ),
+        )
+        self.say("The tombstone dominates the write: never last-writer-wins.")
+
+    def bytes_on_disk(self) -> None:
+        self.step(7, "What the bytes say")
+        # Straight from the database file, as anyone who copied it would read it.
+        conn = SQLiteBackend.connect(self.directory / "data" / DB_NAME)
+        try:
+            targets = [bytes(row[0]) for row in conn.execute("SELECT target FROM tombstones")]
+        finally:
+            conn.close()
+        self.check(
+            bool(targets) and all(len(t) == 32 for t in targets),
+            f"the tombstones table holds {len(targets)} row(s), each target a 32-byte HMAC token, "
+            f"e.g. {targets[0].hex()[:16] if targets else '-'}…",
+        )
+        self.say(
+            "HMAC-SHA256 under an erasure secret kept with the keys, never in the database: no scope, key "
+            "or subject can be read back or confirmed by guessing from a stolen database file."
+        )
+        scan = ResidueScanner(text_probes(self.canary) + text_probes(self.note_text)).scan(self.directory)
+        self.say(
+            f"Searched all {scan.files} files ({scan.bytes:,} bytes: database, WAL, keyring) for the canary "
+            "and the note, as UTF-8, UTF-16 and hex:"
+        )
+        self.check(scan.positive_control, "the same search finds a planted copy (positive control)")
+        self.check(scan.matches == 0, f"grep of the canary in all files finds {scan.matches}")
+
+    def honest_status(self, request: cenotaph.ErasureRequest) -> None:
+        self.step(8, "The erasure status, honestly")
+        status = request.status()
+        layers = ", ".join(f"{name} {layer.state}" for name, layer in sorted(status.layers.items()))
+        self.say(f"State: [bold]{status.state}[/]. Layers: {layers}.")
+        if status.gaps:
+            self.say("Still open before cenotaph will call this erasure verified or sign a certificate:")
+            for gap in status.gaps:
+                self.say(f"  [yellow]•[/] {escape(gap)}")
+            self.say("Physical purge (store.purge(), `cenotaph purge`) removes and verifies what is left.")
+        else:
+            self.say("No gaps: every layer of the live store is done, with the evidence listed per layer.")
+        if status.horizon is None:
+            horizon = status.layers.get("horizon")
+            reason = horizon.evidence.get("reason") if horizon is not None else None
+            self.say(
+                "Erasure horizon: [yellow]not reached[/]: a copy made before the forget (a backup, an old "
+                "key file) could still be decrypted until its KEK epoch is destroyed"
+                + (f" ({escape(str(reason))})." if reason else ".")
+            )
+        else:
+            self.say(f"Erasure horizon reached at {status.horizon.isoformat()}.")

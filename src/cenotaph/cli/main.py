@@ -1,0 +1,138 @@
+"""The ``cenotaph`` command group, its exit codes, and the list of commands.
+
+Exit codes: 0 success; 1 the store refused or failed (forgotten target, stale write, scope
+closure, storage or key-provider failure) or the answer is "no" (``read`` found nothing,
+``doctor`` found a failing check); 2 bad input (usage errors, malformed scope or value).
+Every error is one line on stderr, ``error: <reason>``, never a traceback.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+import click
+
+from cenotaph.errors import (
+    CenotaphError,
+    ForgottenError,
+    InvalidScopeError,
+    InvalidValueError,
+    ScopeClosureError,
+)
+
+from .demo import demo
+from .doctor import doctor
+from .forgetting import forget, forget_subject, reauthorize, status
+from .initialize import init
+from .memory import list_records, read, write
+
+__all__ = ["CLI_HINTS", "COMMANDS", "DEBUG_ENV", "cli", "exit_code_for", "main"]
+
+DEBUG_ENV = "CENOTAPH_DEBUG"  # set to 1 to see the traceback of an unexpected internal error
+
+EXIT_REFUSED = 1
+EXIT_BAD_INPUT = 2
+
+
+# The store's messages name Python arguments; say what the same step is on the command line.
+# Looked up by exact type: DerivedFromForgottenError, say, must not be told to reauthorize.
+CLI_HINTS: dict[type[CenotaphError], str] = {
+    ScopeClosureError: "on the command line: forget ... --include-ancestors",
+    ForgottenError: "on the command line: `cenotaph reauthorize`, then `cenotaph write --reauthorization TOKEN`",
+}
+
+
+def exit_code_for(exc: CenotaphError) -> int:
+    """2 for bad input (a malformed scope, value or option), 1 for everything the store refused."""
+    return EXIT_BAD_INPUT if isinstance(exc, InvalidScopeError | InvalidValueError) else EXIT_REFUSED
+
+
+def _fail(reason: str, code: int) -> NoReturn:
+    click.echo("error: " + " ".join(reason.split()), err=True)
+    sys.exit(code)
+
+
+def _usage_reason(exc: click.ClickException) -> str:
+    ctx = getattr(exc, "ctx", None)
+    hint = f" (see '{ctx.command_path} --help')" if isinstance(exc, click.UsageError) and ctx else ""
+    return exc.format_message() + hint
+
+
+class CenotaphGroup(click.Group):
+    """A group whose every failure is one line on stderr with a documented exit code."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as exc:
+            _fail(_usage_reason(exc), exc.exit_code)
+        except click.Abort:
+            _fail("aborted", EXIT_REFUSED)
+        except CenotaphError as exc:
+            hint = CLI_HINTS.get(type(exc))
+            _fail(f"{exc} ({hint})" if hint else str(exc), exit_code_for(exc))
+        except BrokenPipeError:
+            sys.exit(EXIT_REFUSED)  # the reader went away (e.g. `| head`); nothing left to say
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:
+                sys.exit(EXIT_REFUSED)
+            _fail(f"{exc.strerror or type(exc).__name__}", EXIT_REFUSED)
+        except Exception as exc:  # the last line of defence: no traceback, and no message text
+            if os.environ.get(DEBUG_ENV):
+                raise
+            _fail(
+                f"internal error ({type(exc).__name__}); please report it "
+                f"(set {DEBUG_ENV}=1 to see where it happened)",
+                EXIT_REFUSED,
+            )
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+@click.group(cls=CenotaphGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="cenotaph", prog_name="cenotaph")
+def cli() -> None:
+    """cenotaph: a memory store for AI agents whose erasure claims are true statements about bytes.
+
+    Commands print one JSON document on stdout (--table for people). Commands that use a store
+    take --data DIR (default $CENOTAPH_DATA, else ./cenotaph-data); create it with `cenotaph init`.
+    Exit codes: 0 ok; 1 refused, failed or not found; 2 bad input. Errors are one line on stderr.
+    """
+
+
+# One entry per command; a new command is one module and one line here.
+COMMANDS: tuple[click.Command, ...] = (
+    demo,
+    init,
+    write,
+    read,
+    list_records,
+    forget,
+    forget_subject,
+    reauthorize,
+    status,
+    doctor,
+)
+for _command in COMMANDS:
+    cli.add_command(_command)
+
+
+def main() -> None:
+    """The console-script entry point."""
+    cli.main(prog_name="cenotaph")
+
+
+if __name__ == "__main__":
+    main()
