@@ -31,9 +31,11 @@ from .errors import (
     DerivedFromForgottenError,
     ErasureNotProvableError,
     InvalidValueError,
+    KeyProviderError,
     ScopeClosureError,
     StaleWriteError,
 )
+from .faults import fault_point
 from .index.embedder import Embedder, HashingEmbedder
 from .index.search import SearchIndex, check_filter, check_query, matches_filter
 from .model import (
@@ -62,6 +64,17 @@ from .validation import (
 __all__ = ["Store", "StoreSession", "open_store", "restore"]
 
 MODES = ("compliance", "operational")
+WRITE_OPTIONS = (
+    "scope",
+    "key",
+    "value",
+    "subjects",
+    "ttl",
+    "derived_from",
+    "metadata",
+    "base_version",
+    "reauthorization",
+)
 
 
 def _now_iso() -> str:
@@ -116,8 +129,21 @@ class Store:
         self.auto_purge = auto_purge
         self._closed = False
         with self._backend.write() as txn:
+            self._check_keyring(txn)
             self._ledger.reconcile(txn)
             self._forget_epoch = txn.forget_epoch()
+
+    def _check_keyring(self, txn: Txn) -> None:
+        """Refuse a key provider that is not this store's (every read would silently miss)."""
+        fingerprint = int.from_bytes(self._tokens.key("\0cenotaph-keyring-check")[:7], "big")
+        stored = txn.meta("keyring_check")
+        if stored is None:
+            txn.set_meta("keyring_check", fingerprint)
+        elif stored != fingerprint:
+            raise KeyProviderError(
+                "this key provider is not the one this data directory was created with; point "
+                "CENOTAPH_KEYRING (or key_provider=) at the store's own keyring"
+            )
 
     # -- lifecycle -----------------------------------------------------------------------
     def close(self) -> None:
@@ -220,19 +246,11 @@ class Store:
     def _prepare(self, item: Mapping[str, Any]) -> _Prepared:
         if not isinstance(item, Mapping):
             raise InvalidValueError("each item must be a dict with scope, key and value")
-        unknown = set(item) - {
-            "scope",
-            "key",
-            "value",
-            "subjects",
-            "ttl",
-            "derived_from",
-            "metadata",
-            "base_version",
-            "reauthorization",
-        }
+        unknown = set(item) - set(WRITE_OPTIONS)
         if unknown:
-            raise InvalidValueError(f"unknown write option(s): {', '.join(sorted(unknown))}")
+            raise InvalidValueError(
+                f"unknown write option(s): {', '.join(sorted(unknown))}; use only {', '.join(WRITE_OPTIONS)}"
+            )
         if "value" not in item:
             raise InvalidValueError("a write needs a value (use forget() to remove a key)")
         base = item.get("base_version")
@@ -632,7 +650,9 @@ class Store:
             self._ledger.reconcile_if_changed(txn)
             request_id = "er_" + os.urandom(12).hex()
             plan: ForgetPlan = planner(txn, request_id, txn.clock() + 1)
+            fault_point("forget.planned")
             self._ledger.commit_plan(txn, plan, self._check_postcondition)
+        fault_point("forget.committed")
         self._forget_from_memory([*plan.hide, *plan.destroy_records])
         with self._backend.read() as txn:
             self._forget_epoch = txn.forget_epoch()

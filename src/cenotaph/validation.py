@@ -72,7 +72,9 @@ def _check_keys(value: object, what: str) -> None:
         item = stack.pop()
         if isinstance(item, dict):
             if not all(isinstance(k, str) for k in item):
-                raise InvalidValueError(f"{what} has an object key that is not a string; JSON keys must be strings")
+                raise InvalidValueError(
+                    f"{what} has an object key that is not a string; JSON keys must be strings"
+                )
             stack.extend(item.values())
         elif isinstance(item, list | tuple):
             stack.extend(item)

@@ -14,6 +14,7 @@ import click
 import cenotaph
 from cenotaph.backends.sqlite.backend import DB_NAME
 from cenotaph.crypto.provider import KEYRING_ENV, MASTER_KEY_ENV
+from cenotaph.crypto.provider import keyring_location as default_keyring_location
 
 __all__ = [
     "DATA_ENV",
@@ -50,7 +51,7 @@ def data_option(func: F) -> F:
 
 def keyring_location(data: Path) -> Path:
     """Where the default key provider keeps the keyring for ``data`` (``$CENOTAPH_KEYRING`` wins)."""
-    return Path(os.environ.get(KEYRING_ENV) or data / "keyring")
+    return default_keyring_location(data)
 
 
 def keyring_inside(data: Path) -> bool:

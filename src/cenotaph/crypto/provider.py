@@ -25,7 +25,14 @@ from typing import Any, Protocol, runtime_checkable
 from ..errors import KeyProviderError
 from .aead import KEY_BYTES, new_key, open_sealed, seal
 
-__all__ = ["KeyProvider", "LocalKeyring", "keyring_from_env", "MASTER_KEY_ENV", "KEYRING_ENV"]
+__all__ = [
+    "KeyProvider",
+    "LocalKeyring",
+    "keyring_from_env",
+    "keyring_location",
+    "MASTER_KEY_ENV",
+    "KEYRING_ENV",
+]
 
 MASTER_KEY_ENV = "CENOTAPH_MASTER_KEY"
 KEYRING_ENV = "CENOTAPH_KEYRING"
@@ -103,7 +110,8 @@ class LocalKeyring:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        with open(self.path / ".lock", "a+b") as handle:
+        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "r+b") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
                 yield
@@ -305,5 +313,15 @@ def keyring_from_env(data_dir: Path) -> LocalKeyring:
             master = bytes.fromhex(master_hex.strip())
         except ValueError as exc:
             raise KeyProviderError(f"{MASTER_KEY_ENV} must be {KEY_BYTES * 2} hex characters") from exc
-    location = os.environ.get(KEYRING_ENV) or str(data_dir / "keyring")
+    location = keyring_location(data_dir)
+    if not location.exists() and (data_dir / "cenotaph.db").exists():
+        raise KeyProviderError(
+            "this data directory has a database but no keyring at the configured location; point "
+            f"{KEYRING_ENV} at its keyring (without it nothing in the store can be decrypted)"
+        )
     return LocalKeyring(location, master_key=master)
+
+
+def keyring_location(data_dir: Path) -> Path:
+    """Where the default provider keeps the keyring: ``$CENOTAPH_KEYRING`` or ``<data_dir>/keyring``."""
+    return Path(os.environ.get(KEYRING_ENV) or data_dir / "keyring")

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..backends.base import ErasureRow, Txn
 from ..crypto.provider import KeyProvider
+from ..faults import fault_point
 from .audit import GENESIS, chain_entry, entry_from_dict, entry_to_dict
 from .forget import ForgetPlan, apply_plan
 
@@ -97,8 +98,10 @@ class Ledger:
         make the plan durable in the provider; the caller commits right after."""
         seq, head = self._record(txn, plan, replayed=False)
         check(txn, plan)
+        fault_point("forget.applied")
         self._provider.append_ledger(self._entry(plan.to_entry(), (seq, head)))
         self._mark = self._provider.ledger_mark()
+        fault_point("forget.ledgered")
 
     def _record(self, txn: Txn, plan: ForgetPlan, *, replayed: bool) -> tuple[int, str]:
         if not plan.epochs:

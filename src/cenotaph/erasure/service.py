@@ -23,6 +23,7 @@ from ..backends.base import Backend, ErasureRow, Txn
 from ..crypto.keys import KeyChain
 from ..crypto.provider import KeyProvider, LocalKeyring
 from ..errors import ErasureNotProvableError, InvalidValueError, StorageError
+from ..faults import fault_point
 from ..model import BackupInfo, Certificate, ErasureStatus, LayerStatus, PurgeReport, RotationReport
 from .audit import entry_from_dict, verify_chain
 from .certificate import Signer
@@ -152,8 +153,10 @@ class ErasureService:
                     plan = ForgetPlan.from_entry(json.loads(row.plan))
                     cleared += [*plan.hide, *plan.destroy_records]
             reclaimed += txn.sweep_expired(time.time())
+        fault_point("purge.rows")
         left = self._clear_memory(cleared)
         wal_done, wal_left = self._backend.checkpoint_truncate()
+        fault_point("purge.wal")
         requests: dict[str, str] = {}
         scan: dict[str, Any] = {"files": 0, "bytes": 0, "probes": 0, "matches": 0, "positive_control": False}
         with self._backend.write() as txn:
@@ -184,6 +187,7 @@ class ErasureService:
             anchor = {"request_count": len(requests), "reclaimed": reclaimed, "wal_truncated": wal_done}
         with self._backend.write() as txn:
             anchor_audit(self._provider, txn, "purge", anchor)
+        fault_point("purge.done")
         return PurgeReport(requests=requests, reclaimed=reclaimed, wal_truncated=wal_done, scan=scan)
 
     def _purge_rows(self, txn: Txn, row: ErasureRow) -> int:
@@ -222,6 +226,7 @@ class ErasureService:
         results = {r.id: combined for r in rows}
         if combined.matches:  # attribute residue to the requests it belongs to
             results = {r.id: self._scan(per_request[r.id], None) for r in rows}
+        fault_point("purge.scanned")
         with self._backend.write() as txn:
             for row in rows:
                 self._conclude(txn, row, results[row.id], len(per_request[row.id]))

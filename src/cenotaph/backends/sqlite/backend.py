@@ -101,6 +101,13 @@ class SQLiteTxn:
     def set_clock(self, version: int) -> None:
         self._c.execute("UPDATE meta SET value=? WHERE name='clock' AND value<?", (version, version))
 
+    def meta(self, name: str) -> int | None:
+        value = self._one("SELECT value FROM meta WHERE name=?", (name,))
+        return None if value is None else int(value)
+
+    def set_meta(self, name: str, value: int) -> None:
+        self._c.execute("INSERT OR REPLACE INTO meta VALUES (?,?)", (name, value))
+
     def forget_epoch(self) -> int:
         return int(self._one("SELECT value FROM meta WHERE name='forget_epoch'"))
 

@@ -1,0 +1,30 @@
+"""Named crash points for crash-injection tests (SIGKILL of this process at a named step).
+
+Set ``CENOTAPH_FAULT=<point>`` in a child process's environment; when execution reaches that
+point the process kills itself with SIGKILL, exactly as a power cut would stop it. Unset (the
+normal case), each point costs one dict lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+__all__ = ["FAULT_ENV", "FAULT_POINTS", "fault_point"]
+
+FAULT_ENV = "CENOTAPH_FAULT"
+FAULT_POINTS = (
+    "forget.planned",  # plan computed, nothing applied
+    "forget.applied",  # tombstones and key destruction applied, not in the ledger, not committed
+    "forget.ledgered",  # ledger entry durable, database transaction not committed
+    "forget.committed",  # committed, caches not yet dropped, purge not started
+    "purge.rows",  # erased rows deleted and committed, WAL not truncated
+    "purge.wal",  # WAL truncated, not yet scanned
+    "purge.scanned",  # scan done, verdict not recorded
+    "purge.done",  # verdict recorded
+)
+
+
+def fault_point(name: str) -> None:
+    if os.environ.get(FAULT_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
