@@ -7,7 +7,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 
 from .errors import InvalidScopeError
 
@@ -28,12 +29,22 @@ class Scope:
     """A canonical scope: a tuple of ``(kind, id)`` segments."""
 
     segments: tuple[tuple[str, str], ...]
+    _path: str = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_path", "/".join(f"{kind}:{ident}" for kind, ident in self.segments))
 
     @classmethod
     def parse(cls, path: object) -> Scope:
         """Parse ``kind:id/kind:id/...``; raise :class:`InvalidScopeError` if malformed."""
         if isinstance(path, Scope):
             return path
+        if isinstance(path, str):
+            return _parse_cached(path)
+        return cls._parse(path)
+
+    @classmethod
+    def _parse(cls, path: object) -> Scope:
         if not isinstance(path, str):
             raise InvalidScopeError(
                 f"scope must be a string like 'tenant:acme/user:alice', got {type(path).__name__}"
@@ -50,14 +61,14 @@ class Scope:
 
     @property
     def path(self) -> str:
-        return "/".join(f"{kind}:{ident}" for kind, ident in self.segments)
+        return self._path
 
     def __str__(self) -> str:
         return self.path
 
     def prefixes(self) -> list[Scope]:
         """Every prefix from the root down to and including this scope."""
-        return [Scope(self.segments[: n + 1]) for n in range(len(self.segments))]
+        return list(_prefixes(self))
 
     def ancestors(self) -> list[Scope]:
         """Proper prefixes, root first."""
@@ -72,6 +83,16 @@ class Scope:
 
     def child(self, kind: str, ident: str) -> Scope:
         return Scope((*self.segments, _parse_segment(f"{kind}:{ident}")))
+
+
+@lru_cache(maxsize=4096)
+def _parse_cached(path: str) -> Scope:
+    return Scope._parse(path)
+
+
+@lru_cache(maxsize=4096)
+def _prefixes(scope: Scope) -> tuple[Scope, ...]:
+    return tuple(Scope(scope.segments[: n + 1]) for n in range(len(scope.segments)))
 
 
 def _parse_segment(part: str) -> tuple[str, str]:

@@ -1,4 +1,4 @@
-"""Memory commands: ``write``, ``read`` and ``list``."""
+"""Memory commands: ``write``, ``read``, ``list`` and ``search``."""
 
 from __future__ import annotations
 
@@ -6,11 +6,13 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.console import RenderableType
+from rich.text import Text
 
 from .options import data_option, json_callback, open_existing_store, parse_json
-from .output import emit, records_table, table_option
+from .output import RECORD_COLUMNS, cell, emit, new_table, records_table, table_option
 
-__all__ = ["list_records", "read", "write"]
+__all__ = ["list_records", "read", "search", "write"]
 
 
 @click.command()
@@ -123,3 +125,65 @@ def list_records(scope: str, descendants: bool, data: Path, table: bool) -> None
     with open_existing_store(data) as store:
         records = store.list(scope, include_descendants=descendants)
     emit([r.to_dict() for r in records], table=table, render=records_table)
+
+
+@click.command()
+@click.argument("scope")
+@click.argument("query")
+@click.option(
+    "-k",
+    "k",
+    metavar="N",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Return at most N hits.",
+)
+@click.option("--no-fallthrough", is_flag=True, help="Search SCOPE only, not its ancestors.")
+@click.option("--descendants", is_flag=True, help="Also search every descendant scope.")
+@click.option(
+    "--filter",
+    "filter_",
+    metavar="JSON",
+    callback=json_callback,
+    help='Match record metadata, e.g. \'{"topic": "health"}\' or \'{"n": {"$in": [1, 2]}}\'.',
+)
+@data_option
+@table_option
+def search(
+    scope: str,
+    query: str,
+    k: int,
+    no_fallthrough: bool,
+    descendants: bool,
+    filter_: Any,
+    data: Path,
+    table: bool,
+) -> None:
+    """Search records by similarity to a text query.
+
+    Prints up to N hits, best first, as a JSON array of {record, score}: records in SCOPE and
+    its ancestors (unless --no-fallthrough), and in its descendants with --descendants. Every
+    hit passes the same checks as `cenotaph read`; hits with nothing in common are left out.
+    --filter operators: $eq, $ne, $in, $nin, $exists.
+    """
+    with open_existing_store(data) as store:
+        hits = store.search(
+            scope,
+            query,
+            k=k,
+            fallthrough=not no_fallthrough,
+            include_descendants=descendants,
+            filter=filter_,
+        )
+    emit([hit.to_dict() for hit in hits], table=table, render=_hits_table)
+
+
+def _hits_table(hits: list[dict[str, Any]]) -> RenderableType:
+    if not hits:
+        return Text("(no hits)", style="dim")
+    table = new_table("score", *RECORD_COLUMNS)
+    for hit in hits:
+        record = hit["record"]
+        table.add_row(f"{hit['score']:.3f}", *(cell(record.get(c)) for c in RECORD_COLUMNS))
+    return table

@@ -94,7 +94,9 @@ def open_existing_store(data: Path) -> Iterator[cenotaph.Store]:
             f"no keyring at {str(keyring)!r}; point {KEYRING_ENV} at this store's keyring",
             param_hint="--data",
         )
-    store = cenotaph.open(data)
+    # An absolute path: the residue scanner walks this directory, and with a relative root it
+    # matched no file at all (a clean scan of nothing proves nothing).
+    store = cenotaph.open(data.resolve())
     try:
         yield store
     finally:

@@ -16,7 +16,9 @@ from rich.table import Column, Table
 from rich.text import Text
 
 __all__ = [
+    "RECORD_COLUMNS",
     "Renderer",
+    "cell",
     "console",
     "emit",
     "erasure_table",
@@ -55,7 +57,8 @@ def new_table(*headers: str, title: str | None = None) -> Table:
     return Table(*(Column(h, overflow="fold") for h in headers), title=title)
 
 
-def _cell(value: Any) -> Text:
+def cell(value: Any) -> Text:
+    """One table cell: strings as they are, None as a dim dash, anything else as JSON."""
     if value is None:
         return Text("-", style="dim")
     if isinstance(value, str):
@@ -68,7 +71,7 @@ def generic_table(doc: Any, title: str | None = None) -> RenderableType:
     if isinstance(doc, Mapping):
         table = new_table("field", "value", title=title)
         for name, value in doc.items():
-            table.add_row(str(name), _cell(value))
+            table.add_row(str(name), cell(value))
         return table
     if isinstance(doc, Sequence) and not isinstance(doc, str):
         if not doc:
@@ -76,9 +79,9 @@ def generic_table(doc: Any, title: str | None = None) -> RenderableType:
         columns = list(dict.fromkeys(k for row in doc if isinstance(row, Mapping) for k in row))
         table = new_table(*columns, title=title)
         for row in doc:
-            table.add_row(*(_cell(row.get(c)) if isinstance(row, Mapping) else _cell(row) for c in columns))
+            table.add_row(*(cell(row.get(c)) if isinstance(row, Mapping) else cell(row) for c in columns))
         return table
-    return _cell(doc)
+    return cell(doc)
 
 
 RECORD_COLUMNS = ("scope", "key", "value", "version", "expires_at", "id")
@@ -91,7 +94,7 @@ def records_table(records: Any) -> RenderableType:
         return Text("(no records)", style="dim")
     table = new_table(*RECORD_COLUMNS)
     for row in rows:
-        table.add_row(*(_cell(row.get(c)) for c in RECORD_COLUMNS))
+        table.add_row(*(cell(row.get(c)) for c in RECORD_COLUMNS))
     return table
 
 
@@ -103,13 +106,13 @@ def erasure_table(doc: Mapping[str, Any]) -> RenderableType:
     status: Mapping[str, Any] = doc.get("status", {})
     head = new_table("field", "value", title="erasure request")
     for name in ("id", "mode", "target_kind", "version", "requested_at"):
-        head.add_row(name, _cell(doc.get(name)))
-    head.add_row("state", _cell(status.get("state")))
-    head.add_row("horizon", _cell(status.get("horizon") or "not reached"))
+        head.add_row(name, cell(doc.get(name)))
+    head.add_row("state", cell(status.get("state")))
+    head.add_row("horizon", cell(status.get("horizon") or "not reached"))
     layers = new_table("layer", "state", "evidence", title="layers")
     for name, layer in status.get("layers", {}).items():
         state = str(layer.get("state"))
-        layers.add_row(name, Text(state, style=_STATE_STYLE.get(state, "")), _cell(layer.get("evidence")))
+        layers.add_row(name, Text(state, style=_STATE_STYLE.get(state, "")), cell(layer.get("evidence")))
     gaps = list(status.get("gaps", []))
     if gaps:
         footer = Text("gaps: " + "; ".join(gaps), style="yellow")

@@ -193,14 +193,23 @@ class SQLiteTxn:
 
     # -- records ---------------------------------------------------------------------
     def records_in_slots(self, slots: Sequence[tuple[bytes, bytes]]) -> list[RecordRow]:
+        if len(slots) == 1:
+            sql = f"SELECT {_RECORD_COLS} FROM records WHERE scope_token=? AND key_token=?"
+            row = self._c.execute(sql, slots[0]).fetchone()
+            return [] if row is None else [_record(row)]
+        wanted = set(slots)
+        scopes = sorted({s for s, _ in wanted})
+        keys = sorted({k for _, k in wanted})
         rows: list[RecordRow] = []
-        for scope_token, key_token in slots:
-            row = self._c.execute(
-                f"SELECT {_RECORD_COLS} FROM records WHERE scope_token=? AND key_token=?",
-                (scope_token, key_token),
-            ).fetchone()
-            if row is not None:
-                rows.append(_record(row))
+        for scope_part in _chunks(scopes):
+            for key_part in _chunks(keys):
+                sql = (
+                    f"SELECT {_RECORD_COLS} FROM records WHERE scope_token IN ({_marks(len(scope_part))}) "
+                    f"AND key_token IN ({_marks(len(key_part))})"
+                )
+                for row in self._c.execute(sql, (*scope_part, *key_part)):
+                    if (bytes(row[1]), bytes(row[2])) in wanted:
+                        rows.append(_record(row))
         return rows
 
     def record(self, record_id: str) -> RecordRow | None:
