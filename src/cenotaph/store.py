@@ -182,10 +182,12 @@ class Store:
         """Before serving anything: apply forgets another process logged, drop stale caches."""
         if self._closed:
             raise InvalidValueError("this store is closed; open it again with cenotaph.open(...)")
+        # data_version moves only on other connections' commits; a replay is our own commit
+        check = self._backend.changed()
         if self._ledger.changed():
             with self._backend.write() as txn:
-                self._ledger.reconcile(txn)
-        if self._backend.changed():
+                check = self._ledger.reconcile(txn) > 0 or check
+        if check:
             with self._backend.read() as txn:
                 epoch = txn.forget_epoch()
             if epoch != self._forget_epoch:
@@ -229,12 +231,16 @@ class Store:
         self._sync()
         try:
             with self._backend.write() as txn:
-                self._ledger.reconcile_if_changed(txn)
+                replayed = self._ledger.reconcile_if_changed(txn)
+                epoch = txn.forget_epoch()
                 self._keys.refresh_epoch()
                 sealed, replaced = self._write_batch(txn, prepared, vectors)
         except BaseException:
             self._keys.clear()  # keys created in a rolled-back transaction must not be reused
             raise
+        if replayed:  # forgets another process logged but never committed were just applied
+            self._forget_from_memory(None)
+            self._forget_epoch = epoch
         with self._cache_lock:
             for s in sealed:
                 self._cache[s.record.id] = s.record
@@ -370,11 +376,15 @@ class Store:
                     "derived_from names a record id this store never wrote; pass ids returned by write()"
                 )
             rec = records[source]
-            forgotten = row.destroyed_version or (rec is not None and rec.hidden_version)
+            forgotten = (
+                row.destroyed_version or row.forgotten_version or (rec is not None and rec.hidden_version)
+            )
             key = None if forgotten else self._crypto.lineage_key_of(txn, row)
             subjects = None if key is None else self._crypto.subjects_of(txn, row)
             if key is None or subjects is None:
-                version = int(row.destroyed_version or (rec.hidden_version if rec else 0) or 0)
+                version = int(
+                    row.destroyed_version or row.forgotten_version or (rec.hidden_version if rec else 0) or 0
+                )
                 raise DerivedFromForgottenError(
                     f"a derived_from source was forgotten at version {version}; do not write data derived "
                     "from forgotten records",
@@ -648,14 +658,16 @@ class Store:
         self._sync()
         with self._backend.write() as txn:
             self._ledger.reconcile_if_changed(txn)
+            # another process forgot since our last sync: its records are not in our plan
+            others = txn.forget_epoch() != self._forget_epoch
             request_id = "er_" + os.urandom(12).hex()
             plan: ForgetPlan = planner(txn, request_id, txn.clock() + 1)
             fault_point("forget.planned")
             self._ledger.commit_plan(txn, plan, self._check_postcondition)
+            epoch = txn.forget_epoch()
         fault_point("forget.committed")
-        self._forget_from_memory([*plan.hide, *plan.destroy_records])
-        with self._backend.read() as txn:
-            self._forget_epoch = txn.forget_epoch()
+        self._forget_from_memory(None if others else [*plan.hide, *plan.destroy_records])
+        self._forget_epoch = epoch
         if plan.compliance and self.auto_purge:
             self._erasure.purge()
         return self._handle(plan.request_id, plan.version, plan.mode, plan.target_kind, plan.requested_at)

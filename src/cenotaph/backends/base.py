@@ -43,6 +43,7 @@ class LineageRow:
     subjects: bytes | None
     sources: tuple[str, ...]
     destroyed_version: int | None = None
+    forgotten_version: int | None = None  # set by any forget (operational too)
 
 
 @dataclass(frozen=True, slots=True)

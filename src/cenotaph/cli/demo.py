@@ -6,6 +6,7 @@ with exit code 1 and says which step failed.
 
 from __future__ import annotations
 
+import json
 import secrets
 import shutil
 import tempfile
@@ -23,12 +24,14 @@ from cenotaph.backends.sqlite.backend import DB_NAME, SQLiteBackend
 from cenotaph.erasure.scanner import ResidueScanner, text_probes
 from cenotaph.errors import (
     CenotaphError,
+    CertificateError,
     DerivedFromForgottenError,
     ForgottenError,
     ScopeClosureError,
     StaleWriteError,
 )
 
+from .certificates import certificate_claims
 from .output import console
 
 __all__ = ["demo"]
@@ -56,9 +59,11 @@ def demo(keep: bool) -> None:
     """Play the seeds' scenario on a temporary store, narrated.
 
     Takes a few seconds: a medical note in a session, a summary derived from it, a refused
-    scope-leak forget, a compliance forget that cascades, refused late and racing writes, a look
-    at the bytes on disk, and the erasure status with its open gaps. Touches no existing data
-    directory or keyring.
+    scope-leak forget, a compliance forget that cascades, refused late and racing writes, a clean
+    access request, a look at the bytes on disk, the erasure status, a signed erasure certificate
+    verified (and a tampered copy refused) with what it proves and what it does not, then a key
+    rotation that reaches the erasure horizon and a second certificate stating it. Touches no
+    existing data directory or keyring.
     """
     out = console()
     directory = Path(tempfile.mkdtemp(prefix="cenotaph-demo-"))
@@ -81,10 +86,10 @@ class Scenario:
         self.directory = directory
         self.canary = "canary-" + secrets.token_hex(8)
         self.note_text = f"Alice has a cardiology appointment on 14 March ({self.canary})"
-        # An explicit keyring inside the temporary directory: never the caller's $CENOTAPH_KEYRING.
-        self.store = cenotaph.open(
-            directory / "data", key_provider=cenotaph.LocalKeyring(directory / "keyring")
-        )
+        # The default layout (the keyring inside the data directory), given explicitly so the
+        # caller's $CENOTAPH_KEYRING is never used.
+        self.keyring = directory / "data" / "keyring"
+        self.store = cenotaph.open(directory / "data", key_provider=cenotaph.LocalKeyring(self.keyring))
 
     def run(self) -> None:
         try:
@@ -94,8 +99,11 @@ class Scenario:
             request = self.forget_session()
             self.late_writes(note)
             self.racing_writer(note)
+            self.access_request()
             self.bytes_on_disk()
             self.honest_status(request)
+            self.certificate(request)
+            self.horizon(request)
         finally:
             self.store.close()
 
@@ -200,8 +208,25 @@ class Scenario:
         )
         self.say("The tombstone dominates the write: never last-writer-wins.")
 
+    def access_request(self) -> None:
+        self.step(7, "The access request is clean")
+        export = self.store.export_subject(USER)
+        text = json.dumps(export, ensure_ascii=False)
+        keys = ", ".join(r["key"] for r in export["records"]) or "none"
+        self.say(
+            f"Alice asks what the store holds about her: store.export_subject({USER!r}) returns "
+            f"{len(export['records'])} record(s) ({keys}) and {len(export['derived_records'])} derived record(s)."
+        )
+        self.check(
+            "cardiology" not in text and self.canary not in text,
+            'the export has no trace of the note or the summary ("cardiology" is not in its JSON)',
+        )
+        self.check(
+            any(r["key"] == "diet" for r in export["records"]), "her own preference is in it, as it should be"
+        )
+
     def bytes_on_disk(self) -> None:
-        self.step(7, "What the bytes say")
+        self.step(8, "What the bytes say")
         # Straight from the database file, as anyone who copied it would read it.
         conn = SQLiteBackend.connect(self.directory / "data" / DB_NAME)
         try:
@@ -226,7 +251,7 @@ class Scenario:
         self.check(scan.matches == 0, f"grep of the canary in all files finds {scan.matches}")
 
     def honest_status(self, request: cenotaph.ErasureRequest) -> None:
-        self.step(8, "The erasure status, honestly")
+        self.step(9, "The erasure status, honestly")
         status = request.status()
         layers = ", ".join(f"{name} {layer.state}" for name, layer in sorted(status.layers.items()))
         self.say(f"State: [bold]{status.state}[/]. Layers: {layers}.")
@@ -247,3 +272,61 @@ class Scenario:
             )
         else:
             self.say(f"Erasure horizon reached at {status.horizon.isoformat()}.")
+
+    def certificate(self, request: cenotaph.ErasureRequest) -> None:
+        self.step(10, "The erasure certificate")
+        status = request.status()
+        if status.state != "verified":
+            self.say("Not verified yet, so purging first (store.purge(), `cenotaph purge`).")
+            status = request.wait(timeout=30)
+        self.check(status.state == "verified", "the erasure is verified: no gaps in the live store")
+        certificate = self.store.attest(request.id)
+        self.say(
+            "store.attest(...) signs a content-free certificate with the store's Ed25519 key (no scope, "
+            "key, subject or value in it; the target is a keyed token):"
+        )
+        self.out.print_json(certificate.to_json())
+        verified = cenotaph.verify_certificate(certificate.to_json(), self.store.public_key)
+        self.check(
+            verified == certificate,
+            "cenotaph.verify_certificate(cert.to_json(), store.public_key) accepts it "
+            "(`cenotaph verify-cert FILE --public-key HEX` does the same, with no data directory)",
+        )
+        self.say("The same certificate with one number changed (forget_version + 1):")
+        tampered = certificate.to_dict() | {"forget_version": int(certificate["forget_version"]) + 1}
+        self.refused(CertificateError, lambda: cenotaph.verify_certificate(tampered, self.store.public_key))
+        self.claims(certificate)
+        self.say(
+            f"[dim]In this demo the keyring is {escape(str(self.keyring))}, inside the data directory (the "
+            "default): the root of trust is that file.[/]"
+        )
+
+    def claims(self, certificate: cenotaph.Certificate) -> None:
+        claims = certificate_claims(certificate.fields)
+        self.say("[bold]What it proves:[/]")
+        for claim in claims["proves"]:
+            self.say(f"  [green]•[/] {escape(claim)}")
+        self.say("[bold]What it does not prove:[/]")
+        for claim in claims["does_not_prove"]:
+            self.say(f"  [yellow]•[/] {escape(claim)}")
+
+    def horizon(self, request: cenotaph.ErasureRequest) -> None:
+        self.step(11, "Reaching the erasure horizon")
+        report = self.store.rotate_keys()
+        self.say(
+            f"store.rotate_keys() (`cenotaph rotate-keys`) rewrapped {report.rewrapped} live key(s) under KEK "
+            f"epoch {report.new_epoch} and destroyed epoch(s) {list(report.destroyed_epochs)}; no backup "
+            "was registered to retain any."
+        )
+        status = request.status()
+        self.check(
+            status.horizon is not None,
+            f"erasure horizon reached at {status.horizon.isoformat() if status.horizon else '-'}",
+        )
+        second = self.store.attest(request.id)
+        cenotaph.verify_certificate(second.to_json(), self.store.public_key)
+        self.check(
+            second["horizon"] is not None,
+            f"a second certificate, verified, states it: horizon {second['horizon']}",
+        )
+        self.say(f"  [green]•[/] {escape(str(second['horizon_reason']))}")

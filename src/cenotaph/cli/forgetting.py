@@ -12,13 +12,23 @@ from typing import Any
 
 import click
 from rich.console import Group, RenderableType
+from rich.text import Text
 
 import cenotaph
+from cenotaph.crypto.provider import keyring_from_env
 
 from .options import data_option, keyring_location, open_existing_store
 from .output import emit, erasure_table, generic_table, table_option
 
-__all__ = ["forget", "forget_subject", "reauthorize", "status"]
+__all__ = [
+    "erasure_counts",
+    "forget",
+    "forget_subject",
+    "reauthorize",
+    "registered_backups",
+    "request_rows",
+    "status",
+]
 
 
 def request_document(request: cenotaph.ErasureRequest) -> dict[str, Any]:
@@ -97,29 +107,65 @@ def status(request_id: str | None, data: Path, table: bool) -> None:
     """Show an erasure request, or sum up the store.
 
     With REQUEST_ID: that request and its status. Without: where the store and its keyring are,
-    its certificate-signing public key, and every erasure request (id, mode, kind, version,
-    state) with counts by state and mode. It holds no names.
+    its certificate-signing public key, every erasure request (id, mode, kind, version, state,
+    and horizon: when copies made before the forget became undecryptable, null until
+    `cenotaph rotate-keys` reaches it) with counts by state and mode, and the registered backups
+    with the KEK epochs each retains. It holds no names.
     """
     with open_existing_store(data) as store:
         if request_id is not None:
             emit(request_document(store.erasure(request_id)), table=table, render=erasure_table)
             return
-        requests = [{**r.to_dict(), "state": r.status().state} for r in store.erasures()]
+        requests = request_rows(store)
         public_key = store.public_key
+        backups = registered_backups(data)
     summary = {
         "data": str(data.resolve()),
         "keyring": str(keyring_location(data).resolve()),
         "public_key": public_key,
-        "erasures": {
-            "total": len(requests),
-            "by_state": dict(sorted(Counter(r["state"] for r in requests).items())),
-            "by_mode": dict(sorted(Counter(r["mode"] for r in requests).items())),
-        },
+        "erasures": erasure_counts(requests),
         "requests": requests,
+        "backups": backups,
     }
     emit(summary, table=table, render=_summary_table)
 
 
+def request_rows(store: cenotaph.Store) -> list[dict[str, Any]]:
+    """Every erasure request, oldest first, with its state and erasure horizon (None: not reached)."""
+    rows = []
+    for request in store.erasures():
+        status = request.status()
+        horizon = status.horizon.isoformat() if status.horizon is not None else None
+        rows.append({**request.to_dict(), "state": status.state, "horizon": horizon})
+    return rows
+
+
+def erasure_counts(requests: list[dict[str, Any]]) -> dict[str, Any]:
+    """How many requests there are, by state and by mode."""
+    return {
+        "total": len(requests),
+        "by_state": dict(sorted(Counter(r["state"] for r in requests).items())),
+        "by_mode": dict(sorted(Counter(r["mode"] for r in requests).items())),
+    }
+
+
+def registered_backups(data: Path) -> dict[str, list[int]]:
+    """The backups registered with this store's keyring (id -> the KEK epochs each retains)."""
+    return dict(sorted(keyring_from_env(data.resolve()).backups().items()))
+
+
 def _summary_table(doc: dict[str, Any]) -> RenderableType:
     head = {k: doc[k] for k in ("data", "keyring", "public_key")} | doc["erasures"]
-    return Group(generic_table(head, "store"), generic_table(doc["requests"], "erasure requests"))
+    rows = [
+        {k: r.get(k) for k in ("id", "mode", "target_kind", "version", "state")}
+        | {"horizon": r.get("horizon") or "not reached"}
+        for r in doc["requests"]
+    ]
+    backups = [{"backup": b, "retains epochs": e} for b, e in doc["backups"].items()]
+    return Group(
+        generic_table(head, "store"),
+        generic_table(rows, "erasure requests") if rows else Text("(no erasure requests)", style="dim"),
+        generic_table(backups, "registered backups")
+        if backups
+        else Text("(no registered backups)", style="dim"),
+    )

@@ -24,11 +24,16 @@ from cenotaph.errors import (
     ScopeClosureError,
 )
 
+from .audit import audit
+from .backups import backup, release_backup, restore
+from .certificates import attest, verify_cert
 from .demo import demo
 from .doctor import doctor
+from .export import export
 from .forgetting import forget, forget_subject, reauthorize, status
 from .initialize import init
-from .memory import list_records, read, write
+from .maintenance import purge, rotate_keys
+from .memory import list_records, read, search, write
 
 __all__ = ["CLI_HINTS", "COMMANDS", "DEBUG_ENV", "cli", "exit_code_for", "main"]
 
@@ -56,6 +61,12 @@ def _fail(reason: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
+# click >= 8.2 raises this (a UsageError holding the whole help text) for a group given no command.
+_NO_ARGS_IS_HELP: tuple[type[click.ClickException], ...] = tuple(
+    t for t in (getattr(click.exceptions, "NoArgsIsHelpError", None),) if isinstance(t, type)
+)
+
+
 def _usage_reason(exc: click.ClickException) -> str:
     ctx = getattr(exc, "ctx", None)
     hint = f" (see '{ctx.command_path} --help')" if isinstance(exc, click.UsageError) and ctx else ""
@@ -78,6 +89,9 @@ class CenotaphGroup(click.Group):
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.ClickException as exc:
+            if isinstance(exc, _NO_ARGS_IS_HELP):  # `cenotaph` or `cenotaph audit` alone: show the help
+                click.echo(exc.format_message(), err=True)
+                sys.exit(exc.exit_code)
             _fail(_usage_reason(exc), exc.exit_code)
         except click.Abort:
             _fail("aborted", EXIT_REFUSED)
@@ -119,10 +133,20 @@ COMMANDS: tuple[click.Command, ...] = (
     write,
     read,
     list_records,
+    search,
     forget,
     forget_subject,
     reauthorize,
     status,
+    purge,
+    attest,
+    verify_cert,
+    export,
+    backup,
+    release_backup,
+    restore,
+    rotate_keys,
+    audit,
     doctor,
 )
 for _command in COMMANDS:

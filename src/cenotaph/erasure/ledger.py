@@ -72,9 +72,8 @@ class Ledger:
     def changed(self) -> bool:
         return self._provider.ledger_mark() != self._mark
 
-    def reconcile_if_changed(self, txn: Txn) -> None:
-        if self.changed():
-            self.reconcile(txn)
+    def reconcile_if_changed(self, txn: Txn) -> int:
+        return self.reconcile(txn) if self.changed() else 0
 
     def reconcile(self, txn: Txn) -> int:
         """Apply every ledger entry the database lacks, and mirror back what the ledger lacks."""

@@ -64,16 +64,21 @@ def matches_filter(metadata: Mapping[str, Any], filter: Mapping[str, Any]) -> bo
                 return False
             continue
         for op, operand in condition.items():
-            ok = {
-                "$eq": present and value == operand,
-                "$ne": not present or value != operand,
-                "$in": present and value in operand,
-                "$nin": not present or value not in operand,
-                "$exists": present == bool(operand),
-            }[op]
-            if not ok:
+            if not _holds(op, operand, present, value):
                 return False
     return True
+
+
+def _holds(op: str, operand: Any, present: bool, value: Any) -> bool:
+    if op == "$exists":
+        return present == bool(operand)
+    if op == "$eq":
+        return present and value == operand
+    if op == "$ne":
+        return not present or value != operand
+    if op == "$in":
+        return present and value in operand
+    return not present or value not in operand  # $nin
 
 
 class SearchIndex:

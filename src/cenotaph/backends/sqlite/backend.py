@@ -36,7 +36,7 @@ _RECORD_COLS = (
 )
 _LINEAGE_COLS = (
     "record_id, scope_token, key_token, version, wrapped, epoch, subject_tokens, subjects, sources, "
-    "destroyed_version"
+    "destroyed_version, forgotten_version"
 )
 _ERASURE_COLS = (
     "id, mode, target_kind, target, version, requested_at, state, layers, plan, probes, horizon, "
@@ -261,7 +261,7 @@ class SQLiteTxn:
             ],
         )
         self._c.executemany(
-            f"INSERT INTO lineage ({_LINEAGE_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            f"INSERT INTO lineage ({_LINEAGE_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             [
                 (
                     x.record_id,
@@ -274,6 +274,7 @@ class SQLiteTxn:
                     x.subjects,
                     json.dumps(list(x.sources)),
                     x.destroyed_version,
+                    x.forgotten_version,
                 )
                 for x in lineage
             ],
@@ -337,6 +338,10 @@ class SQLiteTxn:
 
     # -- forgetting ------------------------------------------------------------------
     def hide_records(self, ids: Sequence[str], version: int, mode: str) -> int:
+        self._c.executemany(
+            "UPDATE lineage SET forgotten_version=coalesce(forgotten_version, ?) WHERE record_id=?",
+            [(version, i) for i in ids],
+        )
         cur = self._c.executemany(
             "UPDATE records SET hidden_version=?, hidden_mode=? WHERE id=? AND hidden_version IS NULL",
             [(version, mode, i) for i in ids],
@@ -557,7 +562,6 @@ class SQLiteBackend:
             except BaseException:
                 self._rollback()
                 raise
-            self._data_version = self._read_data_version()
         for action in txn._after:
             action()
 

@@ -80,4 +80,13 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         CREATE TABLE erased_records (record_id TEXT PRIMARY KEY, version INTEGER NOT NULL) WITHOUT ROWID;
         """,
     ),
+    (
+        3,
+        """
+        -- any forget (operational too) marks the lineage row, so a write derived from a
+        -- forgotten record is refused even after purge reclaimed the record row
+        ALTER TABLE lineage ADD COLUMN forgotten_version INTEGER;
+        CREATE INDEX records_version ON records(version);
+        """,
+    ),
 )

@@ -1,0 +1,207 @@
+"""Erasure certificates: ``attest`` issues one, ``verify-cert`` checks one without any store.
+
+A certificate is content-free and signed with the store's Ed25519 key; :func:`certificate_claims`
+says in plain words what a valid one proves and what it does not (``demo`` prints the same).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+import cenotaph
+from cenotaph.errors import CertificateError, ErasureNotProvableError
+
+from .options import data_option, open_existing_store
+from .output import emit, generic_table, table_option
+
+__all__ = ["attest", "certificate_claims", "certificate_summary", "verify_cert"]
+
+PUBLIC_KEY_HEX = re.compile(r"[0-9a-fA-F]{64}")
+MAX_CERTIFICATE_BYTES = 1 << 20  # a certificate is a few kilobytes
+SUMMARY_FIELDS = (
+    "request_id",
+    "target_kind",
+    "mode",
+    "forget_version",
+    "requested_at",
+    "verified_at",
+    "horizon",
+    "horizon_reason",
+    "root_of_trust",
+    "audit_head",
+    "public_key",
+)
+
+
+@click.command()
+@click.argument("request_id")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="Write the certificate to FILE (exactly its canonical JSON) and print where it went.",
+)
+@data_option
+@table_option
+def attest(request_id: str, out: Path | None, data: Path, table: bool) -> None:
+    """Issue a signed certificate of a verified erasure.
+
+    Prints the certificate: canonical JSON, content-free (no scope, key, subject or value),
+    signed with the store's Ed25519 key; check it anywhere with `cenotaph verify-cert`. With
+    --out FILE it is written to FILE instead. Exits 1 naming every gap if the erasure is not
+    verified yet (run `cenotaph purge`), and always for an operational forget.
+    """
+    if out is not None and not out.parent.is_dir():
+        raise click.BadParameter("the directory to write FILE into does not exist", param_hint="--out")
+    with open_existing_store(data) as store:
+        try:
+            certificate = store.attest(request_id)
+        except ErasureNotProvableError as exc:
+            raise click.ClickException(_not_provable(store, request_id, exc)) from None
+    text = certificate.to_json()
+    if out is None:
+        if table:
+            emit(certificate_summary(certificate.to_dict()), table=True, render=certificate_table)
+        else:
+            click.echo(text)
+        return
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise click.BadParameter(f"cannot write FILE ({exc.strerror})", param_hint="--out") from None
+    doc = {
+        "request_id": certificate["request_id"],
+        "out": str(out.resolve()),
+        "public_key": certificate["public_key"],
+        "horizon": certificate["horizon"],
+        "verify": f"cenotaph verify-cert {out} --public-key {certificate['public_key']}",
+    }
+    emit(doc, table=table)
+
+
+def _not_provable(store: cenotaph.Store, request_id: str, exc: ErasureNotProvableError) -> str:
+    gaps = "; ".join(exc.gaps) if exc.gaps else str(exc)
+    hint = ""
+    if store.erasure(request_id).mode == "compliance":
+        hint = " (on the command line: `cenotaph purge`, then attest again)"
+    return f"erasure {request_id} is not provable: {gaps}{hint}"
+
+
+@click.command("verify-cert")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
+@click.option(
+    "--public-key",
+    "public_key",
+    required=True,
+    metavar="HEX",
+    help="The issuing store's public key, 64 hex characters (`cenotaph status` prints it).",
+)
+@table_option
+def verify_cert(file: str, public_key: str, table: bool) -> None:
+    """Verify an erasure certificate; needs no data directory.
+
+    FILE is the certificate `cenotaph attest` printed (`-` reads stdin). Checks the Ed25519
+    signature over every field against --public-key, which must come from a channel you trust,
+    not from the certificate itself. Prints {"valid": true, ...} with what the certificate
+    proves and what it does not; exits 1 with the reason if it was altered or issued by another
+    key.
+    """
+    key = public_key.strip()
+    if not PUBLIC_KEY_HEX.fullmatch(key):
+        raise click.BadParameter(
+            "expected 64 hex characters (the store's public key)", param_hint="--public-key"
+        )
+    try:
+        with click.open_file(file, "rb") as stream:  # `-` is stdin
+            data = stream.read(MAX_CERTIFICATE_BYTES + 1)
+    except OSError as exc:
+        raise click.BadParameter(f"cannot read it ({exc.strerror})", param_hint="FILE") from None
+    if len(data) > MAX_CERTIFICATE_BYTES:
+        raise click.BadParameter("larger than any certificate (over 1 MiB)", param_hint="FILE")
+    try:
+        certificate = cenotaph.verify_certificate(data, key)
+    except CertificateError as exc:
+        raise click.ClickException(f"the certificate is not valid: {exc}") from None
+    doc = {"valid": True, **certificate_summary(certificate.to_dict())}
+    emit(doc, table=table, render=certificate_table)
+
+
+def certificate_summary(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields people ask about, and what the certificate proves and does not."""
+    return {name: fields.get(name) for name in SUMMARY_FIELDS} | certificate_claims(fields)
+
+
+def certificate_claims(fields: Mapping[str, Any]) -> dict[str, list[str]]:
+    """What a valid certificate with these fields proves, and what it does not, in plain words."""
+    key = str(fields.get("public_key", ""))
+    target = str(fields.get("target", ""))
+    layers = fields.get("layers")
+    done = sorted(
+        name
+        for name, layer in (layers.items() if isinstance(layers, Mapping) else ())
+        if isinstance(layer, Mapping) and layer.get("state") == "done"
+    )
+    scan = fields.get("scan")
+    scan = scan if isinstance(scan, Mapping) else {}
+    proves = [
+        f"the holder of signing key {key[:16]}… attests that erasure request {fields.get('request_id')} "
+        f"({fields.get('mode')} forget of a {fields.get('target_kind')}, version "
+        f"{fields.get('forget_version')}) was verified at {fields.get('verified_at')}",
+        "these layers of the live store were done: " + (", ".join(done) or "none"),
+        f"a scan of {scan.get('files')} file(s) ({scan.get('bytes')} bytes) for {scan.get('probes')} "
+        f"probe(s) of the erased data found {scan.get('matches')} match(es)"
+        + (", and found a planted copy (positive control)" if scan.get("positive_control") is True else ""),
+    ]
+    not_proven = []
+    horizon = fields.get("horizon")
+    if horizon:
+        proves.append(
+            f"the erasure horizon was reached at {horizon}: every KEK epoch that wrapped a destroyed key "
+            "is destroyed in the key provider, so copies of the data made before the forget (backups) "
+            "cannot be decrypted with its keys"
+        )
+        not_proven.append(
+            "that nobody kept the old keys: a copy of the keyring taken before the rotation still holds "
+            "the destroyed epochs"
+        )
+    else:
+        not_proven.append(
+            f"that older copies are unreadable: the erasure horizon is not reached "
+            f"({fields.get('horizon_reason')}); a backup taken before the forget could still be "
+            "decrypted with this keyring until `cenotaph rotate-keys` destroys those KEK epochs"
+        )
+    root = fields.get("root_of_trust")
+    if root == "local-file":
+        not_proven.append(
+            'that the signer is trustworthy: the root of trust is a local keyring file ("local-file"), by '
+            "default inside the data directory; whoever can read it can decrypt the store and sign "
+            "certificates like this one"
+        )
+    else:
+        not_proven.append(f"more than its root of trust ({root!r}) is worth: whoever controls it can sign")
+    not_proven += [
+        f"which data it was: the target is a keyed token ({target[:16]}…) that only the keyring's holder "
+        "can match to a scope, key or subject",
+        "anything about copies outside this store: exports, logs, prompts or a model's context that "
+        "already held the data",
+    ]
+    return {"proves": proves, "does_not_prove": not_proven}
+
+
+def certificate_table(doc: Mapping[str, Any]) -> RenderableType:
+    """A certificate summary (:func:`certificate_summary`, maybe with ``valid``) for people."""
+    fields = {k: v for k, v in doc.items() if k not in ("proves", "does_not_prove")}
+    proves = Text("proves:\n", style="bold green")
+    for claim in doc.get("proves", []):
+        proves.append(f"  • {claim}\n", style="default")
+    not_proven = Text("does not prove:\n", style="bold yellow")
+    for claim in doc.get("does_not_prove", []):
+        not_proven.append(f"  • {claim}\n", style="default")
+    return Group(generic_table(fields, "erasure certificate"), proves, not_proven)

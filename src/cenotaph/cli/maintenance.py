@@ -1,0 +1,76 @@
+"""Maintenance commands: ``purge`` and ``rotate-keys``.
+
+Both can take a while on a large store, so both draw a progress bar on stderr when it is a
+terminal; stdout only ever holds the report.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from .options import data_option, open_existing_store
+from .output import emit, generic_table, table_option
+from .progress import progress_bar
+
+__all__ = ["purge", "rotate_keys"]
+
+
+@click.command()
+@data_option
+@table_option
+def purge(data: Path, table: bool) -> None:
+    """Physically purge forgotten data, then verify by scanning every file.
+
+    Removes erased rows, truncates the WAL, clears caches, then scans the store's files for
+    probes of what was erased. Prints each erasure request's state, rows reclaimed, whether the
+    WAL was truncated, and the scan (files, bytes, probes, matches, positive control). Pending
+    layers are reported, not raised: see `cenotaph status ID` for a request's gaps.
+    """
+    with open_existing_store(data) as store, progress_bar("scanning for residue") as progress:
+        report = store.purge(progress=progress)
+    emit(report.to_dict(), table=table, render=_purge_table)
+
+
+def _purge_table(doc: dict[str, Any]) -> RenderableType:
+    head = {k: v for k, v in doc.items() if k not in ("requests", "scan")}
+    requests = [{"request": rid, "state": state} for rid, state in doc.get("requests", {}).items()]
+    return Group(
+        generic_table(head, "purge"),
+        generic_table(doc.get("scan", {}), "residue scan"),
+        generic_table(requests, "erasure requests")
+        if requests
+        else Text("(no erasure requests)", style="dim"),
+    )
+
+
+@click.command("rotate-keys")
+@data_option
+@table_option
+def rotate_keys(data: Path, table: bool) -> None:
+    """Rewrap every live key under a new KEK epoch and destroy the old ones.
+
+    Epochs still needed by a registered backup are retained (see `cenotaph release-backup`).
+    Destroying the epochs live at a forget is what reaches that forget's erasure horizon: copies
+    made before it (backups, old key files) can no longer be decrypted.
+    """
+    with open_existing_store(data) as store, progress_bar("rewrapping keys", unit="items") as progress:
+        report = store.rotate_keys(progress=progress)
+    emit(report.to_dict(), table=table, render=_rotation_table)
+
+
+def _rotation_table(doc: dict[str, Any]) -> RenderableType:
+    parts: list[RenderableType] = [generic_table(doc, "key rotation")]
+    if doc.get("retained_epochs"):
+        parts.append(
+            Text(
+                "retained epochs are needed by registered backups: `cenotaph release-backup ID`, "
+                "then `cenotaph rotate-keys` again, to destroy them",
+                style="yellow",
+            )
+        )
+    return Group(*parts)

@@ -1,0 +1,150 @@
+"""In-process caches (decrypted records, unwrapped keys, the vector index) never outlive a forget.
+
+Same process: the forget clears them before it returns. Another process: the next read, get or search
+here must not return the record, and (the brief's stronger claim, "a forget in another process resets
+the index before the next read returns") the decrypted copy and the vector must be gone from this
+process's memory by then. The cache is also never a path around the final check (R2).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import cenotaph
+
+from ._helpers import assert_unreadable, forget_in_child, raw_db, run_child
+
+SCOPE = "tenant:acme/user:alice/session:s1"
+BOB = "tenant:acme/user:bob"
+QUERY = "cardiology appointment"
+MODES = pytest.mark.parametrize("mode", ["compliance", "operational"])
+
+
+def _warm(store):
+    note = store.write(SCOPE, "cardio", "cardiology appointment on Tuesday")
+    keep = store.write(SCOPE, "dentist", "dentist appointment on Friday")
+    assert store.read(SCOPE, "cardio") == note
+    assert store.get(note.id) == note
+    assert [h.record.id for h in store.search(SCOPE, QUERY, k=1000)] == [note.id, keep.id]
+    assert note.id in store._cache  # the decrypted record is cached here
+    assert note.id in store._search._vectors  # and its vector is in this process's index
+    return note, keep
+
+
+def _session_read(store, rec):
+    with store.session(rec.scope) as session:
+        return session.read(rec.scope, rec.key)
+
+
+OPS = {
+    "read": lambda store, rec: store.read(rec.scope, rec.key),
+    "get": lambda store, rec: store.get(rec.id),
+    "search": lambda store, rec: next(
+        (h.record for h in store.search(rec.scope, QUERY, k=1000) if h.record.id == rec.id), None
+    ),
+    "list": lambda store, rec: next((r for r in store.list(rec.scope) if r.id == rec.id), None),
+    "session-read": _session_read,
+}
+
+
+@MODES
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_forget_in_another_process_hides_the_record_from_the_next_call(stores, mode: str, op: str) -> None:
+    store = stores()
+    note, keep = _warm(store)
+    forget_in_child(stores.path(store), SCOPE, "cardio", mode)
+    assert OPS[op](store, note) is None  # the very first call after the forget
+    assert_unreadable(store, note, QUERY)
+    assert store.read(SCOPE, "dentist") == keep
+
+
+@MODES
+def test_forget_in_another_process_drops_this_process_decrypted_copies(stores, mode: str) -> None:
+    store = stores()
+    note, _ = _warm(store)
+    forget_in_child(stores.path(store), SCOPE, "cardio", mode)
+    assert store.read(SCOPE, "cardio") is None
+    assert note.id not in store._cache
+    assert note.id not in store._search._vectors
+    assert note.id not in store._keys.lineage_keys
+
+
+def test_other_process_compliance_forget_shreds_what_this_process_cached(stores) -> None:
+    store = stores()
+    source = store.write(SCOPE, "note", "alpha: cardiology appointment")
+    derived = store.write(
+        BOB, "summary", "beta: colleague's cardiology appointment", derived_from=[source.id]
+    )
+    directory = stores.path(store)
+    store.close()
+    with raw_db(directory) as conn:  # the lineage index misses the edge (W3: "a copy it missed")
+        assert conn.execute("DELETE FROM derivations").rowcount == 1
+    store = stores.reopen(store)
+    assert store.get(derived.id) == derived  # cached here, keys unwrapped here
+
+    forget_in_child(directory, SCOPE, "note", "compliance")
+
+    # control: a store that never cached it cannot decrypt it (cryptography alone shreds it)
+    fresh = cenotaph.open(directory, auto_purge=False)
+    try:
+        assert fresh.get(derived.id) is None
+    finally:
+        fresh.close()
+    assert store.get(derived.id) is None
+
+
+@MODES
+def test_forget_in_this_process_clears_caches_before_it_returns(stores, mode: str) -> None:
+    store = stores()
+    note, keep = _warm(store)
+    assert note.id in store._keys.lineage_keys
+    store.forget(SCOPE, "cardio", mode=mode)
+    # synchronously, before anything else is called
+    assert note.id not in store._cache
+    assert note.id not in store._search._vectors
+    assert note.id not in store._keys.lineage_keys
+    assert keep.id in store._search._vectors  # only the forgotten record's vector was removed
+    assert_unreadable(store, note, QUERY)
+    assert store.read(SCOPE, "dentist") == keep
+
+
+@MODES
+def test_a_stale_cache_entry_is_never_served(stores, mode: str) -> None:
+    """Simulate a cache that missed the invalidation: the final materialization step re-checks the
+    row (and the keys) before a cached record is returned (R2)."""
+    store = stores()
+    note, keep = _warm(store)
+    store.forget(SCOPE, "cardio", mode=mode)
+    with store._cache_lock:
+        store._cache[note.id] = note
+    store._search.add([note.id], store._search.embed_values([note.value]))
+    for op in OPS.values():
+        assert op(store, note) is None
+    assert_unreadable(store, note, QUERY)
+    assert store.read(SCOPE, "dentist") == keep
+
+
+def test_a_stale_cache_entry_of_a_replaced_record_is_never_served(stores) -> None:
+    """Another process replaced the value: this process returns the new record, not its cached one."""
+    store = stores()
+    first = store.write(SCOPE, "diet", "vegetarian")
+    assert store.read(SCOPE, "diet") == first
+    child = run_child("write", stores.path(store), SCOPE, "diet", '"vegan"')
+    current = store.read(SCOPE, "diet")
+    assert current.id == child["id"] and current.value == "vegan"
+    assert store.get(first.id) is None
+    assert [h.record.value for h in store.search(SCOPE, "vegetarian vegan", k=10)] == ["vegan"]
+
+
+def test_subject_forget_in_another_process_hides_cached_records(stores) -> None:
+    store = stores()
+    note = store.write(SCOPE, "cardio", "cardiology appointment on Tuesday")
+    derived = store.write(BOB, "summary", "colleague's cardiology appointment", derived_from=[note.id])
+    bob_own = store.write(BOB, "own", "bob's own memory")
+    assert store.get(derived.id) == derived and store.read(SCOPE, "cardio") == note
+    run_child("forget-subject", stores.path(store), "tenant:acme/user:alice")
+    assert store.get(derived.id) is None
+    assert store.read(SCOPE, "cardio") is None
+    for record in (note, derived):
+        assert_unreadable(store, record, QUERY)
+    assert store.get(bob_own.id) == bob_own
