@@ -6,9 +6,11 @@ subprocess (``python -m cenotaph.cli.main``) so the exit codes and stderr are th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -312,10 +314,15 @@ TABLE_CASES = [
     ("write", USER, "k2", "v"),
     ("read", USER, "k"),
     ("list", USER),
+    ("search", USER, "v"),
+    ("export", USER),
     ("forget", USER, "k"),
     ("forget-subject", "tenant:acme/user:bob"),
     ("reauthorize", USER),
     ("status",),
+    ("purge",),
+    ("rotate-keys",),
+    ("audit", "verify"),
     ("doctor",),
 ]
 
@@ -358,6 +365,20 @@ BAD_INPUT = [
     ("forget", USER, "k", "--mode", "sometimes"),
     ("forget-subject", ""),
     ("status", "er_unknown"),
+    ("search", USER, ""),
+    ("search", USER, "q", "-k", "0"),
+    ("search", USER, "q", "-k", "many"),
+    ("search", USER, "q", "--filter", "{bad"),
+    ("search", USER, "q", "--filter", "[1]"),
+    ("search", USER, "q", "--filter", '{"topic": {"$regex": "x"}}'),
+    ("search", "not a scope", "q"),
+    ("export", ""),
+    ("attest", "er_unknown"),
+    ("attest",),
+    ("backup",),
+    ("release-backup", "bk_unknown"),
+    ("restore", "/no/such/backup"),
+    ("audit", "bogus"),
     ("no-such-command",),
 ]
 
@@ -417,8 +438,19 @@ def test_demo_narrates_the_scenario_and_cleans_up(tmp_path: Path, monkeypatch: p
         "32-byte HMAC token",
         "grep of the canary in all files finds 0",
         "State:",
+        "the export has no trace of the note or the summary",
+        '"cardiology" is not in its JSON',
+        "cenotaph.verify_certificate(cert.to_json(), store.public_key) accepts it",
+        "refused with CertificateError",
+        "What it proves:",
+        "What it does not prove:",
+        "root of trust is a local keyring file",
+        "erasure horizon is not reached",
+        "erasure horizon reached at",
+        "a second certificate, verified, states it",
     ):
         assert phrase in out, phrase
+    assert '"signature":' in out and '"root_of_trust": "local-file"' in out  # the certificate itself
     assert list(tmp_path.iterdir()) == []
 
 
@@ -512,3 +544,484 @@ def test_every_command_is_in_the_readme_cli_section() -> None:
         name for name, _ in all_commands() if not re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", section)
     ]
     assert not missing, f"commands missing from README.md's ## CLI section: {missing}"
+
+
+# -- search and export ---------------------------------------------------------------------
+def test_search_returns_hits_best_first(data: Path) -> None:
+    d = ("--data", str(data))
+    ok_json("write", USER, "diet", "vegetarian food, no meat", "--metadata", '{"topic": "food"}', *d)
+    ok_json("write", USER, "sport", "tennis on sundays", "--metadata", '{"topic": "sport"}', *d)
+    ok_json("write", SESSION, "lunch", "vegetarian lunch today", *d)
+    hits = ok_json("search", USER, "vegetarian food", *d)
+    keys = [h["record"]["key"] for h in hits]
+    assert keys[0] == "diet" and "lunch" not in keys  # the session is a descendant: not searched
+    assert set(hits[0]) == {"record", "score"} and 0 < hits[0]["score"] <= 1
+    both = ok_json("search", USER, "vegetarian food", "--descendants", *d)
+    assert {"diet", "lunch"} <= {h["record"]["key"] for h in both}
+    assert [h["score"] for h in both] == sorted((h["score"] for h in both), reverse=True)
+    assert len(ok_json("search", USER, "vegetarian food", "--descendants", "-k", "1", *d)) == 1
+    # the session falls through to the user scope unless told not to
+    assert {"diet", "lunch"} <= {h["record"]["key"] for h in ok_json("search", SESSION, "vegetarian", *d)}
+    only = ok_json("search", SESSION, "vegetarian", "--no-fallthrough", *d)
+    assert [h["record"]["key"] for h in only] == ["lunch"]
+    filtered = ok_json("search", USER, "vegetarian tennis", "--filter", '{"topic": "sport"}', *d)
+    assert [h["record"]["key"] for h in filtered] == ["sport"]
+    assert ok_json("search", f"{USER}/session:empty", "vegetarian", "--no-fallthrough", *d) == []
+
+
+def test_search_skips_forgotten_records(data: Path) -> None:
+    d = ("--data", str(data))
+    ok_json("write", SESSION, "note", "cardiology appointment", *d)
+    ok_json("forget", SESSION, *d)
+    assert ok_json("search", USER, "cardiology appointment", "--descendants", *d) == []
+
+
+def test_export_is_the_access_request_and_holds_no_forgotten_data(data: Path) -> None:
+    d = ("--data", str(data))
+    note = ok_json("write", SESSION, "note", "cardiology appointment", *d)
+    ok_json("write", USER, "summary", "mentions the heart", "--derived-from", note["id"], *d)
+    ok_json("write", USER, "diet", "vegetarian", *d)
+    before = ok_json("export", USER, *d)
+    assert before["subject"] == USER
+    assert {r["key"] for r in before["records"]} == {"note", "diet"}
+    assert [r["key"] for r in before["derived_records"]] == ["summary"]
+    ok_json("forget", SESSION, *d)
+    result = run("export", USER, *d)
+    assert result.exit_code == 0
+    assert "cardiology" not in result.stdout and "heart" not in result.stdout
+    after = json.loads(result.stdout)
+    assert [r["key"] for r in after["records"]] == ["diet"] and after["derived_records"] == []
+    erased = ok_json("forget-subject", USER, *d)
+    requests = ok_json("export", USER, *d)["erasure_requests"]
+    assert [(r["id"], r["mode"]) for r in requests] == [(erased["id"], "compliance")]
+
+
+# -- purge, attest, verify-cert ------------------------------------------------------------
+def forget_without_purge(data: Path, scope: str = SESSION, mode: str = "compliance") -> str:
+    """A forget through the API with auto-purge off, so its purge is left to `cenotaph purge`."""
+    with cenotaph.open(data, auto_purge=False) as store:
+        store.write(scope, "note", "cardiology appointment on Tuesday")
+        request = store.forget(scope, mode=mode)
+        assert request.status().state in ("tombstoned", "shredded")
+        return request.id
+
+
+def test_purge_verifies_pending_erasures(data: Path) -> None:
+    request_id = forget_without_purge(data)
+    result = run("purge", "--data", str(data))
+    assert result.exit_code == 0 and result.stderr == ""
+    report = json.loads(result.stdout)
+    assert report["requests"] == {request_id: "verified"}
+    assert report["reclaimed"] > 0 and report["wal_truncated"] is True
+    assert report["scan"]["files"] > 0 and report["scan"]["matches"] == 0
+    assert report["scan"]["positive_control"] is True
+    assert ok_json("status", request_id, "--data", str(data))["status"]["state"] == "verified"
+
+
+def test_purge_reports_progress_only_to_a_terminal(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import cenotaph.cli.progress as progress
+
+    forget_without_purge(data)
+    seen: list[object] = []
+    original = cenotaph.Store.purge
+
+    def spy(self: cenotaph.Store, *, progress: object = None) -> cenotaph.PurgeReport:
+        seen.append(progress)
+        return original(self, progress=progress)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cenotaph.Store, "purge", spy)
+    ok_json("purge", "--data", str(data))
+    assert seen == [None]  # not a terminal: no bar, no callback
+    monkeypatch.setattr(progress, "stderr_is_tty", lambda: True)
+    result = run("purge", "--data", str(data))
+    assert result.exit_code == 0
+    assert callable(seen[-1])
+    assert json.loads(result.stdout)["wal_truncated"] is True  # stdout holds the report only
+
+
+def test_attest_prints_the_canonical_certificate(data: Path) -> None:
+    d = ("--data", str(data))
+    ok_json("write", SESSION, "note", "cardiology", *d)
+    request = ok_json("forget", SESSION, *d)
+    result = run("attest", request["id"], *d)
+    assert result.exit_code == 0, result.stderr
+    text = result.stdout.rstrip("\n")
+    public_key = ok_json("status", *d)["public_key"]
+    certificate = cenotaph.verify_certificate(text, public_key)
+    assert certificate.to_json() == text  # exactly the canonical JSON
+    assert certificate["request_id"] == request["id"] and certificate["mode"] == "compliance"
+    assert certificate["root_of_trust"] == "local-file"
+    assert "cardiology" not in text and SESSION not in text  # content-free
+
+
+def test_attest_out_writes_the_file(data: Path, tmp_path: Path) -> None:
+    d = ("--data", str(data))
+    ok_json("write", USER, "k", "v", *d)
+    request = ok_json("forget", USER, "k", *d)
+    out = tmp_path / "cert.json"
+    doc = ok_json("attest", request["id"], "--out", str(out), *d)
+    text = out.read_text(encoding="utf-8")
+    certificate = cenotaph.verify_certificate(text, doc["public_key"])
+    assert certificate.to_json() == text
+    assert doc["request_id"] == request["id"] and doc["out"] == str(out.resolve())
+    assert doc["horizon"] is None and "verify-cert" in doc["verify"]
+    line = assert_one_line_error(
+        run("attest", request["id"], "--out", str(tmp_path / "no" / "c.json"), *d), 2
+    )
+    assert "--out" in line
+
+
+def test_attest_refuses_what_is_not_provable(data: Path) -> None:
+    d = ("--data", str(data))
+    pending = forget_without_purge(data)
+    line = assert_one_line_error(run("attest", pending, *d), 1)
+    assert "not provable" in line and "cenotaph purge" in line and "cardiology" not in line
+    ok_json("purge", *d)
+    assert run("attest", pending, *d).exit_code == 0
+    operational = forget_without_purge(data, scope=f"{USER}/session:s2", mode="operational")
+    line = assert_one_line_error(run("attest", operational, *d), 1)
+    assert "operational" in line and "cenotaph purge" not in line
+
+
+@pytest.fixture
+def certificate_file(data: Path, tmp_path: Path) -> tuple[Path, str]:
+    """A certificate written by `cenotaph attest --out`, and the public key of its store."""
+    d = ("--data", str(data))
+    ok_json("write", SESSION, "note", "cardiology", *d)
+    request = ok_json("forget", SESSION, *d)
+    out = tmp_path / "cert.json"
+    doc = ok_json("attest", request["id"], "--out", str(out), *d)
+    return out, doc["public_key"]
+
+
+def test_verify_cert_needs_no_data_directory(
+    certificate_file: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, key = certificate_file
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    doc = ok_json("verify-cert", str(path), "--public-key", key)
+    certificate = json.loads(path.read_text())
+    assert doc["valid"] is True and doc["request_id"] == certificate["request_id"]
+    assert doc["public_key"] == key and doc["horizon"] is None
+    assert any("horizon" in claim for claim in doc["does_not_prove"])
+    assert any("local keyring file" in claim for claim in doc["does_not_prove"])
+    assert any("0 match(es)" in claim for claim in doc["proves"])
+    assert list(elsewhere.iterdir()) == []  # no ./cenotaph-data, no keyring
+    # upper-case hex and stdin work too
+    via_stdin = CliRunner().invoke(
+        cli, ["verify-cert", "-", "--public-key", key.upper()], input=path.read_bytes()
+    )
+    assert via_stdin.exit_code == 0 and json.loads(via_stdin.stdout)["valid"] is True
+    table = run("verify-cert", str(path), "--public-key", key, "--table")
+    assert table.exit_code == 0 and "does not prove" in table.stdout
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda c: c | {"forget_version": c["forget_version"] + 1},
+        lambda c: c | {"horizon": "2020-01-01T00:00:00+00:00"},
+        lambda c: c | {"scan": {**c["scan"], "matches": 0, "files": c["scan"]["files"] + 1}},
+        lambda c: {k: v for k, v in c.items() if k != "root_of_trust"},
+        lambda c: c | {"extra": "field"},
+    ],
+    ids=["version", "horizon", "scan", "removed-field", "added-field"],
+)
+def test_verify_cert_detects_a_tampered_file(certificate_file: tuple[Path, str], change: Any) -> None:
+    path, key = certificate_file
+    path.write_text(json.dumps(change(json.loads(path.read_text()))))
+    line = assert_one_line_error(run("verify-cert", str(path), "--public-key", key), 1)
+    assert "not valid" in line
+    assert run("verify-cert", str(path), "--public-key", key).stdout == ""
+
+
+def test_verify_cert_refuses_another_stores_key_and_garbage(
+    certificate_file: tuple[Path, str], tmp_path: Path
+) -> None:
+    path, _ = certificate_file
+    other = tmp_path / "other"
+    run("init", "--data", str(other))
+    other_key = ok_json("status", "--data", str(other))["public_key"]
+    assert "another store" in assert_one_line_error(
+        run("verify-cert", str(path), "--public-key", other_key), 1
+    )
+    garbage = tmp_path / "garbage.json"
+    garbage.write_bytes(b"\xff\xfe not json")
+    assert_one_line_error(run("verify-cert", str(garbage), "--public-key", other_key), 1)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--public-key", "abc"),
+        ("--public-key", "g" * 64),
+        ("--public-key", "a" * 63),
+        ("--public-key", ""),
+        (),
+    ],
+    ids=["short", "not-hex", "odd", "empty", "missing"],
+)
+def test_verify_cert_bad_key_exits_2(certificate_file: tuple[Path, str], args: tuple[str, ...]) -> None:
+    path, _ = certificate_file
+    result = run("verify-cert", str(path), *args)
+    assert_one_line_error(result, 2)
+    assert result.stdout == ""
+
+
+def test_verify_cert_missing_file_exits_2(tmp_path: Path) -> None:
+    assert_one_line_error(run("verify-cert", str(tmp_path / "nope.json"), "--public-key", "a" * 64), 2)
+    assert_one_line_error(run("verify-cert", str(tmp_path), "--public-key", "a" * 64), 2)
+
+
+# -- status, rotation, backups and restore --------------------------------------------------
+def test_status_lists_each_request_with_state_and_horizon(data: Path) -> None:
+    d = ("--data", str(data))
+    ok_json("write", USER, "k", "v", *d)
+    request = ok_json("forget", USER, "k", *d)
+    row = ok_json("status", *d)["requests"][0]
+    assert row["id"] == request["id"] and row["state"] == "verified" and row["horizon"] is None
+    report = ok_json("rotate-keys", *d)
+    assert report["destroyed_epochs"] == [1] and report["retained_epochs"] == []
+    assert report["new_epoch"] == 2 and report["rewrapped"] >= 1
+    row = ok_json("status", *d)["requests"][0]
+    assert row["horizon"] is not None
+    certificate = json.loads(run("attest", request["id"], *d).stdout)
+    assert certificate["horizon"] == row["horizon"]
+
+
+def test_backup_retains_epochs_until_released(data: Path, tmp_path: Path) -> None:
+    d = ("--data", str(data))
+    ok_json("write", USER, "k", "v", *d)
+    info = ok_json("backup", str(tmp_path / "bk"), *d)
+    assert info["id"].startswith("bk_") and info["path"] == str((tmp_path / "bk").resolve())
+    assert info["epochs"] == [1] and info["bytes"] > 0
+    assert ok_json("status", *d)["backups"] == {info["id"]: [1]}
+    request = ok_json("forget", USER, "k", *d)
+    rotation = ok_json("rotate-keys", *d)
+    assert rotation["retained_epochs"] == [1] and rotation["destroyed_epochs"] == []
+    assert ok_json("status", request["id"], *d)["status"]["horizon"] is None
+    released = ok_json("release-backup", info["id"], *d)
+    assert released["released"] == info["id"] and released["epochs"] == [1]
+    assert ok_json("status", *d)["backups"] == {}
+    assert 1 in ok_json("rotate-keys", *d)["destroyed_epochs"]
+    assert ok_json("status", request["id"], *d)["status"]["horizon"] is not None
+    assert_one_line_error(run("release-backup", info["id"], *d), 2)  # released already
+
+
+def test_backup_into_a_non_empty_directory_is_bad_input(data: Path, tmp_path: Path) -> None:
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "file").write_text("x")
+    assert_one_line_error(run("backup", str(tmp_path / "full"), "--data", str(data)), 2)
+
+
+def test_backup_forget_restore_resurrects_nothing(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d = ("--data", str(data))
+    ok_json("write", SESSION, "note", "cardiology appointment", *d)
+    ok_json("write", USER, "diet", "vegetarian", *d)
+    backup_dir = tmp_path / "bk"
+    ok_json("backup", str(backup_dir), *d)
+    request = ok_json("forget", SESSION, *d)
+    target = tmp_path / "restored"
+    keyring = data / "keyring"
+    doc = ok_json("restore", str(backup_dir), "--data", str(target), "--keyring", str(keyring))
+    assert doc["data"] == str(target.resolve()) and doc["keyring"] == str(keyring.resolve())
+    assert doc["public_key"] == ok_json("status", *d)["public_key"]
+    assert [(r["id"], r["state"]) for r in doc["requests"]] == [(request["id"], "verified")]
+    assert "horizon" in doc["requests"][0]
+    assert f"CENOTAPH_KEYRING={keyring.resolve()}" in doc["next"]
+    assert not (target / "keyring").exists()  # no key material was copied
+    # later commands on the restored directory use the source's keyring
+    monkeypatch.setenv("CENOTAPH_KEYRING", str(keyring))
+    t = ("--data", str(target))
+    assert run("read", SESSION, "note", *t).exit_code == 1
+    assert ok_json("read", USER, "diet", *t)["value"] == "vegetarian"
+    assert [r["key"] for r in ok_json("list", USER, "--descendants", *t)] == ["diet"]
+    assert ok_json("search", USER, "cardiology appointment", "--descendants", *t) == []
+    assert "cardiology" not in run("export", USER, *t).stdout
+    refused = assert_one_line_error(run("write", SESSION, "note", "again", *t), 1)
+    assert "forgotten" in refused
+    assert b"cardiology" not in b"".join(p.read_bytes() for p in target.rglob("*") if p.is_file())
+
+
+def test_restore_takes_the_keyring_from_the_environment(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ok_json("write", USER, "k", "v", "--data", str(data))
+    ok_json("backup", str(tmp_path / "bk"), "--data", str(data))
+    monkeypatch.setenv("CENOTAPH_KEYRING", str(data / "keyring"))
+    doc = ok_json("restore", str(tmp_path / "bk"), "--data", str(tmp_path / "restored"))
+    assert doc["keyring"] == str((data / "keyring").resolve())
+    assert ok_json("read", USER, "k", "--data", str(tmp_path / "restored"))["value"] == "v"
+
+
+def test_restore_without_a_keyring_is_bad_input(data: Path, tmp_path: Path) -> None:
+    ok_json("backup", str(tmp_path / "bk"), "--data", str(data))
+    target = tmp_path / "restored"
+    line = assert_one_line_error(run("restore", str(tmp_path / "bk"), "--data", str(target)), 2)
+    assert "keyring" in line and "CENOTAPH_KEYRING" in line
+    line = assert_one_line_error(
+        run("restore", str(tmp_path / "bk"), "--data", str(target), "--keyring", str(tmp_path / "nope")), 2
+    )
+    assert "--keyring" in line
+    assert not target.exists()
+
+
+def test_restore_refuses_bad_sources_and_targets(data: Path, tmp_path: Path) -> None:
+    k = ("--keyring", str(data / "keyring"))
+    ok_json("backup", str(tmp_path / "bk"), "--data", str(data))
+    not_a_backup = tmp_path / "plain"
+    not_a_backup.mkdir()
+    assert_one_line_error(run("restore", str(not_a_backup), "--data", str(tmp_path / "t1"), *k), 2)
+    assert not (tmp_path / "t1").exists()
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "precious").write_text("keep me")
+    assert_one_line_error(run("restore", str(tmp_path / "bk"), "--data", str(full), *k), 2)
+    assert [p.name for p in full.iterdir()] == ["precious"]
+
+
+def test_restore_with_another_stores_keyring_fails_and_leaves_nothing(data: Path, tmp_path: Path) -> None:
+    ok_json("write", USER, "k", "v", "--data", str(data))
+    ok_json("backup", str(tmp_path / "bk"), "--data", str(data))
+    other = tmp_path / "other"
+    ok_json("init", "--data", str(other))
+    target = tmp_path / "restored"
+    line = assert_one_line_error(
+        run("restore", str(tmp_path / "bk"), "--data", str(target), "--keyring", str(other / "keyring")), 1
+    )
+    assert "key provider" in line
+    assert not target.exists()  # a retry can use the same target
+    empty = tmp_path / "empty-target"
+    empty.mkdir()
+    assert_one_line_error(
+        run("restore", str(tmp_path / "bk"), "--data", str(empty), "--keyring", str(other / "keyring")), 1
+    )
+    assert list(empty.iterdir()) == []
+    ok_json("restore", str(tmp_path / "bk"), "--data", str(empty), "--keyring", str(data / "keyring"))
+
+
+# -- audit ---------------------------------------------------------------------------------
+def test_audit_verify_on_a_fresh_and_a_used_store(data: Path) -> None:
+    d = ("--data", str(data))
+    fresh = ok_json("audit", "verify", *d)
+    assert fresh["ok"] is True and fresh["entries"] == fresh["anchored_seq"]
+    ok_json("write", USER, "k", "v", *d)
+    ok_json("forget", USER, "k", *d)
+    used = ok_json("audit", "verify", *d)
+    assert used["ok"] is True and used["entries"] > fresh["entries"]
+    assert used["anchored_seq"] == used["entries"] and len(used["head"]) == 64
+
+
+def tamper_audit(data: Path, how: str) -> None:
+    """Edit the audit table directly, as someone with the database file could."""
+    with contextlib.closing(sqlite3.connect(data / "cenotaph.db")) as db:
+        seq, entry = db.execute("SELECT seq, entry FROM audit ORDER BY seq LIMIT 1").fetchone()
+        if how == "edit":
+            doc = json.loads(entry)
+            doc["at"] = "2000-01-01T00:00:00Z"
+            db.execute("UPDATE audit SET entry = ? WHERE seq = ?", (json.dumps(doc), seq))
+        elif how == "garbage":
+            db.execute("UPDATE audit SET entry = ? WHERE seq = ?", ("{not json", seq))
+        elif how == "truncate":
+            db.execute("DELETE FROM audit WHERE seq = (SELECT MAX(seq) FROM audit)")
+        db.commit()
+
+
+@pytest.mark.parametrize("how", ["edit", "garbage", "truncate"])
+def test_audit_verify_exits_1_after_tampering(tmp_path: Path, how: str) -> None:
+    d = ("--data", str(tmp_path / "data"))
+    assert run_process("init", *d).returncode == 0
+    assert run_process("write", SESSION, "note", "cardiology", *d).returncode == 0
+    assert run_process("forget", SESSION, *d).returncode == 0
+    clean = run_process("audit", "verify", *d)
+    assert clean.returncode == 0 and json.loads(clean.stdout)["ok"] is True
+    tamper_audit(tmp_path / "data", how)  # the CLI processes have exited
+    result = run_process("audit", "verify", *d)
+    assert result.returncode == 1, result.stderr
+    assert result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith("error: ")
+    assert "altered" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_audit_alone_shows_its_help() -> None:
+    result = run("audit")
+    assert result.exit_code == 2
+    assert "verify" in result.stderr and "Traceback" not in result.stderr
+
+
+# -- relative paths ------------------------------------------------------------------------
+def test_a_relative_data_directory_is_scanned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    d = ("--data", "rel-data")
+    ok_json("init", *d)
+    ok_json("write", SESSION, "note", "cardiology", *d)
+    request = ok_json("forget", SESSION, *d)
+    scan = request["status"]["layers"]["scan"]["evidence"]
+    assert scan["files"] > 0 and scan["bytes"] > 0  # a scan of no file would prove nothing
+
+
+# -- more real processes -------------------------------------------------------------------
+def test_subprocess_attest_then_verify_cert(tmp_path: Path) -> None:
+    d = ("--data", str(tmp_path / "data"))
+    assert run_process("init", *d).returncode == 0
+    assert run_process("write", SESSION, "note", "cardiology", *d).returncode == 0
+    request_id = json.loads(run_process("forget", SESSION, *d).stdout)["id"]
+    key = json.loads(run_process("status", *d).stdout)["public_key"]
+    attested = run_process("attest", request_id, *d)
+    assert attested.returncode == 0 and attested.stderr == ""
+    cert = tmp_path / "cert.json"
+    cert.write_text(attested.stdout)
+    checked = run_process("verify-cert", str(cert), "--public-key", key)
+    assert checked.returncode == 0, checked.stderr
+    assert json.loads(checked.stdout)["request_id"] == request_id
+    piped = subprocess.run(
+        [sys.executable, "-m", "cenotaph.cli.main", "verify-cert", "-", "--public-key", key],
+        input=attested.stdout.replace('"forget_version":', '"forget_version":1'),
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=120,
+    )
+    assert piped.returncode == 1 and len(piped.stderr.splitlines()) == 1
+    bad = run_process("verify-cert", str(cert), "--public-key", "xyz")
+    assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1 and bad.stdout == ""
+
+
+def test_subprocess_purge_draws_a_bar_on_a_terminal_only(tmp_path: Path) -> None:
+    pty = pytest.importorskip("pty")
+    data_dir = tmp_path / "data"
+    assert run_process("init", "--data", str(data_dir)).returncode == 0
+    forget_without_purge(data_dir)
+    controller, terminal = pty.openpty()
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "cenotaph.cli.main", "purge", "--data", str(data_dir)],
+            stdout=subprocess.PIPE,
+            stderr=terminal,
+            text=True,
+            env=subprocess_env(TERM="xterm", COLUMNS="100"),
+            timeout=120,
+        )
+        os.close(terminal)
+        terminal = -1
+        drawn = b""
+        while True:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            drawn += chunk
+    finally:
+        os.close(controller)
+        if terminal != -1:
+            os.close(terminal)
+    assert result.returncode == 0
+    report = json.loads(result.stdout)  # stdout is exactly the report
+    assert list(report["requests"].values()) == ["verified"]
+    assert b"scanning for residue" in drawn

@@ -794,6 +794,10 @@ class Store:
             raise InvalidValueError("backup_id must be the id returned by backup()")
         self._erasure.release_backup(backup_id)
 
+    def backups(self) -> dict[str, builtins.list[int]]:
+        """Registered backups: id -> the KEK epochs each one keeps alive."""
+        return self._provider.backups()
+
     def rotate_keys(self, *, progress: Progress | None = None) -> RotationReport:
         """Rewrap every live key under a new KEK epoch; destroy epochs no registered backup needs."""
         return self._erasure.rotate(progress)
@@ -902,12 +906,19 @@ def open_store(
 
 
 def restore(
-    src: str | os.PathLike[str], target: str | os.PathLike[str], *, key_provider: KeyProvider
+    src: str | os.PathLike[str],
+    target: str | os.PathLike[str],
+    *,
+    key_provider: KeyProvider,
+    progress: Progress | None = None,
 ) -> Store:
     """Restore a backup into an empty ``target`` directory with the source store's key provider.
 
     The newest forget ledger is replayed before the restored store serves its first read, then
     purged, so a backup taken before a forget resurrects nothing (S5). Copies no key material.
+
+    Restore replaces a lost store: the restored store shares the source's keyring, so do not keep
+    using both (rotating keys in one destroys epochs the other still needs).
     """
     if key_provider is None:
         raise InvalidValueError(
@@ -915,5 +926,5 @@ def restore(
         )
     copy_backup(Path(src), Path(target))
     store = Store(SQLiteBackend(Path(target)), key_provider)
-    store.purge()
+    store.purge(progress=progress)
     return store

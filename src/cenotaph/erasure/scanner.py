@@ -163,7 +163,7 @@ class ResidueScanner:
 
     def scan(self, root: Path, *, progress: Progress | None = None) -> ScanResult:
         """Scan every regular file under ``root`` (recursively, hidden ones too, no symlinks)."""
-        root = Path(root)
+        root = Path(root).resolve()  # _list_files yields root-prefixed paths: never join them twice
         if not root.is_dir():
             raise InvalidValueError(
                 f"scan root {root} is not a directory; pass the directory that holds the store's files"

@@ -217,7 +217,7 @@ class ErasureService:
         return roots
 
     def _scan(self, probes: list[bytes], progress: Progress | None) -> ScanResult:
-        return scan_in_child(self._scan_roots(), probes, progress)
+        return scan_in_child([r.resolve() for r in self._scan_roots()], probes, progress)
 
     def _verify(self, rows: list[ErasureRow], progress: Progress | None) -> dict[str, Any]:
         secret = self._provider.erasure_secret()
@@ -243,6 +243,8 @@ class ErasureService:
             gap = "the scanner's positive control failed, so a clean scan proves nothing"
         elif probe_count == 0 and removed:
             gap = "rows were removed but no probes were taken, so a clean scan proves nothing"
+        elif result.files == 0 or result.bytes == 0:
+            gap = "the scan read no file, so it proves nothing; check the data directory"
         layers["scan"] = {
             "state": "failed" if gap else "done",
             "evidence": evidence | ({"gap": gap} if gap else {}),
@@ -294,7 +296,14 @@ class ErasureService:
     # -- audit -------------------------------------------------------------------------
     def verify_audit(self) -> dict[str, Any]:
         with self._backend.read() as txn:
-            entries = [entry_from_dict(json.loads(e)) for e in txn.audit_entries()]
+            raw = txn.audit_entries()
+        try:
+            entries = [entry_from_dict(json.loads(e)) for e in raw]
+        except ValueError as exc:
+            raise StorageError(
+                "an audit entry is not valid JSON: the audit log was altered; restore it from a trusted copy "
+                "and investigate"
+            ) from exc
         anchor = latest_anchor(self._provider)
         head = verify_chain(
             entries, anchor=anchor[1] if anchor else None, anchor_seq=anchor[0] if anchor else None
@@ -373,6 +382,8 @@ class ErasureService:
         return info
 
     def release_backup(self, backup_id: str) -> None:
+        if backup_id not in self._provider.backups():
+            raise InvalidValueError("no backup with that id is registered; list them with `cenotaph status`")
         self._provider.release_backup(backup_id)
         with self._backend.write() as txn:
             anchor_audit(self._provider, txn, "release_backup", {"backup_id": backup_id})
