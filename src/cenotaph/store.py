@@ -24,7 +24,7 @@ from .crypto.provider import KeyProvider, keyring_from_env
 from .crypto.tokens import TokenMaker
 from .dominance import Reauth, WriteTargets, decide
 from .erasure.forget import ForgetPlan
-from .erasure.ledger import Ledger
+from .erasure.ledger import AUDIT_CHAIN, Ledger, anchor_audit, start_audit_chain
 from .erasure.probes import sample_probes, seal_probes
 from .erasure.service import ErasureService, Progress, copy_backup
 from .errors import (
@@ -114,6 +114,7 @@ class Store:
         *,
         auto_purge: bool = True,
         embedder: Embedder | None = None,
+        restored: bool = False,
     ) -> None:
         self._backend = backend
         self._provider = provider
@@ -130,6 +131,10 @@ class Store:
         self._closed = False
         with self._backend.write() as txn:
             self._check_keyring(txn)
+            if restored or txn.meta(AUDIT_CHAIN) is None:
+                start_audit_chain(provider, txn)
+            if restored:
+                anchor_audit(provider, txn, "restore", {})
             self._ledger.reconcile(txn)
             self._forget_epoch = txn.forget_epoch()
 
@@ -925,6 +930,6 @@ def restore(
             "restore needs the source store's key provider (e.g. LocalKeyring(<keyring dir>))"
         )
     copy_backup(Path(src), Path(target))
-    store = Store(SQLiteBackend(Path(target)), key_provider)
+    store = Store(SQLiteBackend(Path(target)), key_provider, restored=True)
     store.purge(progress=progress)
     return store

@@ -10,6 +10,7 @@ reached the ledger happened, even if its process died before COMMIT.
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -20,7 +21,9 @@ from ..faults import fault_point
 from .audit import GENESIS, chain_entry, entry_from_dict, entry_to_dict
 from .forget import ForgetPlan, apply_plan
 
-__all__ = ["Ledger", "initial_layers", "append_audit"]
+__all__ = ["Ledger", "all_anchors", "anchor_audit", "append_audit", "initial_layers", "start_audit_chain"]
+
+AUDIT_CHAIN = "audit_chain"
 
 ENTRY_KIND = "forget"
 
@@ -51,8 +54,8 @@ def initial_layers(plan: ForgetPlan) -> dict[str, Any]:
     }
 
 
-def append_audit(txn: Txn, event: str, fields: dict[str, Any]) -> tuple[int, str]:
-    """Append one content-free entry to the audit chain; returns (seq, head)."""
+def append_audit(txn: Txn, event: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """Append one content-free entry to the audit chain; returns its anchor (chain, seq, head)."""
     tail = txn.audit_tail()
     prev_seq, prev_head = (
         (0, GENESIS) if tail is None else (tail[0], entry_from_dict(json.loads(tail[1])).head)
@@ -60,7 +63,15 @@ def append_audit(txn: Txn, event: str, fields: dict[str, Any]) -> tuple[int, str
     at = datetime.now(UTC).isoformat().replace("+00:00", "Z")
     entry = chain_entry(prev_head, prev_seq + 1, at, event, fields)
     txn.append_audit(entry.seq, json.dumps(entry_to_dict(entry), sort_keys=True))
-    return entry.seq, entry.head
+    return {"chain": txn.meta(AUDIT_CHAIN), "audit_seq": entry.seq, "audit_head": entry.head}
+
+
+def start_audit_chain(provider: KeyProvider, txn: Txn) -> None:
+    """Give this database's audit chain a fresh id, registered in the ledger. A restored copy gets
+    a new id, so anchors of the source's later history do not apply to it."""
+    chain = secrets.randbits(62)
+    txn.set_meta(AUDIT_CHAIN, chain)
+    provider.append_ledger({"kind": "chain", "chain": chain})
 
 
 class Ledger:
@@ -95,14 +106,14 @@ class Ledger:
     def commit_plan(self, txn: Txn, plan: ForgetPlan, check: Callable[[Txn, ForgetPlan], None]) -> None:
         """Apply ``plan``, run ``check`` (the postcondition; raising rolls everything back), then
         make the plan durable in the provider; the caller commits right after."""
-        seq, head = self._record(txn, plan, replayed=False)
+        anchor = self._record(txn, plan, replayed=False)
         check(txn, plan)
         fault_point("forget.applied")
-        self._provider.append_ledger(self._entry(plan.to_entry(), (seq, head)))
+        self._provider.append_ledger(self._entry(plan.to_entry(), anchor))
         self._mark = self._provider.ledger_mark()
         fault_point("forget.ledgered")
 
-    def _record(self, txn: Txn, plan: ForgetPlan, *, replayed: bool) -> tuple[int, str]:
+    def _record(self, txn: Txn, plan: ForgetPlan, *, replayed: bool) -> dict[str, Any]:
         if not plan.epochs:
             plan.epochs = self._provider.live_epochs()
         probes = self._sampler(txn, plan) if plan.compliance else None
@@ -140,19 +151,23 @@ class Ledger:
         )
 
     @staticmethod
-    def _entry(plan: dict[str, Any], audit: tuple[int, str] | None) -> dict[str, Any]:
-        entry: dict[str, Any] = {"kind": ENTRY_KIND, "request_id": plan["request_id"], "plan": plan}
-        if audit is not None:
-            entry["audit_seq"], entry["audit_head"] = audit
-        return entry
+    def _entry(plan: dict[str, Any], anchor: dict[str, Any] | None) -> dict[str, Any]:
+        return {"kind": ENTRY_KIND, "request_id": plan["request_id"], "plan": plan, **(anchor or {})}
 
 
 def anchor_audit(provider: KeyProvider, txn: Txn, event: str, fields: dict[str, Any]) -> None:
     """Append an audit entry and anchor its head in the provider's ledger (S7)."""
-    seq, head = append_audit(txn, event, fields)
-    provider.append_ledger({"kind": "anchor", "audit_seq": seq, "audit_head": head})
+    provider.append_ledger({"kind": "anchor", **append_audit(txn, event, fields)})
 
 
-def latest_anchor(provider: KeyProvider) -> tuple[int, str] | None:
-    anchors = [(int(e["audit_seq"]), str(e["audit_head"])) for e in provider.ledger() if "audit_head" in e]
-    return max(anchors) if anchors else None
+def all_anchors(provider: KeyProvider, chain: int | None) -> dict[int, set[str]] | None:
+    """Every head the ledger anchored for ``chain``, by sequence number (two heads for one seq =
+    a rewrite); ``None`` if the chain id was never registered (the id itself was tampered with)."""
+    entries = provider.ledger()
+    if not any(e.get("kind") == "chain" and e.get("chain") == chain for e in entries):
+        return None
+    anchors: dict[int, set[str]] = {}
+    for entry in entries:
+        if "audit_head" in entry and entry.get("chain") == chain:
+            anchors.setdefault(int(entry["audit_seq"]), set()).add(str(entry["audit_head"]))
+    return anchors

@@ -16,7 +16,7 @@ from ..backends.base import Txn
 from ..crypto.aead import derive, open_sealed, seal
 from ..model import Record
 from .forget import ForgetPlan
-from .scanner import PROBE_MIN, probe_windows, text_probes
+from .scanner import PROBE_MIN, probe_windows
 
 __all__ = ["sample_probes", "seal_probes", "open_probes"]
 
@@ -56,8 +56,7 @@ def sample_probes(
         if opened is not None:
             record, vector = opened
             for text in _texts(record.value):
-                if len(text.encode()) >= PROBE_MIN:
-                    probes.extend(text_probes(text)[:3])
+                probes.extend(_text_windows(text))
             if vector:
                 probes.extend(probe_windows(vector))
     for lineage in txn.lineage(ids).values():
@@ -73,6 +72,16 @@ def sample_probes(
     # a probe that is one byte repeated would match any zeroed page: it proves nothing
     unique = list(dict.fromkeys(p for p in probes if len(p) >= PROBE_MIN and len(set(p)) > 1))
     return unique[:MAX_PROBES_PER_REQUEST]
+
+
+def _text_windows(text: str) -> list[bytes]:
+    """32-byte windows of the text as UTF-8, UTF-16-LE and hex: bounded in size (a long value
+    costs no more to scan for) and revealing only fragments while sealed."""
+    probes: list[bytes] = []
+    for encoded in (text.encode(), text.encode("utf-16-le"), text.encode().hex().encode()):
+        if len(encoded) >= PROBE_MIN:
+            probes.extend(probe_windows(encoded, width=32, count=4))
+    return probes
 
 
 def _key(secret: bytes, request_id: str) -> bytes:

@@ -28,7 +28,7 @@ from ..model import BackupInfo, Certificate, ErasureStatus, LayerStatus, PurgeRe
 from .audit import entry_from_dict, verify_chain
 from .certificate import Signer
 from .forget import ForgetPlan
-from .ledger import anchor_audit, latest_anchor
+from .ledger import AUDIT_CHAIN, all_anchors, anchor_audit
 from .probes import open_probes
 from .scan_worker import scan_in_child
 from .scanner import ScanResult
@@ -230,6 +230,8 @@ class ErasureService:
         with self._backend.write() as txn:
             for row in rows:
                 self._conclude(txn, row, results[row.id], len(per_request[row.id]))
+        # the sealed probes were just deleted: push that out of the WAL too
+        self._backend.checkpoint_truncate()
         return combined.to_dict()
 
     def _conclude(self, txn: Txn, row: ErasureRow, result: ScanResult, probe_count: int) -> None:
@@ -304,11 +306,29 @@ class ErasureService:
                 "an audit entry is not valid JSON: the audit log was altered; restore it from a trusted copy "
                 "and investigate"
             ) from exc
-        anchor = latest_anchor(self._provider)
-        head = verify_chain(
-            entries, anchor=anchor[1] if anchor else None, anchor_seq=anchor[0] if anchor else None
-        )
-        return {"entries": len(entries), "head": head, "anchored_seq": anchor[0] if anchor else 0}
+        head = verify_chain(entries)
+        with self._backend.read() as txn:
+            chain = txn.meta(AUDIT_CHAIN)
+        anchors = all_anchors(self._provider, chain)
+        if anchors is None:
+            raise StorageError(
+                "the audit chain id is not registered in the key provider's ledger: the audit log was "
+                "altered; restore it from a trusted copy and investigate"
+            )
+        by_seq = {e.seq: e.head for e in entries}
+        last = max(by_seq, default=0)
+        for seq, heads in sorted(anchors.items()):
+            if seq > last:
+                raise StorageError(
+                    f"the audit log was truncated: entry {seq} is anchored in the key provider's ledger but "
+                    "missing; restore it from a trusted copy and investigate"
+                )
+            if len(heads) > 1 or by_seq.get(seq) not in heads:
+                raise StorageError(
+                    f"audit entry {seq} does not match the head anchored in the key provider's ledger: the "
+                    "audit log was altered; restore it from a trusted copy and investigate"
+                )
+        return {"entries": len(entries), "head": head, "anchored_seq": max(anchors, default=0)}
 
     # -- rotation ----------------------------------------------------------------------
     def rotate(self, progress: Progress | None = None) -> RotationReport:

@@ -20,12 +20,17 @@ __all__ = ["SQLiteBackend", "SQLITE_SETTINGS", "DB_NAME"]
 
 DB_NAME = "cenotaph.db"
 
+_BUSY_TIMEOUT_MS = 30_000
+
 # Every connection setting, with why. Applied (and secure_delete read back) on each connection.
 SQLITE_SETTINGS: tuple[tuple[str, str], ...] = (
     ("journal_mode", "WAL"),  # never PERSIST: it keeps pre-images after commit (HINTS)
     ("synchronous", "FULL"),  # W7: a returned write survives power loss
     ("secure_delete", "ON"),  # S3: zero freed pages ourselves, never trust the build default
-    ("busy_timeout", "30000"),  # wait for other processes' write transactions, then StorageError
+    (
+        "busy_timeout",
+        str(_BUSY_TIMEOUT_MS),
+    ),  # wait for other processes' write transactions, then StorageError
     ("temp_store", "MEMORY"),  # no temp files outside the data directory
     ("trusted_schema", "OFF"),
     ("foreign_keys", "OFF"),
@@ -601,11 +606,14 @@ class SQLiteBackend:
         for attempt in range(attempts):
             with self._lock:
                 try:
+                    # TRUNCATE would wait out busy_timeout for every reader; poll without waiting
+                    self._conn.execute("PRAGMA busy_timeout=0")
                     busy = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
                 except sqlite3.Error as exc:
                     raise translate(exc) from exc
-            size = wal.stat().st_size if wal.exists() else 0
-            if busy == 0 and size == 0:
+                finally:
+                    self._conn.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+            if busy == 0:  # the WAL was emptied (later commits append only new frames)
                 return True, 0
             time.sleep(min(0.005 * (attempt + 1), 0.05))
         return False, wal.stat().st_size if wal.exists() else 0

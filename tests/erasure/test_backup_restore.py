@@ -1,0 +1,159 @@
+"""S5 with backups: a backup taken before a forget resurrects nothing when restored after it.
+
+- The backup directory holds ciphertext only: no canary in any form, no keyring file, no byte of
+  any key held by the key provider (KEKs, erasure secret, signing key).
+- ``restore`` replays the ledger before the first read: nothing forgotten comes back through read,
+  get, list, search or export_subject, and writes to the forgotten target are still refused.
+- ``restore`` refuses a non-empty target and a source that is not a backup (InvalidValueError).
+- A registered backup keeps its epochs alive (horizon None, naming the backup); once released,
+  ``rotate_keys`` destroys them, the horizon is reached, and restoring the old backup yields no
+  readable record at all: every key in it was wrapped under a destroyed epoch.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from _erasure_data import DB, A, B, assert_gone, assert_readable, assert_write_refused, populate
+from _erasure_kit import residue, sql
+
+import cenotaph
+from cenotaph.errors import InvalidValueError
+
+KEY_FILES = {"keyring.json", "ledger.jsonl", ".lock"}
+
+
+def _key_material(keyring: Path) -> list[str]:
+    """Every secret the keyring holds, as hex (KEKs of every epoch, erasure secret, signing key)."""
+    doc = json.loads((keyring / "keyring.json").read_text())
+    secrets_hex = [*doc["epochs"].values(), doc["erasure_secret"], doc["signing_key"]]
+    assert all(len(s) == 64 for s in secrets_hex)
+    return secrets_hex
+
+
+def _epochs_in(db: Path) -> set[int]:
+    found: set[int] = set()
+    for table in ("records", "lineage", "scopes", "subjects"):
+        found |= {
+            int(r[0])
+            for r in sql(db, f"SELECT DISTINCT epoch FROM {table} WHERE epoch IS NOT NULL", immutable=True)
+        }
+    return found
+
+
+def test_a_backup_from_before_a_forget_resurrects_nothing_and_dies_with_its_epochs(tmp_path: Path) -> None:
+    live = tmp_path / "data"
+    keyring = live / "keyring"
+    store = cenotaph.open(live)
+    restored: list[cenotaph.Store] = []
+    try:
+        a = populate(store, A, "A", short=6, long=1)
+        b = populate(store, B, "B", short=6, long=1)
+        key_hex = _key_material(keyring)
+
+        info = store.backup(tmp_path / "backup")
+        assert info.epochs == (1,)
+        backup = Path(info.path)
+
+        # -- the backup holds ciphertext only ------------------------------------------------
+        files = {p.name for p in backup.rglob("*")}
+        assert not files & KEY_FILES, f"key material files in the backup: {files & KEY_FILES}"
+        assert "keyring" not in files
+        leaked = residue(
+            backup, texts=[a.canary, b.canary, A, B, *key_hex], blobs=[bytes.fromhex(k) for k in key_hex]
+        )
+        assert leaked["files"] >= 1
+        assert leaked["text_hits"] == [], leaked["text_hits"]
+        assert leaked["window_hits"] == [], "a raw key from the keyring is in the backup"
+        # it is a real copy: a's rows are in it, as ciphertext
+        assert sql(backup / DB, "SELECT count(*) FROM records", immutable=True)[0][0] == len(a.ids) + len(
+            b.ids
+        )
+
+        request = store.forget_subject(A)
+        assert request.status().state == "verified"
+
+        # -- restore after the forget: nothing of a comes back --------------------------------
+        target = tmp_path / "restored"
+        r1 = cenotaph.restore(backup, target, key_provider=cenotaph.LocalKeyring(keyring))
+        restored.append(r1)
+        assert_gone(r1, a)
+        assert_write_refused(r1, a)
+        assert_readable(r1, b)
+        assert request.id in {r.id for r in r1.erasures()}
+        assert r1.erasure(request.id).status().state == "verified"
+        assert not (target / "keyring").exists(), "restore copies no key material"
+        r1.close()
+        found = residue(target, texts=[a.canary], blobs=[])
+        assert found["text_hits"] == []
+
+        # -- restore refuses what it cannot do safely -------------------------------------------
+        busy = tmp_path / "busy"
+        busy.mkdir()
+        (busy / "something.txt").write_text("keep me")
+        with pytest.raises(InvalidValueError):
+            cenotaph.restore(backup, busy, key_provider=cenotaph.LocalKeyring(keyring))
+        assert sorted(p.name for p in busy.iterdir()) == ["something.txt"]
+        not_backup = tmp_path / "not-a-backup"
+        not_backup.mkdir()
+        (not_backup / "random.bin").write_bytes(b"\0" * 100)
+        for source in (not_backup, live, tmp_path / "missing"):
+            with pytest.raises(InvalidValueError):
+                cenotaph.restore(source, tmp_path / "t-refused", key_provider=cenotaph.LocalKeyring(keyring))
+        assert not (tmp_path / "t-refused").exists() or not any((tmp_path / "t-refused").iterdir())
+
+        # -- a registered backup holds the horizon back ------------------------------------------
+        first = store.rotate_keys()
+        assert 1 in first.retained_epochs and 1 not in first.destroyed_epochs
+        status = request.status()
+        assert status.horizon is None
+        assert info.id in status.layers["horizon"].evidence["reason"]
+        held = store.attest(request.id)  # verified, but the certificate says the horizon is not reached
+        assert held["horizon"] is None and info.id in held["horizon_reason"]
+
+        # -- released: rotation destroys its epochs, the horizon is reached -----------------------
+        store.release_backup(info.id)
+        second = store.rotate_keys()
+        assert set(info.epochs) <= set(second.destroyed_epochs)
+        ring = json.loads((keyring / "keyring.json").read_text())
+        assert not set(map(str, info.epochs)) & set(ring["epochs"])
+        assert set(info.epochs) <= set(ring["destroyed"])
+        assert request.status().horizon is not None
+        assert store.attest(request.id)["horizon"] is not None
+        assert_readable(store, b)  # live keys were rewrapped under the new epoch
+
+        # -- the old backup now decrypts nothing -----------------------------------------------
+        assert _epochs_in(backup / DB) <= set(ring["destroyed"])
+        r2 = cenotaph.restore(backup, tmp_path / "restored-late", key_provider=cenotaph.LocalKeyring(keyring))
+        restored.append(r2)
+        for written in (a, b):
+            for record_id, (scope, key, _) in written.records.items():
+                assert r2.get(record_id) is None
+                assert r2.read(scope, key) is None
+        assert r2.list("tenant:t", include_descendants=True) == []
+        assert r2.search("tenant:t", b.canary, include_descendants=True) == []
+        assert r2.export_subject(B)["records"] == []
+    finally:
+        for r in restored:
+            r.close()
+        store.close()
+
+
+def test_a_backup_dir_copied_elsewhere_still_restores_without_resurrection(tmp_path: Path) -> None:
+    """The backup is self-contained ciphertext: moved to another path, it restores the same way."""
+    live = tmp_path / "data"
+    with cenotaph.open(live) as store:
+        a = populate(store, A, "A", short=3, long=0)
+        b = populate(store, B, "B", short=3, long=0)
+        info = store.backup(tmp_path / "backup")
+        store.forget(A, mode="compliance")  # a scope forget this time
+    moved = shutil.copytree(info.path, tmp_path / "moved")
+    with cenotaph.restore(
+        moved, tmp_path / "restored", key_provider=cenotaph.LocalKeyring(live / "keyring")
+    ) as r:
+        assert_gone(r, a)
+        assert_write_refused(r, a)
+        assert_readable(r, b)

@@ -1,0 +1,215 @@
+"""S1/S3/S4 by bytes: after a subject erasure, nothing of it is left in any file of the data directory.
+
+Two subjects (tenant:t/user:a and tenant:t/user:b) each get short and multi-page (20 KB) records.
+Before forgetting a, a child process snapshots every ciphertext and wrapped-key cell of a's records
+straight from the SQLite file. After ``forget_subject(a)`` (auto-purge) no file under the data
+directory holds a's canary (plain, hex, HEX, UTF-16-LE) nor any 32-byte window of any of those
+cells; b is still fully readable. The same again with SQLite's ``secure_delete`` default forced
+OFF on every new connection: the store must switch it ON itself (S3: never the build default).
+
+The byte oracle (``_erasure_kit.residue``) is independent of cenotaph's scanner and is checked
+against planted residue here first.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+from _erasure_data import DB, A, B, assert_gone, assert_readable, assert_write_refused, cells, populate
+from _erasure_kit import WINDOW, copy_file, forms, residue, sql
+
+import cenotaph
+
+
+# -- the oracle has teeth ---------------------------------------------------------------------
+def test_the_oracle_finds_planted_text_in_every_form_and_any_unaligned_window(tmp_path: Path) -> None:
+    text = f"CNRYplant{secrets.token_hex(6)}"
+    blob = secrets.token_bytes(5000)
+    for n, (name, form) in enumerate(forms(text).items()):
+        (tmp_path / f"f{n}.bin").write_bytes(secrets.token_bytes(777) + form + secrets.token_bytes(100))
+        assert name
+    # one exact 32-byte window from the middle of the blob, at an odd offset in the file
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "w.bin").write_bytes(secrets.token_bytes(4099) + blob[1234 : 1234 + WINDOW])
+    # 31 bytes is not a window: no hit
+    (tmp_path / "short.bin").write_bytes(secrets.token_bytes(5) + blob[300 : 300 + WINDOW - 1])
+    found = residue(tmp_path, texts=[text], blobs=[secrets.token_bytes(64), blob])
+    assert sorted(h[2] for h in found["text_hits"]) == sorted(forms(text))
+    assert found["window_hits"] == [["sub/w.bin", 1, 4099, 1234]]
+    assert found["files"] == 6
+
+
+@pytest.mark.parametrize("secure_delete", ["OFF", "ON"])
+def test_sqlite_keeps_deleted_cells_without_secure_delete(tmp_path: Path, secure_delete: str) -> None:
+    """Why the store must set secure_delete itself: with it OFF, a deleted row's bytes stay in the
+    file even after a TRUNCATE checkpoint (so the OFF run below is a real test)."""
+    db = tmp_path / "raw.db"
+    blob = secrets.token_bytes(6000)
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA secure_delete={secure_delete}")
+        conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, b BLOB)")
+        conn.execute("INSERT INTO t (b) VALUES (?)", (secrets.token_bytes(3000),))
+        conn.execute("INSERT INTO t (b) VALUES (?)", (blob,))
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.execute("DELETE FROM t WHERE b = ?", (blob,))
+        assert conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0
+    finally:
+        conn.close()
+    hits = residue(tmp_path, blobs=[blob])["window_hits"]
+    assert bool(hits) == (secure_delete == "OFF")
+
+
+# -- the store ----------------------------------------------------------------------------------
+@pytest.fixture(params=["build-default", "default-forced-off"])
+def secure_delete_default(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """``default-forced-off``: every new sqlite3 connection in this process starts with
+    ``secure_delete=OFF`` before the store applies its own settings."""
+    if request.param == "default-forced-off":
+        real_connect = sqlite3.connect
+
+        def connect(*args: object, **kwargs: object) -> sqlite3.Connection:
+            conn = real_connect(*args, **kwargs)  # type: ignore[arg-type]
+            conn.execute("PRAGMA secure_delete=OFF")
+            return conn
+
+        monkeypatch.setattr(sqlite3, "connect", connect)
+        probe = sqlite3.connect(":memory:")
+        try:
+            assert probe.execute("PRAGMA secure_delete").fetchone()[0] == 0, "the patch must take effect"
+        finally:
+            probe.close()
+    return str(request.param)
+
+
+def test_a_subject_erasure_leaves_no_byte_of_it_in_any_file(
+    tmp_path: Path, secure_delete_default: str
+) -> None:
+    data = tmp_path / "data"
+    store = cenotaph.open(data)
+    try:
+        # the store switched secure_delete ON on its own connection, whatever the default was
+        assert store._backend._conn.execute("PRAGMA secure_delete").fetchone()[0] == 1  # type: ignore[attr-defined]
+        a = populate(store, A, "A", short=12, long=3)
+        b = populate(store, B, "B", short=12, long=3)
+        a_cells = cells(data / DB, a.ids)
+        b_cells = cells(data / DB, b.ids)
+
+        before = residue(data, texts=[a.canary, b.canary], blobs=a_cells)
+        assert before["text_hits"] == [], "S1: values never reach a file in plain, hex or UTF-16 form"
+        hit_cells = {h[1] for h in before["window_hits"]}
+        assert len(hit_cells) == len(a_cells), "the oracle must see every one of a's cells on disk first"
+
+        request = store.forget_subject(A)
+        status = request.status()
+        assert status.state == "verified", status.gaps
+        assert status.gaps == ()
+        scan = status.layers["scan"]
+        assert scan.state == "done"
+        assert scan.evidence["probes"] > 0
+        assert scan.evidence["matches"] == 0
+        assert scan.evidence["positive_control"] is True
+        assert scan.evidence["files"] >= 1 and scan.evidence["bytes"] > 0
+        for layer in ("tombstone", "keys", "rows", "wal", "index"):
+            assert status.layers[layer].state == "done", layer
+
+        after = residue(data, texts=[a.canary, A], blobs=a_cells)
+        assert after["text_hits"] == []
+        assert after["window_hits"] == [], "a 32-byte window of a removed ciphertext cell is still on disk"
+        # ... while b's ciphertext is still found: the clean result is not a blank directory
+        kept = residue(data, blobs=b_cells)["window_hits"]
+        assert {h[1] for h in kept} == set(range(len(b_cells)))
+
+        assert_gone(store, a)
+        assert_write_refused(store, a)
+        assert_readable(store, b)
+
+        # purge again: idempotent, still verified, still clean
+        report = store.purge()
+        assert report.requests[request.id] == "verified"
+        assert report.wal_truncated is True
+    finally:
+        store.close()
+    final = residue(data, texts=[a.canary, A], blobs=a_cells)
+    assert final["text_hits"] == [] and final["window_hits"] == []
+    with cenotaph.open(data) as reopened:
+        assert_gone(reopened, a)
+        assert_readable(reopened, b)
+
+
+def test_once_verified_no_file_holds_the_sealed_probes(tmp_path: Path) -> None:
+    """S4: probes are kept encrypted *until verification*. Once verified, the live files must not
+    hold them any more: the key that seals them (derived from the erasure secret) is never destroyed,
+    and they hold the erased values' plaintext."""
+    from cenotaph.erasure.probes import open_probes
+
+    data = tmp_path / "data"
+    store = cenotaph.open(data, auto_purge=False)
+    try:
+        a = populate(store, A, "A", short=4, long=1)
+        populate(store, B, "B", short=2, long=0)
+        request = store.forget_subject(A)
+        ((sealed,),) = sql(data / DB, "SELECT probes FROM erasures WHERE id=?", [request.id])
+        assert isinstance(sealed, bytes) and sealed
+        assert store.purge().requests[request.id] == "verified"
+        assert sql(data / DB, "SELECT probes IS NULL FROM erasures WHERE id=?", [request.id]) == [(1,)]
+
+        # a plain copy of the main database file, as `cp` would take it now
+        copy_file(data / DB, tmp_path / "copy.db")
+        ((left,),) = sql(
+            tmp_path / "copy.db", "SELECT probes FROM erasures WHERE id=?", [request.id], immutable=True
+        )
+        secret = bytes.fromhex(json.loads((data / "keyring" / "keyring.json").read_text())["erasure_secret"])
+        recovered = open_probes(secret, request.id, left) or []
+        assert not any(a.canary.encode() in p for p in recovered), (
+            "erased plaintext recovered from a verified store"
+        )
+        found = residue(data, blobs=[sealed])
+        assert found["window_hits"] == [], "windows of the sealed probes are still on disk"
+    finally:
+        store.close()
+
+
+def test_a_scope_erasure_leaves_no_byte_of_its_records_or_scope_keys(tmp_path: Path) -> None:
+    """The same for a compliance forget of a's whole scope: its scope keys are destroyed too."""
+    data = tmp_path / "data"
+    with cenotaph.open(data) as store:
+        a = populate(store, A, "A", short=6, long=1)
+        b = populate(store, B, "B", short=3, long=0)
+        marks = ",".join("?" * len(a.ids))
+        scope_keys = [
+            row[0]
+            for row in sql(
+                data / DB,
+                f"SELECT wrapped FROM scopes WHERE token IN (SELECT scope_token FROM records WHERE id IN ({marks}))",
+                a.ids,
+            )
+        ]
+        assert len(scope_keys) == 3  # A and its two session scopes (tenant:t is shared with b)
+        # not the subject key: a scope forget erases the subtree, not the subject (who may have
+        # records elsewhere)
+        a_cells = cells(data / DB, a.ids, subject_keys=False) + scope_keys
+        request = store.forget(A)
+        assert request.status().state == "verified"
+        found = residue(data, texts=[a.canary, A], blobs=a_cells)
+        assert found["text_hits"] == [] and found["window_hits"] == [], found
+        assert_gone(store, a)
+        assert_write_refused(store, a)
+        assert_readable(store, b)
+
+
+def test_erasing_a_long_low_entropy_value_takes_about_as_long_as_a_random_one(tmp_path: Path) -> None:
+    timings = {}
+    for name, value in (("random", secrets.token_hex(20_000)), ("one-char", "x" * 40_000)):
+        with cenotaph.open(tmp_path / name) as store:
+            store.write(A, "k", value)
+            started = time.monotonic()
+            assert store.forget_subject(A).status().state == "verified"
+            timings[name] = time.monotonic() - started
+    assert timings["one-char"] < 1.0 + 2 * timings["random"], timings

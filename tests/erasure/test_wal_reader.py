@@ -1,0 +1,204 @@
+"""S3/W5: an open reader anywhere blocks ``wal_checkpoint(TRUNCATE)``, and then nothing claims erasure.
+
+A child process holds a read transaction on the database (a plain sqlite3 connection, as another
+tool or a stuck process would). The compliance forget still returns (shredded: keys destroyed,
+rows deleted) but its ``wal`` layer stays pending, so it is not ``verified``, and
+``confirm_erasure`` and ``attest`` refuse, naming the wal layer. Once the reader is gone,
+``purge()`` truncates the WAL, scans, and the request verifies and attests.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from _erasure_data import DB, A, B, Written, assert_gone, assert_readable, cells, populate
+from _erasure_kit import residue
+
+import cenotaph
+from cenotaph.errors import ErasureNotProvableError
+
+READER = r"""
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN")
+count = conn.execute("SELECT count(*) FROM records").fetchone()[0]
+print(f"holding {count}", flush=True)
+sys.stdin.read()          # hold the snapshot until the parent closes our stdin
+conn.execute("COMMIT")
+conn.close()
+print("released", flush=True)
+"""
+
+
+class Reader:
+    """A child process holding ``BEGIN; SELECT count(*) FROM records;`` open."""
+
+    def __init__(self, db: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", READER, str(db)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line.startswith("holding "), self.proc.stderr.read() if self.proc.stderr else line
+        self.count = int(line.split()[1])
+
+    def release(self) -> None:
+        out, err = self.proc.communicate(timeout=30)
+        assert self.proc.returncode == 0, err
+        assert "released" in out
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate(timeout=30)
+
+
+def _wal_gaps(gaps: list[str] | tuple[str, ...]) -> list[str]:
+    return [g for g in gaps if "wal" in g.lower()]
+
+
+FORGET_DEADLINE = 8.0  # seconds; a forget with a held reader should take about one purge (< 1 s)
+
+
+def _forget_with_deadline(store: cenotaph.Store, reader: Reader) -> cenotaph.ErasureRequest:
+    """``forget_subject(A)`` in a thread; if it is still blocked after FORGET_DEADLINE, release the
+    reader (so the thread can finish) and fail."""
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            outcome["request"] = store.forget_subject(A)
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    started = time.monotonic()
+    thread.start()
+    thread.join(FORGET_DEADLINE)
+    if thread.is_alive():
+        reader.release()
+        thread.join(120)
+        pytest.fail(
+            f"forget_subject blocked for more than {FORGET_DEADLINE}s while a reader held the WAL "
+            f"(returned {time.monotonic() - started:.1f}s after the reader was released); it should "
+            "return with the wal layer pending"
+        )
+    if "error" in outcome:
+        raise outcome["error"]  # type: ignore[misc]
+    return outcome["request"]  # type: ignore[return-value]
+
+
+def test_a_held_reader_leaves_the_wal_layer_pending_and_forget_returns(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    store = cenotaph.open(data)
+    reader = None
+    try:
+        a = populate(store, A, "A", short=6, long=1)
+        b = populate(store, B, "B", short=6, long=1)
+        a_cells = cells(data / DB, a.ids)
+        reader = Reader(data / DB)
+        assert reader.count == len(a.ids) + len(b.ids)
+        store.write("tenant:t/user:c", "k", "other data")  # WAL frames after the reader's snapshot
+
+        request = _forget_with_deadline(store, reader)  # auto-purge runs, but cannot truncate the WAL
+        status = request.status()
+        assert status.state == "shredded", "keys destroyed; purge could not complete every layer"
+        assert status.layers["wal"].state == "pending"
+        assert status.layers["wal"].evidence["wal_bytes"] > 0
+        assert status.layers["keys"].state == "done"
+        assert status.layers["rows"].state == "done"
+        assert status.layers["scan"].state == "pending"
+        assert _wal_gaps(status.gaps), status.gaps
+        assert_gone(store, a)  # already shredded: nothing of a is readable meanwhile
+        assert_readable(store, b)
+
+        with pytest.raises(ErasureNotProvableError) as confirm:
+            store.confirm_erasure(request.id)
+        assert _wal_gaps(confirm.value.gaps), confirm.value.gaps
+        assert "wal" in str(confirm.value).lower()
+        with pytest.raises(ErasureNotProvableError) as attest:
+            store.attest(request.id)
+        assert _wal_gaps(attest.value.gaps), attest.value.gaps
+
+        # purging and waiting do not get past a reader either
+        report = store.purge()
+        assert report.wal_truncated is False
+        assert report.requests[request.id] == "shredded"
+        assert request.wait(timeout=0.5).state == "shredded"
+
+        reader.release()
+        reader = None
+        _verified_after_release(store, request, data, a, a_cells, b)
+    finally:
+        if reader is not None:
+            reader.kill()
+        store.close()
+
+
+def test_a_reader_held_across_the_forget_keeps_it_unprovable_until_it_is_gone(tmp_path: Path) -> None:
+    """The same without auto-purge (so the forget does not checkpoint): gaps name the wal layer until
+    the reader is gone and ``purge()`` has run."""
+    data = tmp_path / "data"
+    store = cenotaph.open(data, auto_purge=False)
+    reader = None
+    try:
+        a = populate(store, A, "A", short=6, long=1)
+        b = populate(store, B, "B", short=6, long=1)
+        a_cells = cells(data / DB, a.ids)
+        reader = Reader(data / DB)
+        store.write("tenant:t/user:c", "k", "other data")
+
+        request = store.forget_subject(A)
+        status = request.status()
+        assert status.state == "shredded"
+        assert status.layers["wal"].state == "pending"
+        assert _wal_gaps(status.gaps), status.gaps
+        assert_gone(store, a)
+        with pytest.raises(ErasureNotProvableError) as confirm:
+            store.confirm_erasure(request.id)
+        assert _wal_gaps(confirm.value.gaps), confirm.value.gaps
+        with pytest.raises(ErasureNotProvableError) as attest:
+            store.attest(request.id)
+        assert _wal_gaps(attest.value.gaps), attest.value.gaps
+
+        reader.release()
+        reader = None
+        _verified_after_release(store, request, data, a, a_cells, b)
+    finally:
+        if reader is not None:
+            reader.kill()
+        store.close()
+
+
+def _verified_after_release(
+    store: cenotaph.Store,
+    request: cenotaph.ErasureRequest,
+    data: Path,
+    a: Written,
+    a_cells: list[bytes],
+    b: Written,
+) -> None:
+    report = store.purge()
+    assert report.wal_truncated is True
+    assert report.requests[request.id] == "verified"
+    assert report.scan["matches"] == 0 and report.scan["probes"] > 0
+    assert report.scan["positive_control"] is True
+    status = store.confirm_erasure(request.id)
+    assert status.state == "verified"
+    assert status.layers["wal"].state == "done"
+    assert status.layers["wal"].evidence["wal_bytes"] == 0
+    certificate = store.attest(request.id)
+    cenotaph.verify_certificate(certificate.to_json(), store.public_key)
+    assert certificate["layers"]["wal"]["state"] == "done"
+    clean = residue(data, texts=[a.canary], blobs=a_cells)
+    assert clean["text_hits"] == [] and clean["window_hits"] == []
+    assert_readable(store, b)
