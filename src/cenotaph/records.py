@@ -22,10 +22,19 @@ from .crypto.aead import Sealer
 from .crypto.keys import KeyChain, content_key, lineage_key
 from .model import Record
 
-__all__ = ["RecordCrypto", "SealedRecord"]
+__all__ = ["RecordCrypto", "SealedRecord", "is_visible"]
 
 _SUBJECTS_AAD = b"cenotaph-subjects/1"
 _VECTOR_AAD = b"/vector"
+
+
+def is_visible(row: RecordRow, now: float) -> bool:
+    """A row may be materialized: not hidden by a forget, key not destroyed, not expired at ``now``."""
+    return (
+        row.hidden_version is None
+        and row.wrapped is not None
+        and (row.expires_at is None or row.expires_at > now)
+    )
 
 
 def _ts(value: float | None) -> datetime | None:

@@ -25,14 +25,13 @@ from .crypto.tokens import TokenMaker
 from .dominance import Reauth, WriteTargets, decide
 from .erasure.forget import ForgetPlan
 from .erasure.ledger import AUDIT_CHAIN, Ledger, anchor_audit, start_audit_chain
+from .erasure.plan import ForgetPlanner, check_postcondition
 from .erasure.probes import sample_probes, seal_probes
 from .erasure.service import ErasureService, Progress, copy_backup
 from .errors import (
     DerivedFromForgottenError,
-    ErasureNotProvableError,
     InvalidValueError,
     KeyProviderError,
-    ScopeClosureError,
     StaleWriteError,
 )
 from .faults import fault_point
@@ -49,8 +48,9 @@ from .model import (
     RotationReport,
     SearchHit,
 )
-from .records import RecordCrypto, SealedRecord
+from .records import RecordCrypto, SealedRecord, is_visible
 from .scope import Scope, default_subjects
+from .session import StoreSession
 from .validation import (
     check_key,
     check_metadata,
@@ -125,6 +125,7 @@ class Store:
         self._cache_lock = threading.Lock()
         self._forget_epoch = -1
         self._ledger = Ledger(provider, self._sample_probes)
+        self._planner = ForgetPlanner(self._tokens)
         self._search = SearchIndex(embedder if embedder is not None else HashingEmbedder())
         self._erasure = ErasureService(backend, provider, self._keys, self._forget_from_memory, self._sync)
         self.auto_purge = auto_purge
@@ -190,9 +191,12 @@ class Store:
         # data_version moves only on other connections' commits; a replay is our own commit
         check = self._backend.changed()
         if self._ledger.changed():
-            with self._backend.write() as txn:
-                check = self._ledger.reconcile(txn) > 0 or check
-        if check:
+            with self._backend.read() as txn:
+                missing = self._ledger.missing(txn)
+            if missing:
+                with self._backend.write() as txn:
+                    self._ledger.reconcile(txn)
+        if self._ledger.take_replayed() or check:
             with self._backend.read() as txn:
                 epoch = txn.forget_epoch()
             if epoch != self._forget_epoch:
@@ -236,16 +240,14 @@ class Store:
         self._sync()
         try:
             with self._backend.write() as txn:
-                replayed = self._ledger.reconcile_if_changed(txn)
-                epoch = txn.forget_epoch()
+                self._ledger.reconcile_if_changed(txn)
+                if txn.forget_epoch() != self._forget_epoch:
+                    self._keys.clear()  # a forget since our last sync may have destroyed cached keys
                 self._keys.refresh_epoch()
                 sealed, replaced = self._write_batch(txn, prepared, vectors)
         except BaseException:
             self._keys.clear()  # keys created in a rolled-back transaction must not be reused
             raise
-        if replayed:  # forgets another process logged but never committed were just applied
-            self._forget_from_memory(None)
-            self._forget_epoch = epoch
         with self._cache_lock:
             for s in sealed:
                 self._cache[s.record.id] = s.record
@@ -468,6 +470,7 @@ class Store:
         token = "crt_" + secrets.token_urlsafe(32)
         self._sync()
         with self._backend.write() as txn:
+            self._ledger.reconcile_if_changed(txn)  # a token must postdate every logged forget
             version = txn.clock() + 1
             txn.insert_reauth(self._tokens.reauth(token), kind, target, version)
             txn.set_clock(version)
@@ -509,16 +512,9 @@ class Store:
             found = [self._materialize(txn, row) for row in txn.records_in_scopes(tokens)]
         return sorted((r for r in found if r is not None), key=lambda r: (r.scope, r.key))
 
-    def _visible_row(self, row: RecordRow, now: float) -> bool:
-        return (
-            row.hidden_version is None
-            and row.wrapped is not None
-            and (row.expires_at is None or row.expires_at > now)
-        )
-
     def _materialize(self, txn: Txn, row: RecordRow) -> Record | None:
         """The final materialization step (R2): every path to a Record ends here."""
-        if not self._visible_row(row, time.time()):
+        if not is_visible(row, time.time()):
             return None
         cached = self._cache.get(row.id)
         if cached is not None and cached.version == row.version:
@@ -643,7 +639,7 @@ class Store:
             raise InvalidValueError("mode must be 'compliance' or 'operational'")
         self._check_reason(reason)
         return self._forget(
-            lambda txn, rid, v: self._plan_scope_forget(txn, rid, v, parsed, key, mode, include_ancestors)
+            lambda txn, rid, v: self._planner.scope_or_key(txn, rid, v, parsed, key, mode, include_ancestors)
         )
 
     def forget_subject(self, subject: str, *, reason: str | None = None) -> ErasureRequest:
@@ -651,7 +647,7 @@ class Store:
         check_subject(subject)
         self._check_reason(reason)
         token = self._tokens.subject(subject)
-        return self._forget(lambda txn, rid, v: self._plan_subject_forget(txn, rid, v, token))
+        return self._forget(lambda txn, rid, v: self._planner.subject(txn, rid, v, token))
 
     @staticmethod
     def _check_reason(reason: object) -> None:
@@ -668,7 +664,7 @@ class Store:
             request_id = "er_" + os.urandom(12).hex()
             plan: ForgetPlan = planner(txn, request_id, txn.clock() + 1)
             fault_point("forget.planned")
-            self._ledger.commit_plan(txn, plan, self._check_postcondition)
+            self._ledger.commit_plan(txn, plan, check_postcondition)
             epoch = txn.forget_epoch()
         fault_point("forget.committed")
         self._forget_from_memory(None if others else [*plan.hide, *plan.destroy_records])
@@ -676,80 +672,6 @@ class Store:
         if plan.compliance and self.auto_purge:
             self._erasure.purge()
         return self._handle(plan.request_id, plan.version, plan.mode, plan.target_kind, plan.requested_at)
-
-    def _plan_scope_forget(
-        self,
-        txn: Txn,
-        request_id: str,
-        version: int,
-        scope: Scope,
-        key: str | None,
-        mode: str,
-        include_ancestors: bool,
-    ) -> ForgetPlan:
-        scope_token = self._tokens.scope(scope)
-        subtree = txn.subtree_tokens(scope_token)
-        now = time.time()
-        plan = ForgetPlan(
-            request_id, mode, "scope" if key is None else "key", scope_token, version, _now_iso()
-        )
-        if key is None:
-            plan.tombstones.append((scope_token, "scope"))
-            live = txn.records_in_scopes(subtree)
-            affected = txn.lineage_ids(subtree, None)
-            plan.destroy_scopes = subtree if mode == "compliance" else []
-        else:
-            key_token = self._tokens.key(key)
-            plan.target = self._tokens.key_subtree(scope_token, key_token)
-            plan.tombstones.append((plan.target, "key"))
-            live = [r for r in txn.records_in_scopes(subtree) if r.key_token == key_token]
-            affected = txn.lineage_ids(subtree, key_token)
-            ancestors = [(a, self._tokens.scope(a)) for a in scope.ancestors()]
-            rows = {r.scope_token: r for r in txn.records_in_slots([(t, key_token) for _, t in ancestors])}
-            holders = [(a, t) for a, t in ancestors if t in rows and self._visible_row(rows[t], now)]
-            if holders and not include_ancestors:
-                raise ScopeClosureError(
-                    "the key is also held by ancestor scope(s) "
-                    + ", ".join(repr(a.path) for a, _ in holders)
-                    + "; reads would fall through to them. Forget those too with include_ancestors=True, "
-                    "or forget them first. Nothing was changed.",
-                    [a.path for a, _ in holders],
-                )
-            for _, token in holders:
-                plan.tombstones.append((self._tokens.key_exact(token, key_token), "key-exact"))
-                live.append(rows[token])
-                affected.extend(txn.lineage_ids([token], key_token))
-        plan.hide = sorted({r.id for r in live})
-        if mode == "compliance":
-            plan.destroy_records = self._with_derived(txn, affected)
-            plan.hide = sorted({*plan.hide, *plan.destroy_records})
-        return plan
-
-    def _plan_subject_forget(self, txn: Txn, request_id: str, version: int, token: bytes) -> ForgetPlan:
-        plan = ForgetPlan(request_id, "compliance", "subject", token, version, _now_iso())
-        plan.tombstones.append((token, "subject"))
-        plan.destroy_records = self._with_derived(txn, txn.lineage_ids_for_subject(token))
-        plan.hide = list(plan.destroy_records)
-        plan.destroy_subjects = [token]
-        return plan
-
-    @staticmethod
-    def _with_derived(txn: Txn, ids: Sequence[str]) -> builtins.list[str]:
-        return sorted({*ids, *txn.derived_closure(list(ids))})
-
-    def _check_postcondition(self, txn: Txn, plan: ForgetPlan) -> None:
-        """W2/W3, checked inside the forget's transaction: nothing planned is still readable."""
-        now = time.time()
-        still = [r.id for r in map(txn.record, plan.hide) if r is not None and self._visible_row(r, now)]
-        if plan.compliance:
-            rows = txn.lineage(plan.destroy_records)
-            still += [i for i, row in rows.items() if row.wrapped is not None]
-        if still:
-            raise ErasureNotProvableError(
-                "the forget's postcondition failed (records still readable); nothing was changed. "
-                "Run `cenotaph doctor` and report this.",
-                ["postcondition"],
-            )
 
     # -- erasure requests (see erasure/service.py) --------------------------------------
     def _handle(
@@ -827,56 +749,6 @@ class Store:
         if row is None or record is None:
             return None
         return record, self._crypto.open_vector(txn, row)
-
-
-class StoreSession:
-    """Session taint (W6): whatever this session reads becomes ``derived_from`` of what it writes.
-
-    A session does not confine reads; the interfaces (HTTP, MCP) do that.
-    """
-
-    def __init__(self, store: Store, scope: Scope) -> None:
-        self.store = store
-        self.scope = scope
-        self._read_set: dict[str, None] = {}
-        self._lock = threading.Lock()
-
-    @property
-    def read_set(self) -> tuple[str, ...]:
-        return tuple(self._read_set)
-
-    def _taint(self, records: Iterable[Record]) -> None:
-        with self._lock:
-            for record in records:
-                self._read_set[record.id] = None
-
-    def read(self, scope: str, key: str, *, fallthrough: bool = True) -> Record | None:
-        record = self.store.read(scope, key, fallthrough=fallthrough)
-        if record is not None:
-            self._taint([record])
-        return record
-
-    def get(self, record_id: str) -> Record | None:
-        record = self.store.get(record_id)
-        if record is not None:
-            self._taint([record])
-        return record
-
-    def list(self, scope: str, *, include_descendants: bool = False) -> list[Record]:
-        records = self.store.list(scope, include_descendants=include_descendants)
-        self._taint(records)
-        return records
-
-    def search(self, scope: str, query: str, **options: Any) -> builtins.list[SearchHit]:
-        hits = self.store.search(scope, query, **options)
-        self._taint(h.record for h in hits)
-        return hits
-
-    def write(self, scope: str, key: str, value: JSONValue, **options: Any) -> Record:
-        explicit = check_record_ids(options.pop("derived_from", ()))
-        with self._lock:
-            derived = tuple(dict.fromkeys([*self._read_set, *explicit]))
-        return self.store.write(scope, key, value, derived_from=derived, **options)
 
 
 def open_store(

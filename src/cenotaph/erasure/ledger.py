@@ -79,9 +79,24 @@ class Ledger:
         self._provider = provider
         self._sampler = sampler  # seals probes of what a compliance plan destroys (S4)
         self._mark: int | None = None
+        self._replayed = False  # set when a replay changed the database: caches must be rechecked
 
     def changed(self) -> bool:
         return self._provider.ledger_mark() != self._mark
+
+    def missing(self, txn: Txn) -> bool:
+        """Cheap check (a read): does the ledger hold forgets the database lacks? Marks the ledger
+        as seen when it does not."""
+        mark = self._provider.ledger_mark()
+        known = txn.erasure_ids()
+        if any(e.get("kind") == ENTRY_KIND and e["request_id"] not in known for e in self._provider.ledger()):
+            return True
+        self._mark = mark
+        return False
+
+    def take_replayed(self) -> bool:
+        replayed, self._replayed = self._replayed, False
+        return replayed
 
     def reconcile_if_changed(self, txn: Txn) -> int:
         return self.reconcile(txn) if self.changed() else 0
@@ -96,6 +111,7 @@ class Ledger:
             if entry["request_id"] not in known:
                 self._record(txn, ForgetPlan.from_entry(entry["plan"]), replayed=True)
                 applied += 1
+                self._replayed = True
         in_ledger = {e["request_id"] for e in entries}
         for row in txn.erasures():
             if row.id not in in_ledger:

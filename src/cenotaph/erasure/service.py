@@ -320,7 +320,7 @@ class ErasureService:
         for seq, heads in sorted(anchors.items()):
             if seq > last:
                 raise StorageError(
-                    f"the audit log was truncated: entry {seq} is anchored in the key provider's ledger but "
+                    f"the audit log was altered (truncated): entry {seq} is anchored in the key provider's ledger but "
                     "missing; restore it from a trusted copy and investigate"
                 )
             if len(heads) > 1 or by_seq.get(seq) not in heads:

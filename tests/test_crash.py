@@ -1,0 +1,333 @@
+"""W7 under real SIGKILL: what returned survives, what did not return happened completely or not at all.
+
+Every test runs the store in a child process (``tests/_workers.py``), kills it with SIGKILL (the
+child's whole process group, so a scan worker it started dies with it, as in a power cut), and
+reopens the data directory in this process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import cenotaph
+from cenotaph.errors import ForgottenError, InvalidValueError
+
+WORKERS = Path(__file__).with_name("_workers.py")
+SCOPE = "tenant:crash/user:u/session:s"
+
+
+class Child:
+    """A worker process in its own process group, read line by line (pytest-timeout guards a hang)."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(WORKERS), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        self.lines: list[str] = []
+        self.err = ""
+
+    def readline(self) -> str:
+        """The next stdout line ('' at EOF)."""
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().rstrip("\n")
+        if line:
+            self.lines.append(line)
+        return line
+
+    def wait_for(self, prefix: str) -> str:
+        while True:
+            line = self.readline()
+            if line.startswith(prefix):
+                return line
+            if line == "":
+                self.finish()
+                raise AssertionError(f"child exited ({self.proc.returncode}) before {prefix!r}: {self.err}")
+
+    def kill(self) -> None:
+        """SIGKILL the child and everything it started; collect what it had printed."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.finish()
+
+    def finish(self) -> int:
+        # not communicate(): it reads the raw pipe and would drop lines readline() buffered
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        with self.proc.stdout, self.proc.stderr:
+            self.lines.extend(line for line in self.proc.stdout.read().splitlines() if line)
+            self.err = self.proc.stderr.read()[-2000:]
+        self.proc.wait(timeout=120)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)  # a grandchild (scan worker) left in the group
+        return self.proc.returncode
+
+
+def _integrity(directory: Path) -> None:
+    conn = sqlite3.connect(directory / "cenotaph.db")
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    finally:
+        conn.close()
+
+
+def _raw_erasure_ids(directory: Path) -> list[str]:
+    conn = sqlite3.connect(directory / "cenotaph.db")
+    try:
+        return [r[0] for r in conn.execute("SELECT id FROM erasures")]
+    finally:
+        conn.close()
+
+
+def _raw_record_key(directory: Path, record_id: str) -> bytes | None:
+    """The record's wrapped content key as stored (None once destroyed or the row is purged)."""
+    conn = sqlite3.connect(directory / "cenotaph.db")
+    try:
+        row = conn.execute("SELECT wrapped FROM records WHERE id=?", (record_id,)).fetchone()
+        return None if row is None else row[0]
+    finally:
+        conn.close()
+
+
+def _ledger_ids(directory: Path) -> list[str]:
+    path = directory / "keyring" / "ledger.jsonl"
+    if not path.exists():
+        return []
+    ids = []
+    for line in path.read_text().splitlines():
+        try:
+            ids.append(json.loads(line)["request_id"])
+        except (ValueError, KeyError):
+            continue
+    return ids
+
+
+# -- W7: every write and forget whose return was observed survives SIGKILL ------------------------
+def test_sigkill_keeps_every_returned_write_and_forget(tmp_path: Path) -> None:
+    rng = random.Random(int(os.environ.get("CENOTAPH_CRASH_SEED", "7")))
+    written: dict[tuple[str, str], tuple[int, int]] = {}  # slot -> (version, value)
+    forgotten: dict[tuple[str, str], int] = {}  # slot -> v_f
+    in_doubt: set[tuple[str, str]] = set()  # forgets that started but were not seen to return
+    resolved = {"happened": 0, "did not happen": 0}
+    cycles = 5
+    for cycle in range(cycles):
+        auto_purge = cycle % 2 == 1  # odd cycles: kills also land inside purges and scans
+        child = Child(
+            "crash-writer", str(tmp_path), f"tenant:c{cycle}", str(cycle), "1" if auto_purge else "0"
+        )
+        child.wait_for("ready")
+        kill_after = rng.randint(5, 400)
+        for _ in range(kill_after):
+            if child.readline() == "":
+                break
+        assert child.proc.poll() is None, "the writer died by itself"
+        child.kill()
+        assert child.proc.returncode == -signal.SIGKILL
+        started: set[tuple[str, str]] = set()
+        for line in child.lines:
+            kind, *rest = line.split(" ")
+            if kind == "w":
+                scope, key, version, value = rest
+                written[(scope, key)] = (int(version), int(value))
+            elif kind == "F":
+                started.add((rest[0], rest[1]))
+            elif kind == "f":
+                slot = (rest[0], rest[1])
+                forgotten[slot] = int(rest[2])
+                started.discard(slot)
+        in_doubt |= started
+        _integrity(tmp_path)
+
+        with cenotaph.open(tmp_path, auto_purge=False) as store:
+            for (scope, key), (version, value) in written.items():
+                if (scope, key) in forgotten or (scope, key) in in_doubt:
+                    continue
+                record = store.read(scope, key)
+                assert record is not None, (
+                    f"cycle {cycle}: a returned write was lost: {scope} {key}@{version}"
+                )
+                assert (record.version, record.value) == (version, value)
+            for (scope, key), v_f in forgotten.items():
+                assert store.read(scope, key) is None, (
+                    f"cycle {cycle}: a returned forget was undone: {scope} {key}"
+                )
+                with pytest.raises(ForgottenError) as info:
+                    store.write(scope, key, "again")
+                assert info.value.version == v_f
+            for scope, key in sorted(in_doubt):
+                # a forget that did not return happened completely or not at all
+                record = store.read(scope, key)
+                if record is None:
+                    with pytest.raises(ForgottenError) as info:
+                        store.write(scope, key, "again")
+                    forgotten[(scope, key)] = info.value.version
+                    resolved["happened"] += 1
+                else:
+                    resolved["did not happen"] += 1
+                    version, value = written[(scope, key)]
+                    assert (record.version, record.value) == (version, value)
+                    again = store.write(scope, key, 0, base_version=record.version)
+                    written[(scope, key)] = (again.version, 0)
+            in_doubt.clear()
+            report = store.purge()  # resumable after a crash at any step (S3): never raises here
+            assert report is not None
+        print(
+            f"[crash cycle {cycle}] lines={len(child.lines)} writes={len(written)} "
+            f"forgets={len(forgotten)} unreturned forgets: {resolved}"
+        )
+    assert len(written) > cycles * 5
+    _integrity(tmp_path)
+
+
+# -- tombstones and reauthorization tokens survive SIGKILL -----------------------------------------
+@pytest.mark.parametrize("mode", ["compliance", "operational"])
+def test_sigkill_after_forget_returned(tmp_path: Path, mode: str) -> None:
+    child = Child("crash-after-forget", str(tmp_path), SCOPE, mode)
+    _, request_id, v_f = child.wait_for("forgot ").split(" ")
+    _, v_again, token = child.wait_for("token ").split(" ")
+    child.wait_for("returned")
+    child.kill()
+    assert child.proc.returncode == -signal.SIGKILL
+
+    with cenotaph.open(tmp_path, auto_purge=False) as store:
+        assert store.read(SCOPE, "gone") is None
+        assert [r.key for r in store.list(SCOPE)] == ["kept"]
+        with pytest.raises(ForgottenError) as info:
+            store.write(SCOPE, "gone", "resurrected?")
+        assert info.value.version == int(v_f)
+        request = store.erasure(request_id)
+        assert (request.version, request.mode) == (int(v_f), mode)
+        assert store.read(SCOPE, "kept").value == "stays"
+        # the token was issued (and printed) before the kill: it still works, once
+        assert store.read(SCOPE, "again") is None
+        record = store.write(SCOPE, "again", "second", reauthorization=token)
+        assert record.version > int(v_again)
+    with cenotaph.open(tmp_path, auto_purge=False) as store:  # and that write is durable too
+        assert store.read(SCOPE, "again").value == "second"
+        assert store.read(SCOPE, "gone") is None
+    _integrity(tmp_path)
+
+
+# -- W7: the ledger entry is durable before the commit; a forget that reached it happened -----------
+def _seed(directory: Path) -> dict[str, str]:
+    with cenotaph.open(directory, auto_purge=False) as store:
+        ids = {
+            "k": store.write(SCOPE, "k", "secret").id,
+            "other": store.write(SCOPE, "other", "same scope").id,
+            "sibling": store.write("tenant:crash/user:u/session:t", "k", "sibling scope").id,
+        }
+    return ids
+
+
+def _crash_forget(directory: Path, key: str | None, mode: str, when: str) -> tuple[str, int]:
+    child = Child("crash-in-forget", str(directory), SCOPE, key or "-", mode, when)
+    child.wait_for("opened")
+    _, request_id, version = child.wait_for("plan ").split(" ")
+    assert child.finish() == -signal.SIGKILL, child.err
+    assert "returned" not in child.lines
+    return request_id, int(version)
+
+
+FORGETS = [("k", "compliance"), ("k", "operational"), (None, "compliance"), (None, "operational")]
+
+
+@pytest.mark.parametrize(("key", "mode"), FORGETS, ids=lambda v: str(v))
+def test_forget_in_ledger_but_not_committed_is_applied_on_open(
+    tmp_path: Path, key: str | None, mode: str
+) -> None:
+    ids = _seed(tmp_path)
+    request_id, v_f = _crash_forget(tmp_path, key, mode, "after-ledger")
+    # the scenario is real: the provider's ledger has the entry, the database does not
+    assert request_id in _ledger_ids(tmp_path)
+    assert request_id not in _raw_erasure_ids(tmp_path)
+    _integrity(tmp_path)
+
+    with cenotaph.open(tmp_path, auto_purge=False) as store:
+        assert store.read(SCOPE, "k") is None
+        assert store.get(ids["k"]) is None
+        with pytest.raises(ForgottenError) as info:
+            store.write(SCOPE, "k", "resurrected?")
+        assert info.value.version == v_f
+        request = store.erasure(request_id)
+        assert (request.version, request.mode) == (v_f, mode)
+        if key is None:  # a scope forget: everything in the scope, nothing beside it
+            assert store.read(SCOPE, "other") is None
+            assert store.list(SCOPE) == []
+        else:
+            assert store.read(SCOPE, "other").value == "same scope"
+        assert store.read("tenant:crash/user:u/session:t", "k").value == "sibling scope"
+        fresh = store.write(SCOPE, "new", 1) if key is not None else None
+        assert fresh is None or fresh.version > v_f
+    with cenotaph.open(tmp_path, auto_purge=False) as store:  # replay is idempotent
+        assert store.read(SCOPE, "k") is None
+    assert _raw_erasure_ids(tmp_path).count(request_id) == 1
+    if mode == "compliance":  # the replay destroyed the key in the bytes, not only in the API
+        assert _raw_record_key(tmp_path, ids["k"]) is None
+    else:
+        assert _raw_record_key(tmp_path, ids["k"]) is not None
+    _integrity(tmp_path)
+
+
+def test_forget_killed_before_the_ledger_did_not_happen(tmp_path: Path) -> None:
+    ids = _seed(tmp_path)
+    request_id, _ = _crash_forget(tmp_path, "k", "compliance", "before-ledger")
+    assert request_id not in _ledger_ids(tmp_path)
+    with cenotaph.open(tmp_path, auto_purge=False) as store:
+        record = store.read(SCOPE, "k")
+        assert record is not None and record.id == ids["k"] and record.value == "secret"
+        with pytest.raises(InvalidValueError):
+            store.erasure(request_id)
+        assert store.write(SCOPE, "k", "updated", base_version=record.version).value == "updated"
+    _integrity(tmp_path)
+
+
+@pytest.mark.parametrize(("key", "mode"), FORGETS, ids=lambda v: str(v))
+def test_open_store_stops_returning_a_key_replayed_from_the_ledger(
+    tmp_path: Path, key: str | None, mode: str
+) -> None:
+    """Store B is open (and has the record cached) while A's forget dies between ledger and
+    commit: B's very next read must not return the key."""
+    ids = _seed(tmp_path)
+    with cenotaph.open(tmp_path, auto_purge=False) as b:
+        for _ in range(2):  # warm every cache B has
+            assert b.read(SCOPE, "k").value == "secret"
+            assert b.get(ids["k"]).value == "secret"
+        request_id, v_f = _crash_forget(tmp_path, key, mode, "after-ledger")
+        assert request_id not in _raw_erasure_ids(tmp_path)
+        assert b.read(SCOPE, "k") is None
+        assert b.get(ids["k"]) is None
+        assert all(r.key != "k" for r in b.list(SCOPE))
+        with pytest.raises(ForgottenError) as info:
+            b.write(SCOPE, "k", "resurrected?")
+        assert info.value.version == v_f
+        assert b.erasure(request_id).version == v_f
+    with cenotaph.open(tmp_path, auto_purge=False) as store:
+        assert store.read(SCOPE, "k") is None
+    assert _raw_erasure_ids(tmp_path).count(request_id) == 1
+
+
+def test_store_replaying_a_scope_forget_drops_its_cached_keys(tmp_path: Path) -> None:
+    """Regression: Store B replays (from the ledger) a compliance scope forget whose process died
+    before commit; B must drop its cached scope key, or its next reauthorized write is sealed
+    with the destroyed key and is unreadable by every other Store (W7)."""
+    _seed(tmp_path)
+    with cenotaph.open(tmp_path, auto_purge=False) as b:
+        assert b.read(SCOPE, "k").value == "secret"  # B caches the scope's key
+        _crash_forget(tmp_path, None, "compliance", "after-ledger")
+        token = b.reauthorize(SCOPE)
+        record = b.write(SCOPE, "k", "after", reauthorization=token)
+    with cenotaph.open(tmp_path, auto_purge=False) as store:
+        got = store.read(SCOPE, "k")
+        assert got is not None and got.version == record.version
