@@ -8,6 +8,8 @@ import random
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cenotaph.erasure import scanner as scanner_module
 from cenotaph.erasure.scanner import (
@@ -112,17 +114,45 @@ def test_counts_match_a_naive_search(tmp_path: Path, chunk_size: int) -> None:
     assert result.matches > 200
 
 
-@pytest.mark.parametrize("chunk_size", [4096, 1 << 20])
-def test_low_entropy_probe_in_zero_pages(
-    tmp_path: Path, chunk_size: int, monkeypatch: pytest.MonkeyPatch
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    data=st.binary(min_size=0, max_size=3000).map(lambda b: bytes(x % 3 for x in b)),
+    cuts=st.lists(st.tuples(st.integers(0, 2999), st.integers(16, 40)), min_size=1, max_size=6),
+    chunk_size=st.integers(1, 700),
+)
+def test_matches_equal_a_naive_search_on_repetitive_data(
+    tmp_path: Path, data: bytes, cuts: list[tuple[int, int]], chunk_size: int
 ) -> None:
-    # A sparse float32 vector: its zero grams hit every stride position of a zeroed page, which
-    # sends big chunks to the automaton fallback; small chunks stay on the vectorised path.
-    sparse = bytes(24) + b"\x00\x00\x80\x3f\xcd\xcc\x4c\x3e\x00\x00\x00\x40"
-    data = bytearray(3 << 20)
-    for at, probe in [(5000, sparse), ((1 << 20) - 10, sparse), ((2 << 20) - 33, PROBE)]:
+    # A three-letter alphabet makes overlapping and repeated occurrences common.
+    probes = [data[at : at + width] for at, width in cuts if len(data[at : at + width]) >= 16]
+    probes = [p for p in probes if p.count(p[:1]) != len(p)] or [PROBE]
+    (tmp_path / "f").write_bytes(data)
+
+    result = ResidueScanner(probes, chunk_size=chunk_size).scan(tmp_path)
+
+    assert result.matches == _naive_count(data, probes)
+
+
+@pytest.mark.parametrize(
+    ("background", "chunk_size", "automaton_calls"),
+    [(b"\x00", 4096, 0), (b"\x00", 1 << 20, 0), (b"ab", 4096, 0), (b"ab", 1 << 20, 3)],
+    ids=["zeros-small-chunks", "zeros-big-chunks", "periodic-small-chunks", "periodic-big-chunks"],
+)
+def test_low_entropy_probes_in_repetitive_data(
+    tmp_path: Path,
+    background: bytes,
+    chunk_size: int,
+    automaton_calls: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Probes sharing grams with the background hit every stride position. Zeroed pages (sparse
+    # float32 vectors) are handled by skipping run interiors; other repetition sends big chunks to
+    # the automaton fallback; small chunks stay on the vectorised path.
+    low = background * 12 + b"\x00\x00\x80\x3f\xcd\xcc\x4c\x3e\x00\x00\x00\x40"
+    data = bytearray(background * ((3 << 20) // len(background)))
+    for at, probe in [(5000, low), ((1 << 20) - 10, low), ((2 << 20) - 33, PROBE)]:
         data[at : at + len(probe)] = probe  # across a boundary; inside the carried-over tail
-    (tmp_path / "zeros.db").write_bytes(data)
+    (tmp_path / "repetitive.db").write_bytes(data)
     calls = []
     fallback = scanner_module._Matcher._find_with_automaton
 
@@ -131,10 +161,35 @@ def test_low_entropy_probe_in_zero_pages(
         return fallback(self, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(scanner_module._Matcher, "_find_with_automaton", spy)
-    result = ResidueScanner([sparse, PROBE], chunk_size=chunk_size).scan(tmp_path)
+    result = ResidueScanner([low, PROBE], chunk_size=chunk_size).scan(tmp_path)
 
-    assert result.matches == 3 == _naive_count(bytes(data), [sparse, PROBE])
-    assert len(calls) == (3 if chunk_size > 4096 else 0)
+    assert result.matches == 3 == _naive_count(bytes(data), [low, PROBE])
+    assert len(calls) == automaton_calls
+
+
+@pytest.mark.parametrize("chunk_size", [4096, 1 << 20])
+def test_probes_that_are_almost_a_run_are_found_at_every_phase(tmp_path: Path, chunk_size: int) -> None:
+    # The one varying byte sits at either end, so only the outermost bytes of a match leave the run.
+    head, tail = b"\x01" + bytes(31), bytes(31) + b"\x02"
+    data = bytearray(1 << 20)
+    for k in range(120):
+        at = 1000 * k + k  # every phase against the stride
+        probe = head if k % 2 else tail
+        data[at : at + 32] = probe
+    (tmp_path / "zeros.db").write_bytes(data)
+
+    result = ResidueScanner([head, tail], chunk_size=chunk_size).scan(tmp_path)
+
+    assert result.matches == 120 == _naive_count(bytes(data), [head, tail])
+
+
+def test_one_byte_runs_are_not_probes() -> None:
+    with pytest.raises(InvalidValueError, match="one byte repeated"):
+        ResidueScanner([bytes(32)])
+    vector = bytes(64) + b"\x00\x00\x80\x3f" * 8 + bytes(64)
+    # Windows start at 0, 16, ..., 128; only those overlapping the floats at 64..96 are kept.
+    assert probe_windows(vector, width=32, count=9) == [vector[48:80], vector[64:96], vector[80:112]]
+    assert text_probes("a" * 16) == [b"a\x00" * 16, b"61" * 16]
 
 
 def test_vectorised_search_and_automaton_report_the_same_positions() -> None:

@@ -111,7 +111,7 @@ class RecordCrypto:
                 return None
             sources.append(key)
         key = lineage_key(seed, sources)
-        self.keys.lineage_keys[row.record_id] = key
+        self.keys.remember_lineage(row.record_id, key)
         return key
 
     def subjects_of(self, txn: Txn, row: LineageRow) -> list[str] | None:
@@ -196,12 +196,13 @@ class RecordCrypto:
         )
         return SealedRecord(row, lineage, lin_key, record)
 
-    def _content_sealer(self, txn: Txn, row: RecordRow) -> Sealer | None:
+    def _content_sealer(self, txn: Txn, row: RecordRow, lineage: LineageRow | None = None) -> Sealer | None:
         """The AEAD of a row's content key; ``None`` if any key it depends on was destroyed (S2)."""
         seed = self.keys.unwrap(row.wrapped, row.epoch)
         if seed is None:
             return None
-        lineage = txn.lineage([row.id]).get(row.id)
+        if lineage is None:
+            lineage = txn.lineage([row.id]).get(row.id)
         if lineage is None:
             return None
         lin_key = self.lineage_key_of(txn, lineage)
@@ -212,9 +213,9 @@ class RecordCrypto:
             return None
         return Sealer(content_key(seed, lin_key, scope_keys, subject_keys))
 
-    def open_vector(self, txn: Txn, row: RecordRow) -> bytes | None:
+    def open_vector(self, txn: Txn, row: RecordRow, lineage: LineageRow | None = None) -> bytes | None:
         """The record's float32 embedding bytes, or ``None`` if it has none or was shredded."""
-        sealer = None if row.vector is None else self._content_sealer(txn, row)
+        sealer = None if row.vector is None else self._content_sealer(txn, row, lineage)
         if sealer is None or row.vector is None:
             return None
         return sealer.open(row.vector, row.id.encode() + _VECTOR_AAD)

@@ -64,6 +64,7 @@ from .validation import (
 __all__ = ["Store", "StoreSession", "open_store", "restore"]
 
 MODES = ("compliance", "operational")
+RECORD_CACHE_LIMIT = 65_536
 WRITE_OPTIONS = (
     "scope",
     "key",
@@ -174,8 +175,10 @@ class Store:
         self._keys.clear()
 
     def _forget_from_memory(self, ids: Iterable[str] | None) -> int:
-        """Drop decrypted caches and remove vectors: ``ids`` (this process's forget) or all
-        (another process forgot something we cannot enumerate). Returns entries left for ``ids``."""
+        """Drop every decrypted record and unwrapped key (so a derived copy the lineage index
+        missed cannot be served from memory: W3 holds in-process too; both caches are bounded),
+        and the vectors of ``ids`` -- or all vectors when another process forgot something we
+        cannot enumerate. Returns index entries left for ``ids``."""
         self._drop_caches()
         if ids is None:
             self._search.reset()
@@ -183,6 +186,12 @@ class Store:
         wanted = set(ids)
         self._search.remove(wanted)
         return self._search.count_of(wanted)
+
+    def _remember(self, record: Record) -> None:
+        with self._cache_lock:
+            if len(self._cache) >= RECORD_CACHE_LIMIT:
+                self._cache.clear()  # bounded: a forget clears it whole, so keep that cheap
+            self._cache[record.id] = record
 
     def _sync(self) -> None:
         """Before serving anything: apply forgets another process logged, drop stale caches."""
@@ -248,11 +257,10 @@ class Store:
         except BaseException:
             self._keys.clear()  # keys created in a rolled-back transaction must not be reused
             raise
-        with self._cache_lock:
-            for s in sealed:
-                self._cache[s.record.id] = s.record
+        for s in sealed:
+            self._remember(s.record)
         self._search.remove(replaced)
-        self._search.add([s.record.id for s in sealed], vectors)
+        self._search.add([s.record.id for s in sealed], vectors, [s.row.scope_token for s in sealed])
         vectors.fill(0)
         return [s.record for s in sealed]
 
@@ -359,7 +367,7 @@ class Store:
         txn.insert_records([s.row for s in sealed.values()], [s.lineage for s in sealed.values()])
         txn.set_clock(version)
         for s in sealed.values():
-            self._keys.lineage_keys[s.record.id] = s.lineage_key
+            self._keys.remember_lineage(s.record.id, s.lineage_key)
         return [sealed[(w.scope_token, w.key_token)] for _, w, _, _ in plans], replaced
 
     def _open_sources(self, txn: Txn, ids: Sequence[str]) -> dict[str, tuple[bytes, list[str]]]:
@@ -522,8 +530,7 @@ class Store:
         record = self._crypto.open(txn, row)
         if record is None or self._dominated(txn, record):
             return None
-        with self._cache_lock:
-            self._cache[record.id] = record
+        self._remember(record)
         return record
 
     def _dominated(self, txn: Txn, record: Record) -> bool:
@@ -562,7 +569,6 @@ class Store:
             tokens = {self._tokens.scope(p) for p in (parsed.prefixes() if fallthrough else [parsed])}
             if include_descendants:
                 tokens.update(txn.subtree_tokens(self._tokens.scope(parsed)))
-            candidates = set(txn.live_ids_in_scopes(builtins.list(tokens), time.time()))
 
             def allow(record_id: str) -> bool:
                 row = txn.record(record_id)
@@ -572,20 +578,28 @@ class Store:
                 found[record_id] = record
                 return True
 
-            hits = self._search.search(qvec, k, candidates, allow)
+            hits = self._search.search(qvec, k, tokens, allow)
         qvec.fill(0)
         # a hit with no similarity at all is noise, and in a session it would taint the writes
         return [SearchHit(found[i], score) for i, score in hits if score > 0.0]
 
-    def _load_vectors(self, txn: Txn, after_version: int) -> tuple[builtins.list[str], builtins.list[bytes]]:
+    def _load_vectors(
+        self, txn: Txn, after_version: int
+    ) -> tuple[builtins.list[str], builtins.list[bytes], builtins.list[bytes]]:
         ids: builtins.list[str] = []
         blobs: builtins.list[bytes] = []
-        for row in txn.live_records(after_version):
-            vector = self._crypto.open_vector(txn, row)
-            if vector is not None and len(vector) == 4 * self._search.dim:
-                ids.append(row.id)
-                blobs.append(vector)
-        return ids, blobs
+        scopes: builtins.list[bytes] = []
+        rows = builtins.list(txn.live_records(after_version))
+        for start in range(0, len(rows), 500):
+            chunk = rows[start : start + 500]
+            lineage = txn.lineage([r.id for r in chunk])
+            for row in chunk:
+                vector = self._crypto.open_vector(txn, row, lineage.get(row.id))
+                if vector is not None and len(vector) == 4 * self._search.dim:
+                    ids.append(row.id)
+                    blobs.append(vector)
+                    scopes.append(row.scope_token)
+        return ids, blobs, scopes
 
     # -- access requests -----------------------------------------------------------------
     def export_subject(self, subject: str) -> dict[str, Any]:

@@ -117,7 +117,11 @@ def test_a_stale_cache_entry_is_never_served(stores, mode: str) -> None:
     store.forget(SCOPE, "cardio", mode=mode)
     with store._cache_lock:
         store._cache[note.id] = note
-    store._search.add([note.id], store._search.embed_values([note.value]))
+    store._search.add(
+        [note.id],
+        store._search.embed_values([note.value]),
+        [store._tokens.scope(cenotaph.Scope.parse(note.scope))],
+    )
     for op in OPS.values():
         assert op(store, note) is None
     assert_unreadable(store, note, QUERY)

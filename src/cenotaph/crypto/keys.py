@@ -25,6 +25,7 @@ from .provider import KeyProvider
 __all__ = ["KeyChain", "content_key", "lineage_key"]
 
 _WRAP_AAD = b"cenotaph-dek/1"
+LINEAGE_CACHE_LIMIT = 65_536
 
 
 def lineage_key(seed: bytes, source_keys: Sequence[bytes]) -> bytes:
@@ -92,6 +93,12 @@ class KeyChain:
     def forget_epoch_sealers(self) -> None:
         with self._lock:
             self._sealers.clear()
+
+    def remember_lineage(self, record_id: str, key: bytes) -> None:
+        """Cache a lineage key; bounded, since an index build touches every record."""
+        if len(self.lineage_keys) >= LINEAGE_CACHE_LIMIT:
+            self.lineage_keys.clear()
+        self.lineage_keys[record_id] = key
 
     def clear(self) -> None:
         with self._lock:

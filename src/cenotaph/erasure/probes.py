@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 
+import numpy as np
+
 from ..backends.base import Txn
 from ..crypto.aead import derive, open_sealed, seal
 from ..model import Record
@@ -58,7 +60,7 @@ def sample_probes(
             for text in _texts(record.value):
                 probes.extend(_text_windows(text))
             if vector:
-                probes.extend(probe_windows(vector))
+                probes.extend(_vector_windows(vector))
     for lineage in txn.lineage(ids).values():
         for blob in (lineage.wrapped, lineage.subjects):
             if blob:
@@ -72,6 +74,23 @@ def sample_probes(
     # a probe that is one byte repeated would match any zeroed page: it proves nothing
     unique = list(dict.fromkeys(p for p in probes if len(p) >= PROBE_MIN and len(set(p)) > 1))
     return unique[:MAX_PROBES_PER_REQUEST]
+
+
+def _vector_windows(vector: bytes, count: int = 4) -> list[bytes]:
+    """Float-aligned 32-byte windows made only of non-zero floats. A window of a sparse vector
+    that is mostly zero bytes would match zeroed pages by chance (and slow the scan), so such
+    vectors give fewer or no plaintext probes; their ciphertext probes still prove erasure."""
+    floats = np.frombuffer(vector, dtype=np.float32)
+    nonzero = floats != 0
+    # start positions of 8 consecutive non-zero floats
+    runs = np.convolve(nonzero.astype(np.int32), np.ones(8, dtype=np.int32), mode="valid") == 8
+    starts = np.flatnonzero(runs)
+    picked = (
+        starts[np.linspace(0, len(starts) - 1, num=min(count, len(starts)), dtype=np.intp)]
+        if len(starts)
+        else []
+    )
+    return [vector[4 * int(i) : 4 * int(i) + 32] for i in picked]
 
 
 def _text_windows(text: str) -> list[bytes]:

@@ -88,6 +88,13 @@ class SearchIndex:
         self._lock = threading.RLock()
         self.ready = False
         self.indexed_version = 0
+        self._codes: dict[bytes, int] = {}  # scope token -> group code in the vector index
+
+    def _code(self, scope_token: bytes) -> int:
+        code = self._codes.get(scope_token)
+        if code is None:
+            code = self._codes[scope_token] = len(self._codes)
+        return code
 
     @property
     def dim(self) -> int:
@@ -100,10 +107,10 @@ class SearchIndex:
         vector: NDArray[np.float32] = self.embedder.embed([query])[0]
         return vector
 
-    def add(self, ids: Sequence[str], vectors: NDArray[np.float32]) -> None:
+    def add(self, ids: Sequence[str], vectors: NDArray[np.float32], scope_tokens: Sequence[bytes]) -> None:
         with self._lock:
             if self.ready and ids:
-                self._vectors.add(ids, vectors)
+                self._vectors.add(ids, vectors, [self._code(t) for t in scope_tokens])
 
     def remove(self, ids: Iterable[str]) -> int:
         with self._lock:
@@ -125,20 +132,29 @@ class SearchIndex:
                 clear()
             return count
 
-    def ensure(self, clock: int, load: Callable[[int], tuple[list[str], list[bytes]]]) -> None:
-        """Build or catch up: ``load(after_version)`` returns ids and float32 vector bytes."""
+    def ensure(self, clock: int, load: Callable[[int], tuple[list[str], list[bytes], list[bytes]]]) -> None:
+        """Build or catch up: ``load(after_version)`` returns ids, float32 vector bytes, scope tokens."""
         with self._lock:
             if self.ready and clock <= self.indexed_version:
                 return
-            ids, blobs = load(self.indexed_version if self.ready else 0)
+            ids, blobs, scopes = load(self.indexed_version if self.ready else 0)
             if ids:
                 matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(ids), self.dim).copy()
-                self._vectors.add(ids, matrix)
+                self._vectors.add(ids, matrix, [self._code(t) for t in scopes])
                 matrix.fill(0)
             self.ready = True
             self.indexed_version = max(self.indexed_version, clock)
 
     def search(
-        self, query: NDArray[np.float32], k: int, candidates: Collection[str], allow: Callable[[str], bool]
+        self,
+        query: NDArray[np.float32],
+        k: int,
+        scope_tokens: Collection[bytes],
+        allow: Callable[[str], bool],
     ) -> list[tuple[str, float]]:
-        return self._vectors.search(query, k, candidates=candidates, allow=allow)
+        """Top ``k`` among vectors of these scopes that pass ``allow`` (the final-step check)."""
+        with self._lock:
+            groups = [self._codes[t] for t in scope_tokens if t in self._codes]
+        if not groups:
+            return []
+        return self._vectors.search(query, k, groups=groups, allow=allow)

@@ -47,6 +47,7 @@ class VectorIndex:
         self._matrix: NDArray[np.float32] = np.zeros((_MIN_CAPACITY, dim), dtype=np.float32)
         self._ids: list[str] = []  # row i holds the vector of _ids[i]
         self._rows: dict[str, int] = {}
+        self._groups: NDArray[np.int64] = np.zeros(_MIN_CAPACITY, dtype=np.int64)  # row -> group code
 
     @property
     def dim(self) -> int:
@@ -58,10 +59,13 @@ class VectorIndex:
     def __contains__(self, id_: object) -> bool:
         return id_ in self._rows
 
-    def add(self, ids: Sequence[str], vectors: NDArray[np.floating[Any]]) -> None:
+    def add(
+        self, ids: Sequence[str], vectors: NDArray[np.floating[Any]], groups: Sequence[int] | None = None
+    ) -> None:
         """Add or replace one vector per id; a replaced vector is overwritten in place.
 
         Row ``i`` of ``vectors`` belongs to ``ids[i]``; an id repeated in one call keeps its last row.
+        ``groups`` (e.g. a scope code per id) lets :meth:`search` restrict to some groups in numpy.
         """
         if isinstance(ids, str):
             raise InvalidValueError("add() takes a sequence of ids, not one string")
@@ -80,6 +84,9 @@ class VectorIndex:
                     self._rows[id_] = len(self._ids)
                     self._ids.append(id_)
                 targets = np.fromiter((self._rows[id_] for id_ in last_row_of), dtype=np.intp)
+                if groups is not None:
+                    codes = np.asarray(groups, dtype=np.int64)
+                    self._groups[targets] = codes[np.fromiter(last_row_of.values(), dtype=np.intp)]
                 if len(last_row_of) == len(ids):
                     self._matrix[targets] = batch
                 else:  # repeated ids: keep each one's last row
@@ -110,6 +117,7 @@ class VectorIndex:
                     moved = self._ids[last]
                     matrix[row] = matrix[last]
                     matrix[last] = 0.0
+                    self._groups[row] = self._groups[last]
                     self._ids[row] = moved
                     self._rows[moved] = row
                 self._ids.pop()
@@ -123,6 +131,7 @@ class VectorIndex:
         with self._lock:
             self._matrix.fill(0.0)
             self._matrix = np.zeros((_MIN_CAPACITY, self._dim), dtype=np.float32)
+            self._groups = np.zeros(_MIN_CAPACITY, dtype=np.int64)
             self._ids.clear()
             self._rows.clear()
 
@@ -133,6 +142,7 @@ class VectorIndex:
         *,
         allow: Callable[[str], bool] | None = None,
         candidates: Collection[str] | None = None,
+        groups: Collection[int] | None = None,
     ) -> list[tuple[str, float]]:
         """The ``k`` ids most similar to ``query``, best first, as ``(id, cosine score)`` pairs.
 
@@ -149,7 +159,7 @@ class VectorIndex:
             raise InvalidValueError(f"expected a query vector of shape ({self._dim},), got {query.shape}")
         q = self._check_vectors(query[np.newaxis, :], 1)[0]
         try:
-            return self._search(q, k, allow, candidates)
+            return self._search(q, k, allow, candidates, groups)
         finally:
             q.fill(0)  # the query embedding is personal data too
 
@@ -159,6 +169,7 @@ class VectorIndex:
         k: int,
         allow: Callable[[str], bool] | None,
         candidates: Collection[str] | None,
+        groups: Collection[int] | None = None,
     ) -> list[tuple[str, float]]:
         if k == 0:
             return []
@@ -170,6 +181,10 @@ class VectorIndex:
             rows: NDArray[np.intp] | None = None
             if candidates is not None:
                 rows = self._candidate_rows(candidates)
+            if groups is not None:
+                in_groups = np.flatnonzero(np.isin(self._groups[:n], np.fromiter(groups, dtype=np.int64)))
+                rows = in_groups if rows is None else np.intersect1d(rows, in_groups)
+            if rows is not None:
                 scores = scores[rows]
             if allow is None:
                 order = _top(scores, k)
@@ -179,8 +194,11 @@ class VectorIndex:
                     for r, s in zip(picked.tolist(), scores[order].tolist(), strict=True)
                 ]
             # A snapshot, so that allow() runs without the lock while rows may move.
-            ids = self._ids.copy() if rows is None else [self._ids[r] for r in rows.tolist()]
-        return _filtered_top(scores, ids, k, allow)
+            snapshot = self._ids.copy()
+        if rows is None:
+            return _filtered_top(scores, snapshot.__getitem__, k, allow)
+        picked_rows = rows
+        return _filtered_top(scores, lambda pos: snapshot[int(picked_rows[pos])], k, allow)
 
     def _candidate_rows(self, candidates: Collection[str]) -> NDArray[np.intp]:
         found = {self._rows[c] for c in candidates if c in self._rows}
@@ -212,6 +230,9 @@ class VectorIndex:
         new = np.zeros((capacity, self._dim), dtype=np.float32)
         n = len(self._ids)
         new[:n] = old[:n]
+        groups = np.zeros(capacity, dtype=np.int64)
+        groups[:n] = self._groups[:n]
+        self._groups = groups
         old.fill(0.0)  # the old buffer goes back to the allocator: leave no vector in it
         self._matrix = new
 
@@ -226,7 +247,7 @@ def _top(scores: NDArray[np.float32], k: int) -> NDArray[np.intp]:
 
 
 def _filtered_top(
-    scores: NDArray[np.float32], ids: list[str], k: int, allow: Callable[[str], bool]
+    scores: NDArray[np.float32], ids: Callable[[int], str], k: int, allow: Callable[[str], bool]
 ) -> list[tuple[str, float]]:
     """Walk the ids in descending score order, asking ``allow`` about each, until ``k`` pass or none are left.
 
@@ -242,8 +263,9 @@ def _filtered_top(
             if asked[pos]:
                 continue
             asked[pos] = True
-            if allow(ids[pos]):
-                hits.append((ids[pos], float(scores[pos])))
+            id_ = ids(pos)
+            if allow(id_):
+                hits.append((id_, float(scores[pos])))
                 if len(hits) == k:
                     return hits
         if fetch == len(scores):

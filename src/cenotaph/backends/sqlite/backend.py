@@ -236,16 +236,6 @@ class SQLiteTxn:
         for row in self._c.execute(sql, (after_version,)).fetchall():
             yield _record(row)
 
-    def live_ids_in_scopes(self, scope_tokens: Sequence[bytes], now: float) -> list[str]:
-        ids: list[str] = []
-        for part in _chunks(list(scope_tokens)):
-            sql = (
-                f"SELECT id FROM records WHERE scope_token IN ({_marks(len(part))}) AND hidden_version IS NULL "
-                "AND wrapped IS NOT NULL AND (expires_at IS NULL OR expires_at > ?)"
-            )
-            ids.extend(r[0] for r in self._c.execute(sql, (*part, now)))
-        return ids
-
     def insert_records(self, rows: Sequence[RecordRow], lineage: Sequence[LineageRow]) -> None:
         self._c.executemany(
             f"INSERT INTO records ({_RECORD_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?)",

@@ -1,0 +1,236 @@
+"""SPEC W1: tombstones dominate writes; reauthorization tokens; compare-and-set; subjects."""
+
+from __future__ import annotations
+
+import pytest
+
+from cenotaph import Store
+from cenotaph.errors import ForgottenError, StaleWriteError
+
+T = "tenant:t"
+U = "tenant:t/user:u"
+S1 = "tenant:t/user:u/session:s1"
+S2 = "tenant:t/user:u/session:s2"
+V = "tenant:t/user:v"
+MODES = ("compliance", "operational")
+
+
+def _value(store: Store, scope: str, key: str) -> object:
+    record = store.read(scope, key, fallthrough=False)
+    assert record is not None, f"expected a record at {scope} / {key}"
+    return record.value
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_forgotten_key_rejects_writes_with_the_forget_version(store: Store, mode: str) -> None:
+    store.write(U, "k", "old")
+    request = store.forget(U, "k", mode=mode)
+
+    with pytest.raises(ForgottenError) as info:
+        store.write(U, "k", "new")
+    assert info.value.version == request.version
+    assert str(info.value)
+    with pytest.raises(ForgottenError) as info:
+        store.write(S1, "k", "new")  # the key tombstone covers the subtree
+    assert info.value.version == request.version
+    store.write(U, "other", "fine")  # other keys are untouched
+    store.write(V, "k", "fine")  # and so are siblings
+    assert store.read(U, "k", fallthrough=False) is None
+
+
+def test_a_forget_of_a_never_written_key_still_blocks(store: Store) -> None:
+    request = store.forget(U, "never")
+    with pytest.raises(ForgottenError) as info:
+        store.write(U, "never", 1)
+    assert info.value.version == request.version
+
+
+def test_reauthorization_lets_one_write_in_then_no_token_until_the_next_forget(store: Store) -> None:
+    store.write(U, "k", "v1")
+    first = store.forget(U, "k")
+    token = store.reauthorize(U, "k")
+    assert isinstance(token, str) and token
+
+    rec = store.write(U, "k", "v2", reauthorization=token)
+    assert rec.version > first.version
+    assert _value(store, U, "k") == "v2"
+    store.write(U, "k", "v3")  # no token needed any more
+    assert _value(store, U, "k") == "v3"
+
+    second = store.forget(U, "k")
+    with pytest.raises(ForgottenError) as info:
+        store.write(U, "k", "v4")
+    assert info.value.version == second.version
+    with pytest.raises(ForgottenError):
+        store.write(U, "k", "v4", reauthorization=token)  # single use: already consumed
+    store.write(U, "k", "v4", reauthorization=store.reauthorize(U, "k"))
+    assert _value(store, U, "k") == "v4"
+
+
+def test_a_token_issued_before_a_forget_does_not_work_after_it(store: Store) -> None:
+    store.write(U, "k", "v1")
+    early = store.reauthorize(U, "k")
+    request = store.forget(U, "k")
+    with pytest.raises(ForgottenError) as info:
+        store.write(U, "k", "v2", reauthorization=early)
+    assert info.value.version == request.version
+    assert store.read(U, "k") is None
+
+
+def test_an_unknown_token_does_not_lift_anything(store: Store) -> None:
+    store.forget(U, "k")
+    with pytest.raises(ForgottenError):
+        store.write(U, "k", 1, reauthorization="crt_" + "A" * 43)
+
+
+def test_a_stale_base_version_is_rejected_even_with_a_token_and_keeps_the_token(store: Store) -> None:
+    old = store.write(U, "k", "v1")
+    request = store.forget(U, "k")
+    token = store.reauthorize(U, "k")
+
+    with pytest.raises(StaleWriteError) as info:
+        store.write(U, "k", "v2", base_version=old.version, reauthorization=token)
+    assert str(info.value)
+    assert old.version < request.version
+    assert store.read(U, "k") is None
+
+    rec = store.write(U, "k", "v2", base_version=request.version, reauthorization=token)
+    assert _value(store, U, "k") == "v2"
+    assert rec.version > request.version
+
+
+def test_a_write_rejected_by_compare_and_set_does_not_consume_the_token(store: Store) -> None:
+    subject = "idp:cas"
+    request = store.forget_subject(subject)
+    current = store.write(U, "k", "current")  # carries no idp:cas, so it is not blocked
+    token = store.reauthorize(U, subject=subject)
+
+    # dominance passes (token valid, base_version >= v_f) but the slot moved on: StaleWriteError
+    assert request.version <= current.version - 1
+    with pytest.raises(StaleWriteError):
+        store.write(U, "k", "x", subjects=[subject], base_version=current.version - 1, reauthorization=token)
+    assert _value(store, U, "k") == "current"
+
+    store.write(U, "k", "y", subjects=[subject], base_version=current.version, reauthorization=token)
+    got = store.read(U, "k")
+    assert got is not None and got.value == "y" and subject in got.subjects
+
+
+def test_a_rejected_write_does_not_consume_the_token(store: Store) -> None:
+    store.forget(U, "k")
+    token = store.reauthorize(U, "k")
+    store.forget(V, "k")
+    with pytest.raises(ForgottenError):
+        store.write(V, "k", "elsewhere", reauthorization=token)  # a token covers only its own target
+    with pytest.raises(ForgottenError):
+        store.write(S1, "k", "below", reauthorization=token)  # a key token is not a subtree token
+    store.write(U, "k", "here", reauthorization=token)
+    assert _value(store, U, "k") == "here"
+
+
+def test_compare_and_set_on_a_live_record(store: Store) -> None:
+    first = store.write(U, "k", 1)
+    second = store.write(U, "k", 2, base_version=first.version)
+    with pytest.raises(StaleWriteError):
+        store.write(U, "k", 3, base_version=first.version)
+    assert _value(store, U, "k") == 2
+    store.write(U, "k", 3, base_version=second.version)
+    assert _value(store, U, "k") == 3
+    store.write(U, "fresh", 1, base_version=0)  # nothing there yet: any base is current
+
+
+def test_a_scope_token_covers_the_subtree(store: Store) -> None:
+    store.write(S1, "k", 1)
+    request = store.forget(U)
+    for scope in (U, S1, S2, "tenant:t/user:u/session:new"):
+        with pytest.raises(ForgottenError) as info:
+            store.write(scope, "any", 1)
+        assert info.value.version == request.version
+
+    token = store.reauthorize(U)
+    store.write(S2, "k", "via token", reauthorization=token)
+    for scope in (U, S1, S2, "tenant:t/user:u/session:new"):  # the lift covers the whole subtree
+        store.write(scope, "after", scope)
+    assert _value(store, S1, "after") == S1
+    assert store.read(S1, "k", fallthrough=False) is None  # nothing forgotten came back
+
+
+def test_a_scope_token_for_a_child_does_not_cover_a_sibling(store: Store) -> None:
+    store.forget(U)
+    token = store.reauthorize(S1)
+    store.write(S1, "k", 1, reauthorization=token)
+    with pytest.raises(ForgottenError):
+        store.write(S2, "k", 1)
+    with pytest.raises(ForgottenError):
+        store.write(U, "k", 1)
+
+
+def test_a_key_token_covers_only_its_own_scope(store: Store) -> None:
+    store.forget(U, "k")
+    token = store.reauthorize(U, "k")
+    with pytest.raises(ForgottenError):
+        store.write(S1, "k", 1, reauthorization=token)
+    store.write(U, "k", 1, reauthorization=token)
+    with pytest.raises(ForgottenError):
+        store.write(S1, "k", 1)  # the child is still covered by the key-subtree tombstone
+
+
+def test_a_subject_tombstone_blocks_that_subject_in_any_scope(store: Store) -> None:
+    store.write("tenant:a/doc:1", "k", 1, subjects=["idp:42"])
+    request = store.forget_subject("idp:42")
+    for scope in ("tenant:a/doc:1", "tenant:b/doc:2", "org:x"):
+        with pytest.raises(ForgottenError) as info:
+            store.write(scope, "k", 1, subjects=["idp:42"])
+        assert info.value.version == request.version
+        with pytest.raises(ForgottenError):
+            store.write(scope, "k", 1, subjects=["idp:7", "idp:42"])
+    store.write("tenant:a/doc:1", "k", "no subject")  # the scope itself is not forgotten
+    assert _value(store, "tenant:a/doc:1", "k") == "no subject"
+
+
+def test_a_subject_tombstone_is_lifted_only_by_a_subject_token(store: Store) -> None:
+    store.write(U, "k", 1)
+    request = store.forget_subject(U)
+    with pytest.raises(ForgottenError) as info:
+        store.write(S1, "k", 2)  # S1's default subjects include U
+    assert info.value.version == request.version
+
+    for token in (store.reauthorize(U), store.reauthorize(U, "k"), store.reauthorize(T)):
+        with pytest.raises(ForgottenError):
+            store.write(U, "k", 2, reauthorization=token)
+    with pytest.raises(ForgottenError):
+        store.write(U, "k", 2, reauthorization=store.reauthorize(U, subject="idp:other"))
+
+    store.write(U, "k", 2, reauthorization=store.reauthorize(U, subject=U))
+    assert _value(store, U, "k") == 2
+    store.write(S1, "k", 3)  # lifted until the next forget
+    assert _value(store, S1, "k") == 3
+
+
+def test_default_subjects_are_per_tenant(store: Store) -> None:
+    a = store.write("tenant:a/user:alice/session:1", "k", "a")
+    b = store.write("tenant:b/user:alice", "k", "b")
+    doc = store.write("tenant:a/doc:1", "k", "doc")
+    assert a.subjects == ("tenant:a/user:alice",)
+    assert b.subjects == ("tenant:b/user:alice",)
+    assert doc.subjects == ()
+    nested = store.write("tenant:a/user:alice/team:x/user:bob", "k", "n")
+    assert set(nested.subjects) == {"tenant:a/user:alice", "tenant:a/user:alice/team:x/user:bob"}
+
+    store.forget_subject("tenant:a/user:alice")
+
+    assert store.get(a.id) is None
+    assert store.get(nested.id) is None
+    assert store.get(b.id) == b
+    assert store.get(doc.id) == doc
+    store.write("tenant:b/user:alice", "k2", "still writable")
+    with pytest.raises(ForgottenError):
+        store.write("tenant:a/user:alice", "k2", "blocked")
+
+
+def test_explicit_subjects_add_to_the_defaults(store: Store) -> None:
+    rec = store.write(U, "k", 1, subjects=["idp:1", "idp:2"])
+    assert set(rec.subjects) == {U, "idp:1", "idp:2"}
+    store.forget_subject("idp:2")
+    assert store.get(rec.id) is None
+    assert store.read(U, "k") is None

@@ -1,0 +1,262 @@
+"""SPEC §3: R1 (resolution), R2 (nothing forgotten/expired/shredded is returned), R3 (TTL)."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from cenotaph import Record, Store
+
+T = "tenant:t"
+U = "tenant:t/user:u"
+S1 = "tenant:t/user:u/session:s1"
+S2 = "tenant:t/user:u/session:s2"
+V = "tenant:t/user:v"
+MODES = ("compliance", "operational")
+
+TINY_TTL = 0.2
+AFTER_TINY_TTL = 0.35
+
+
+def _triples(records: list[Record]) -> list[tuple[str, str, object]]:
+    return [(r.scope, r.key, r.value) for r in records]
+
+
+def _value(record: Record | None) -> object:
+    assert record is not None, "expected a record"
+    return record.value
+
+
+# -- R1 -------------------------------------------------------------------------------------
+def test_read_falls_through_to_the_nearest_ancestor(store: Store) -> None:
+    store.write(T, "lang", "en")
+    store.write(U, "diet", "vegetarian")
+
+    got = store.read(S1, "diet")
+    assert got is not None and (got.scope, got.value) == (U, "vegetarian")
+    got = store.read(S1, "lang")
+    assert got is not None and (got.scope, got.value) == (T, "en")
+    assert store.read(V, "diet") is None  # a sibling is not an ancestor
+    assert store.read("tenant:other/user:u", "lang") is None  # nor is another tenant
+    assert store.read(T, "diet") is None  # reads never fall *down* to descendants
+
+
+def test_fallthrough_false_reads_exactly_one_scope(store: Store) -> None:
+    store.write(U, "diet", "vegetarian")
+    assert store.read(S1, "diet", fallthrough=False) is None
+    got = store.read(U, "diet", fallthrough=False)
+    assert got is not None and got.value == "vegetarian"
+
+
+def test_the_deepest_copy_wins(store: Store) -> None:
+    store.write(T, "k", "tenant")
+    store.write(U, "k", "user")
+    store.write(S1, "k", "session")
+    assert _value(store.read(S1, "k")) == "session"
+    assert _value(store.read(S2, "k")) == "user"
+    assert _value(store.read(U, "k")) == "user"
+    assert _value(store.read(V, "k")) == "tenant"
+
+
+def test_a_write_replaces_the_slot_and_bumps_the_version(store: Store) -> None:
+    first = store.write(U, "k", 1)
+    second = store.write(U, "k", 2)
+    assert second.version > first.version
+    assert second.id != first.id
+    assert _value(store.read(U, "k")) == 2
+    assert store.get(first.id) is None  # the replaced record is no longer served
+    assert _triples(store.list(U)) == [(U, "k", 2)]
+
+
+def test_list_with_and_without_descendants(store: Store) -> None:
+    store.write(T, "t1", "x")
+    store.write(U, "b", 2)
+    store.write(U, "a", 1)
+    store.write(S1, "s", 3)
+    store.write(V, "v", 4)
+
+    assert _triples(store.list(U)) == [(U, "a", 1), (U, "b", 2)]
+    assert _triples(store.list(U, include_descendants=True)) == [(U, "a", 1), (U, "b", 2), (S1, "s", 3)]
+    assert _triples(store.list(T, include_descendants=True)) == [
+        (T, "t1", "x"),
+        (U, "a", 1),
+        (U, "b", 2),
+        (S1, "s", 3),
+        (V, "v", 4),
+    ]
+    assert store.list(S1) == store.list(S1, include_descendants=True)
+    assert store.list("tenant:nobody") == []
+    assert store.list("tenant:nobody", include_descendants=True) == []
+
+
+def test_get_by_id_returns_the_whole_record(store: Store) -> None:
+    src = store.write(V, "src", {"n": 1})
+    rec = store.write(
+        U,
+        "profile",
+        {"name": "Ada", "tags": ["a", "b"], "n": 1.5, "ok": True, "none": None},
+        subjects=["idp:42"],
+        metadata={"source": "chat", "turn": 3},
+        derived_from=[src.id],
+        ttl=3600,
+    )
+    got = store.get(rec.id)
+    assert got is not None
+    assert got == store.read(U, "profile")
+    assert (got.id, got.scope, got.key, got.version) == (rec.id, U, "profile", rec.version)
+    assert got.value == {"name": "Ada", "tags": ["a", "b"], "n": 1.5, "ok": True, "none": None}
+    assert set(got.subjects) == {U, "idp:42", V}  # default + explicit + inherited from the source
+    assert dict(got.metadata) == {"source": "chat", "turn": 3}
+    assert got.derived_from == (src.id,)
+    assert got.expires_at is not None
+    assert store.get("0" * 32) is None
+
+
+def test_json_values_round_trip(store: Store) -> None:
+    values: list[object] = [0, -1, 2**53, 1.25, "", "ünïcødé ✓", True, False, None, [], {}, [1, [2, {"x": []}]]]
+    for i, value in enumerate(values):
+        store.write(U, f"k{i}", value)
+    for i, value in enumerate(values):
+        got = store.read(U, f"k{i}")
+        assert got is not None and got.value == value and type(got.value) is type(value)
+
+
+def test_unusual_but_valid_names_round_trip(store: Store) -> None:
+    scope = "doc-kind_2:id with spaces:and:colons/user:élodie ✓"
+    store.write(scope, "key with spaces & ünïcødé", "v")
+    got = store.read(scope, "key with spaces & ünïcødé")
+    assert got is not None and got.scope == scope and got.key == "key with spaces & ünïcødé"
+    assert got.subjects == (scope,)  # path up to and including the user: segment
+
+
+# -- R2 -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", MODES)
+def test_forgotten_records_are_never_returned(store: Store, mode: str) -> None:
+    keep = store.write(U, "keep", 1)
+    gone = store.write(U, "gone", 2)
+    gone_child = store.write(S1, "gone", 3)
+
+    store.forget(U, "gone", mode=mode)
+
+    for rec in (gone, gone_child):
+        assert store.get(rec.id) is None
+    assert store.read(U, "gone") is None
+    assert store.read(S1, "gone") is None
+    assert store.read(S1, "gone", fallthrough=False) is None
+    assert _triples(store.list(U, include_descendants=True)) == [(U, "keep", 1)]
+    assert store.get(keep.id) == keep
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_scope_forget_hides_the_whole_subtree(store: Store, mode: str) -> None:
+    outside = store.write(V, "k", "v")
+    parent = store.write(T, "p", "t")
+    inside = [store.write(U, "k", 1), store.write(S1, "k", 2), store.write(S2, "other", 3)]
+
+    store.forget(U, mode=mode)
+
+    for rec in inside:
+        assert store.get(rec.id) is None
+    assert store.list(U, include_descendants=True) == []
+    assert store.read(S1, "k") is None
+    assert store.read(S2, "other") is None
+    assert store.read(S1, "p") == parent  # an ancestor's own record is not part of the subtree
+    assert _triples(store.list(T, include_descendants=True)) == [(T, "p", "t"), (V, "k", "v")]
+    assert store.get(outside.id) == outside
+
+
+def test_subject_forget_hides_every_record_of_the_subject(store: Store) -> None:
+    a = store.write(U, "a", 1)
+    b = store.write(S1, "b", 2)  # default subject of S1 is U as well
+    c = store.write("tenant:t/doc:d", "c", 3, subjects=[U])
+    other = store.write(V, "a", 4)
+
+    store.forget_subject(U)
+
+    for rec in (a, b, c):
+        assert store.get(rec.id) is None
+    assert store.read(S1, "b") is None
+    assert store.read("tenant:t/doc:d", "c") is None
+    assert _triples(store.list(T, include_descendants=True)) == [(V, "a", 4)]
+    assert store.get(other.id) == other
+
+
+def test_forgotten_records_stay_hidden_after_reopen(store_factory) -> None:
+    store = store_factory()
+    op = store.write(U, "op", 1)
+    co = store.write(U, "co", 2)
+    sub = store.write(V, "sub", 3)
+    store.forget(U, "op", mode="operational")
+    store.forget(U, "co")
+    store.forget_subject(V)
+
+    store = store_factory.reopen(store)
+    for rec in (op, co, sub):
+        assert store.get(rec.id) is None
+    assert store.list(T, include_descendants=True) == []
+
+
+# -- R3 -------------------------------------------------------------------------------------
+def test_ttl_as_seconds_and_timedelta_sets_expires_at(store: Store) -> None:
+    before = datetime.now(UTC)
+    a = store.write(U, "a", 1, ttl=60)
+    b = store.write(U, "b", 1, ttl=90.5)
+    c = store.write(U, "c", 1, ttl=timedelta(hours=2))
+    d = store.write(U, "d", 1)
+    after = datetime.now(UTC)
+    for rec, seconds in ((a, 60), (b, 90.5), (c, 7200)):
+        assert rec.expires_at is not None
+        assert before + timedelta(seconds=seconds) <= rec.expires_at + timedelta(milliseconds=5)
+        assert rec.expires_at <= after + timedelta(seconds=seconds, milliseconds=5)
+        assert store.get(rec.id) == rec
+    assert d.expires_at is None
+
+
+@pytest.mark.parametrize("ttl", [TINY_TTL, timedelta(seconds=TINY_TTL)], ids=["float", "timedelta"])
+def test_expired_records_are_never_returned_without_a_sweep(store: Store, ttl: object) -> None:
+    short = store.write(S1, "k", "short-lived", ttl=ttl)
+    store.write(U, "k", "parent")
+    long = store.write(S1, "other", "long-lived", ttl=3600)
+    assert store.read(S1, "k") == short
+
+    time.sleep(AFTER_TINY_TTL)
+
+    assert store.get(short.id) is None
+    assert store.read(S1, "k", fallthrough=False) is None
+    assert _value(store.read(S1, "k")) == "parent"  # falls through past it
+    assert _triples(store.list(S1)) == [(S1, "other", "long-lived")]
+    assert short.id not in {r.id for r in store.list(U, include_descendants=True)}
+    assert store.get(long.id) == long
+
+
+def test_expired_records_stay_expired_after_reopen(store_factory) -> None:
+    store = store_factory()
+    rec = store.write(U, "k", "v", ttl=TINY_TTL)
+    time.sleep(AFTER_TINY_TTL)
+    store = store_factory.reopen(store)
+    assert store.get(rec.id) is None
+    assert store.read(U, "k") is None
+    assert store.list(U) == []
+
+
+def test_an_expired_slot_can_be_written_again(store: Store) -> None:
+    store.write(U, "k", "old", ttl=TINY_TTL)
+    time.sleep(AFTER_TINY_TTL)
+    fresh = store.write(U, "k", "new")  # expiry is not a forget: no tombstone, no token needed
+    assert store.read(U, "k") == fresh
+
+
+def test_expiry_is_operational_derived_records_survive(store: Store) -> None:
+    source = store.write(U, "fact", "short-lived", ttl=TINY_TTL)
+    derived = store.write("tenant:t/doc:summary", "summary", "built from fact", derived_from=[source.id])
+    assert U in derived.subjects
+
+    time.sleep(AFTER_TINY_TTL)
+
+    assert store.get(source.id) is None
+    assert store.read(U, "fact") is None
+    got = store.get(derived.id)
+    assert got is not None and got.value == "built from fact" and got.derived_from == (source.id,)
+    assert store.read("tenant:t/doc:summary", "summary") == got

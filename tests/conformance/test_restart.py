@@ -1,0 +1,84 @@
+"""W1/W2 across restarts: tombstones, lifts (dominance) and reauthorization tokens are durable."""
+
+from __future__ import annotations
+
+import pytest
+
+from cenotaph.errors import ForgottenError, StaleWriteError
+
+U = "tenant:t/user:u"
+S1 = "tenant:t/user:u/session:s1"
+V = "tenant:t/user:v"
+
+
+@pytest.mark.parametrize("mode", ["compliance", "operational"])
+def test_tombstones_survive_a_restart(store_factory, mode: str) -> None:
+    store = store_factory()
+    store.write(U, "k", 1)
+    store.write(V, "x", 2)
+    key_forget = store.forget(U, "k", mode=mode)
+    scope_forget = store.forget(V, mode=mode)
+    store.write("tenant:t/doc:1", "d", 3, subjects=["idp:1"])
+    subject_forget = store.forget_subject("idp:1")
+
+    store = store_factory.reopen(store)
+
+    for scope, key, kwargs, request in (
+        (S1, "k", {}, key_forget),
+        (V, "x", {}, scope_forget),
+        ("tenant:t/user:v/session:new", "y", {}, scope_forget),
+        ("tenant:other", "z", {"subjects": ["idp:1"]}, subject_forget),
+    ):
+        with pytest.raises(ForgottenError) as info:
+            store.write(scope, key, "again", **kwargs)
+        assert info.value.version == request.version
+    assert store.read(U, "k") is None
+    assert store.list(V, include_descendants=True) == []
+    expected = {"tombstoned"} if mode == "operational" else {"shredded", "purged", "verified"}
+    for request in (key_forget, scope_forget):
+        assert store.erasure(request.id).status().state in expected
+
+
+def test_tokens_and_lifts_survive_restarts(store_factory) -> None:
+    store = store_factory()
+    old = store.write(U, "k", 1)
+    request = store.forget(U, "k")
+    token = store.reauthorize(U, "k")
+
+    store = store_factory.reopen(store)
+    with pytest.raises(StaleWriteError):
+        store.write(U, "k", 2, base_version=old.version, reauthorization=token)
+    store = store_factory.reopen(store)
+    store.write(U, "k", 2, reauthorization=token)  # the issued (and unconsumed) token survived
+
+    store = store_factory.reopen(store)
+    store.write(U, "k", 3)  # the lift survived: no token needed
+    got = store.read(U, "k")
+    assert got is not None and got.value == 3 and got.version > request.version
+
+    store.forget(U, "k")
+    store = store_factory.reopen(store)
+    with pytest.raises(ForgottenError):
+        store.write(U, "k", 4, reauthorization=token)  # consumed, and predates the new forget
+
+
+def test_a_token_issued_before_a_restart_and_a_forget_stays_invalid(store_factory) -> None:
+    store = store_factory()
+    early = store.reauthorize(U)
+    store = store_factory.reopen(store)
+    store.forget(U)
+    store = store_factory.reopen(store)
+    with pytest.raises(ForgottenError):
+        store.write(S1, "k", 1, reauthorization=early)
+    store.write(S1, "k", 1, reauthorization=store.reauthorize(U))
+    store = store_factory.reopen(store)
+    assert store.read(S1, "k") is not None
+
+
+def test_versions_keep_increasing_across_restarts(store_factory) -> None:
+    store = store_factory()
+    first = store.write(U, "k", 1)
+    request = store.forget(V)
+    store = store_factory.reopen(store)
+    second = store.write(U, "k", 2, base_version=first.version)
+    assert second.version > request.version > first.version
