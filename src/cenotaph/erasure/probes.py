@@ -85,12 +85,10 @@ def _vector_windows(vector: bytes, count: int = 4) -> list[bytes]:
     # start positions of 8 consecutive non-zero floats
     runs = np.convolve(nonzero.astype(np.int32), np.ones(8, dtype=np.int32), mode="valid") == 8
     starts = np.flatnonzero(runs)
-    picked = (
-        starts[np.linspace(0, len(starts) - 1, num=min(count, len(starts)), dtype=np.intp)]
-        if len(starts)
-        else []
-    )
-    return [vector[4 * int(i) : 4 * int(i) + 32] for i in picked]
+    if not len(starts):
+        return []
+    picked = starts[np.linspace(0, len(starts) - 1, num=min(count, len(starts)), dtype=np.intp)]
+    return [vector[4 * int(i) : 4 * int(i) + 32] for i in dict.fromkeys(picked.tolist())]
 
 
 def _text_windows(text: str) -> list[bytes]:
