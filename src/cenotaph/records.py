@@ -25,7 +25,6 @@ from .model import Record
 __all__ = ["RecordCrypto", "SealedRecord", "is_visible"]
 
 _SUBJECTS_AAD = b"cenotaph-subjects/1"
-_VECTOR_AAD = b"/vector"
 
 
 def is_visible(row: RecordRow, now: float) -> bool:
@@ -139,7 +138,6 @@ class RecordCrypto:
         expires_at: float | None,
         scope_token: bytes,
         key_token: bytes,
-        vector: bytes | None = None,
     ) -> SealedRecord:
         record_id = os.urandom(16).hex()
         content_seed, wrapped_content, epoch = self.keys.new_wrapped()
@@ -169,7 +167,6 @@ class RecordCrypto:
             wrapped=wrapped_content,
             epoch=epoch,
             ciphertext=sealer.seal(payload, aad),
-            vector=None if vector is None else sealer.seal(vector, aad + _VECTOR_AAD),
         )
         lineage = LineageRow(
             record_id=record_id,
@@ -213,16 +210,9 @@ class RecordCrypto:
             return None
         return Sealer(content_key(seed, lin_key, scope_keys, subject_keys))
 
-    def open_vector(self, txn: Txn, row: RecordRow, lineage: LineageRow | None = None) -> bytes | None:
-        """The record's float32 embedding bytes, or ``None`` if it has none or was shredded."""
-        sealer = None if row.vector is None else self._content_sealer(txn, row, lineage)
-        if sealer is None or row.vector is None:
-            return None
-        return sealer.open(row.vector, row.id.encode() + _VECTOR_AAD)
-
-    def open(self, txn: Txn, row: RecordRow) -> Record | None:
+    def open(self, txn: Txn, row: RecordRow, lineage: LineageRow | None = None) -> Record | None:
         """Decrypt a row; ``None`` if any key it depends on was destroyed (S2)."""
-        sealer = None if row.ciphertext is None else self._content_sealer(txn, row)
+        sealer = None if row.ciphertext is None else self._content_sealer(txn, row, lineage)
         if sealer is None or row.ciphertext is None:
             return None
         payload = sealer.open(row.ciphertext, row.id.encode())

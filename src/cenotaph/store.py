@@ -14,9 +14,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from numpy.typing import NDArray
-
 from .backends.base import Backend, RecordRow, ScopeKeyRow, Txn
 from .backends.sqlite.backend import SQLiteBackend
 from .crypto.keys import KeyChain
@@ -245,7 +242,6 @@ class Store:
         prepared = [self._prepare(item) for item in items]
         if not prepared:
             return []
-        vectors = self._search.embed_values([p.value for p in prepared])
         self._sync()
         try:
             with self._backend.write() as txn:
@@ -253,15 +249,13 @@ class Store:
                 if txn.forget_epoch() != self._forget_epoch:
                     self._keys.clear()  # a forget since our last sync may have destroyed cached keys
                 self._keys.refresh_epoch()
-                sealed, replaced = self._write_batch(txn, prepared, vectors)
+                sealed, replaced = self._write_batch(txn, prepared)
         except BaseException:
             self._keys.clear()  # keys created in a rolled-back transaction must not be reused
             raise
         for s in sealed:
             self._remember(s.record)
         self._search.remove(replaced)
-        self._search.add([s.record.id for s in sealed], vectors, [s.row.scope_token for s in sealed])
-        vectors.fill(0)
         return [s.record for s in sealed]
 
     def _prepare(self, item: Mapping[str, Any]) -> _Prepared:
@@ -293,9 +287,7 @@ class Store:
             reauthorization=token,
         )
 
-    def _write_batch(
-        self, txn: Txn, prepared: Sequence[_Prepared], vectors: NDArray[np.float32]
-    ) -> tuple[list[SealedRecord], list[str]]:
+    def _write_batch(self, txn: Txn, prepared: Sequence[_Prepared]) -> tuple[list[SealedRecord], list[str]]:
         now = time.time()
         version = txn.clock()
         source_ids = sorted({s for p in prepared for s in p.derived_from})
@@ -329,7 +321,7 @@ class Store:
         subject_keys = self._ensure_subject_keys(txn, {t for _, w, _, _ in plans for t in w.subject_tokens})
         sealed: dict[tuple[bytes, bytes], SealedRecord] = {}
         replaced: list[str] = []
-        for n, (p, targets, subjects, source_keys) in enumerate(plans):
+        for p, targets, subjects, source_keys in plans:
             version += 1
             slot = (targets.scope_token, targets.key_token)
             old = existing.get(slot)
@@ -361,7 +353,6 @@ class Store:
                 expires_at=None if p.ttl is None else now + p.ttl,
                 scope_token=targets.scope_token,
                 key_token=targets.key_token,
-                vector=vectors[n].tobytes(),
             )
         txn.delete_records(replaced)
         txn.insert_records([s.row for s in sealed.values()], [s.lineage for s in sealed.values()])
@@ -565,7 +556,7 @@ class Store:
         qvec = self._search.embed_query(query)
         found: dict[str, Record] = {}
         with self._backend.read() as txn:
-            self._search.ensure(txn.clock(), lambda after: self._load_vectors(txn, after))
+            self._search.ensure(txn.clock(), lambda after: self._load_values(txn, after))
             tokens = {self._tokens.scope(p) for p in (parsed.prefixes() if fallthrough else [parsed])}
             if include_descendants:
                 tokens.update(txn.subtree_tokens(self._tokens.scope(parsed)))
@@ -583,23 +574,24 @@ class Store:
         # a hit with no similarity at all is noise, and in a session it would taint the writes
         return [SearchHit(found[i], score) for i, score in hits if score > 0.0]
 
-    def _load_vectors(
+    def _load_values(
         self, txn: Txn, after_version: int
-    ) -> tuple[builtins.list[str], builtins.list[bytes], builtins.list[bytes]]:
+    ) -> tuple[builtins.list[str], builtins.list[JSONValue], builtins.list[bytes]]:
+        """Decrypted values of live records newer than ``after_version``, to embed in memory."""
         ids: builtins.list[str] = []
-        blobs: builtins.list[bytes] = []
+        values: builtins.list[JSONValue] = []
         scopes: builtins.list[bytes] = []
         rows = builtins.list(txn.live_records(after_version))
         for start in range(0, len(rows), 500):
             chunk = rows[start : start + 500]
             lineage = txn.lineage([r.id for r in chunk])
             for row in chunk:
-                vector = self._crypto.open_vector(txn, row, lineage.get(row.id))
-                if vector is not None and len(vector) == 4 * self._search.dim:
+                record = self._crypto.open(txn, row, lineage.get(row.id))
+                if record is not None:
                     ids.append(row.id)
-                    blobs.append(vector)
+                    values.append(record.value)
                     scopes.append(row.scope_token)
-        return ids, blobs, scopes
+        return ids, values, scopes
 
     # -- access requests -----------------------------------------------------------------
     def export_subject(self, subject: str) -> dict[str, Any]:
@@ -762,7 +754,7 @@ class Store:
         record = None if row is None else self._crypto.open(txn, row)
         if row is None or record is None:
             return None
-        return record, self._crypto.open_vector(txn, row)
+        return record, self._search.embed_values([record.value])[0].tobytes()
 
 
 def open_store(

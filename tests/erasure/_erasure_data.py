@@ -97,12 +97,12 @@ def assert_write_refused(store: cenotaph.Store, written: Written) -> None:
 
 def cells(db: Path, ids: Iterable[str], *, immutable: bool = False, subject_keys: bool = True) -> list[bytes]:
     """Every ciphertext and wrapped-key cell of these records, read from the file by a child:
-    records.ciphertext/vector/wrapped, lineage.wrapped/subjects and (``subject_keys``) their
-    subjects' wrapped keys."""
+    records.ciphertext/wrapped, lineage.wrapped/subjects and (``subject_keys``) their subjects'
+    wrapped keys. (Embeddings never reach disk: they are computed in memory from decrypted values.)"""
     ids = list(ids)
     marks = ",".join("?" * len(ids))
     rows = sql(
-        db, f"SELECT ciphertext, vector, wrapped FROM records WHERE id IN ({marks})", ids, immutable=immutable
+        db, f"SELECT ciphertext, wrapped FROM records WHERE id IN ({marks})", ids, immutable=immutable
     )
     rows += sql(
         db, f"SELECT wrapped, subjects FROM lineage WHERE record_id IN ({marks})", ids, immutable=immutable
@@ -116,8 +116,8 @@ def cells(db: Path, ids: Iterable[str], *, immutable: bool = False, subject_keys
             immutable=immutable,
         )
     blobs = [bytes(v) for row in rows for v in row if isinstance(v, bytes)]
-    # 3 + 2 cells per record and one subject key
-    assert len(blobs) == 5 * len(ids) + int(subject_keys), (
+    # 2 + 2 cells per record and one subject key
+    assert len(blobs) == 4 * len(ids) + int(subject_keys), (
         "the snapshot should hold every ciphertext and wrapped key"
     )
     return blobs

@@ -22,6 +22,7 @@ from .vectors import VectorIndex
 __all__ = ["SearchIndex", "check_filter", "check_query", "matches_filter", "MAX_K", "MAX_QUERY_CHARS"]
 
 MAX_K = 1000
+_EMBED_BATCH = 4096
 MAX_QUERY_CHARS = 10_000
 _OPERATORS = ("$eq", "$ne", "$in", "$nin", "$exists")
 
@@ -132,15 +133,18 @@ class SearchIndex:
                 clear()
             return count
 
-    def ensure(self, clock: int, load: Callable[[int], tuple[list[str], list[bytes], list[bytes]]]) -> None:
-        """Build or catch up: ``load(after_version)`` returns ids, float32 vector bytes, scope tokens."""
+    def ensure(self, clock: int, load: Callable[[int], tuple[list[str], list[Any], list[bytes]]]) -> None:
+        """Build or catch up: ``load(after_version)`` returns ids, decrypted values and scope
+        tokens of the live records written after that version; they are embedded here, in memory
+        (embeddings never reach disk)."""
         with self._lock:
             if self.ready and clock <= self.indexed_version:
                 return
-            ids, blobs, scopes = load(self.indexed_version if self.ready else 0)
-            if ids:
-                matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(ids), self.dim).copy()
-                self._vectors.add(ids, matrix, [self._code(t) for t in scopes])
+            ids, values, scopes = load(self.indexed_version if self.ready else 0)
+            for start in range(0, len(ids), _EMBED_BATCH):
+                part = slice(start, start + _EMBED_BATCH)
+                matrix = self.embed_values(values[part])
+                self._vectors.add(ids[part], matrix, [self._code(t) for t in scopes[part]])
                 matrix.fill(0)
             self.ready = True
             self.indexed_version = max(self.indexed_version, clock)
