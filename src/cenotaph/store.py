@@ -21,7 +21,7 @@ from .crypto.provider import KeyProvider, keyring_from_env
 from .crypto.tokens import TokenMaker
 from .dominance import Reauth, WriteTargets, decide
 from .erasure.forget import ForgetPlan
-from .erasure.ledger import AUDIT_CHAIN, Ledger, anchor_audit, start_audit_chain
+from .erasure.ledger import AUDIT_CHAIN, KEK_EPOCH, Ledger, anchor_audit, start_audit_chain
 from .erasure.plan import ForgetPlanner, check_postcondition
 from .erasure.probes import sample_probes, seal_probes
 from .erasure.service import ErasureService, Progress, copy_backup
@@ -122,6 +122,7 @@ class Store:
         self._cache: dict[str, Record] = {}
         self._cache_lock = threading.Lock()
         self._forget_epoch = -1
+        self._kek_seen: int | None = -1
         self._ledger = Ledger(provider, self._sample_probes)
         self._planner = ForgetPlanner(self._tokens)
         self._search = SearchIndex(embedder if embedder is not None else HashingEmbedder())
@@ -242,14 +243,22 @@ class Store:
         prepared = [self._prepare(item) for item in items]
         if not prepared:
             return []
+        if len({(p.scope, p.key) for p in prepared}) != len(prepared):
+            raise InvalidValueError(
+                "write_many names the same (scope, key) twice; write each key once per batch "
+                "(the last value would silently replace the first)"
+            )
         self._sync()
         try:
             with self._backend.write() as txn:
                 self._ledger.reconcile_if_changed(txn)
-                if txn.forget_epoch() != self._forget_epoch:
+                meta = txn.meta_all()
+                if meta["forget_epoch"] != self._forget_epoch:
                     self._keys.clear()  # a forget since our last sync may have destroyed cached keys
-                self._keys.refresh_epoch()
-                sealed, replaced = self._write_batch(txn, prepared)
+                if meta.get(KEK_EPOCH) != self._kek_seen:  # another process rotated: wrap under the new epoch
+                    self._keys.refresh_epoch()
+                    self._kek_seen = meta.get(KEK_EPOCH)
+                sealed, replaced = self._write_batch(txn, prepared, meta["clock"])
         except BaseException:
             self._keys.clear()  # keys created in a rolled-back transaction must not be reused
             raise
@@ -287,9 +296,10 @@ class Store:
             reauthorization=token,
         )
 
-    def _write_batch(self, txn: Txn, prepared: Sequence[_Prepared]) -> tuple[list[SealedRecord], list[str]]:
+    def _write_batch(
+        self, txn: Txn, prepared: Sequence[_Prepared], version: int
+    ) -> tuple[list[SealedRecord], list[str]]:
         now = time.time()
-        version = txn.clock()
         source_ids = sorted({s for p in prepared for s in p.derived_from})
         sources = self._open_sources(txn, source_ids)
         plans: list[tuple[_Prepared, WriteTargets, list[str], list[tuple[str, bytes]]]] = []
@@ -328,7 +338,7 @@ class Store:
             if (
                 p.base_version is not None
                 and old is not None
-                and old.hidden_version is None
+                and is_visible(old, now)  # an expired or forgotten record is no longer "current"
                 and old.version > p.base_version
             ):
                 raise StaleWriteError(
@@ -519,7 +529,8 @@ class Store:
         if cached is not None and cached.version == row.version:
             return cached
         record = self._crypto.open(txn, row)
-        if record is None or self._dominated(txn, record):
+        # with no forget ever applied (forget_epoch 0) there is no tombstone to check
+        if record is None or (self._forget_epoch != 0 and self._dominated(txn, record)):
             return None
         self._remember(record)
         return record

@@ -2,6 +2,7 @@
 
 ``store_factory`` is parametrised over every backend. ``store_factory()`` opens a fresh, empty
 store; ``store_factory.reopen(store)`` closes it and opens the same location again (a restart);
+``store_factory.twin(store)`` opens the same location a second time, side by side;
 every store it opened is closed at teardown. ``store`` is ``store_factory()``.
 
 Tests that inspect what is at rest (files, raw rows) call ``store_factory.raw(store)`` or
@@ -87,6 +88,11 @@ class StoreFactory:
         """Close ``store`` and open the same location again, with the same options (a restart)."""
         location, options = self._locations[id(store)]
         store.close()
+        return self._open(location, options)
+
+    def twin(self, store: Store) -> Store:
+        """A second store open on the same location at the same time (another process's view)."""
+        location, options = self._locations[id(store)]
         return self._open(location, options)
 
     # -- at-rest inspection (backend-specific; the rules they check are not) --------------

@@ -210,7 +210,9 @@ def test_the_leak_detector_finds_every_form(tmp_path: Path) -> None:
 
 # -- S1 -------------------------------------------------------------------------------------
 @PURGE
-def test_no_canary_reaches_any_file_before_after_forgetting_and_after_close(store_factory, purge: bool) -> None:
+def test_no_canary_reaches_any_file_before_after_forgetting_and_after_close(
+    store_factory, purge: bool
+) -> None:
     store = store_factory(purge=purge)
     c = Canaries()
     detector = c.detector()

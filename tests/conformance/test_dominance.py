@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime
+
 import pytest
 
 from cenotaph import Store
@@ -128,6 +131,24 @@ def test_a_rejected_write_does_not_consume_the_token(store: Store) -> None:
     assert _value(store, U, "k") == "here"
 
 
+def test_a_write_many_rejected_by_dominance_keeps_the_token(store: Store) -> None:
+    store.forget(U, "k")
+    store.forget(V, "k")
+    token = store.reauthorize(U, "k")
+    with pytest.raises(ForgottenError):
+        store.write_many(
+            [
+                {"scope": U, "key": "k", "value": 1, "reauthorization": token},  # would be let in ...
+                {"scope": V, "key": "k", "value": 2},  # ... but this one is forgotten: all roll back
+            ]
+        )
+    assert store.read(U, "k") is None
+    with pytest.raises(ForgottenError):
+        store.write(U, "k", 3)  # no lift was recorded
+    store.write(U, "k", 3, reauthorization=token)  # and the token was not consumed
+    assert _value(store, U, "k") == 3
+
+
 def test_compare_and_set_on_a_live_record(store: Store) -> None:
     first = store.write(U, "k", 1)
     second = store.write(U, "k", 2, base_version=first.version)
@@ -234,3 +255,12 @@ def test_explicit_subjects_add_to_the_defaults(store: Store) -> None:
     store.forget_subject("idp:2")
     assert store.get(rec.id) is None
     assert store.read(U, "k") is None
+
+
+def test_compare_and_set_ignores_an_expired_record(store: Store) -> None:
+    short = store.write(U, "k", "short-lived", ttl=0.2)
+    assert short.expires_at is not None
+    time.sleep(max(0.0, (short.expires_at - datetime.now(UTC)).total_seconds()) + 0.05)
+    assert store.read(U, "k") is None
+    store.write(U, "k", "fresh", base_version=0)
+    assert _value(store, U, "k") == "fresh"

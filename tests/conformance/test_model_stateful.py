@@ -7,11 +7,18 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from cenotaph import Store
 from cenotaph.errors import ForgottenError, ScopeClosureError, StaleWriteError
@@ -91,7 +98,8 @@ class Model:
         """('ok' | 'forgotten', the blocking tombstone, whether the token is consumed)."""
         general, by_subject = self.covering(scope, key, subjects)
         lifted = max(
-            [self.lifts.get(("scope", p), -1) for p in prefixes(scope)] + [self.lifts.get(("key", (scope, key)), -1)]
+            [self.lifts.get(("scope", p), -1) for p in prefixes(scope)]
+            + [self.lifts.get(("key", (scope, key)), -1)]
         )
         blocked = [m for m in general if m.seq > lifted]
         blocked_subjects = {x: m for x, m in by_subject.items() if m.seq > self.lifts.get(("subject", x), -1)}
@@ -164,7 +172,7 @@ def make_machine(open_store, reopen_store):  # type: ignore[no-untyped-def]
             self.last = (scope, key, with_idp)
 
         # Writes are most of what an agent does: two rules (so they are drawn twice as often).
-        write_args = {
+        write_args: ClassVar[dict[str, st.SearchStrategy[object]]] = {
             "scope": st.sampled_from(SCOPES),
             "key": st.sampled_from(KEYS),
             "with_idp": st.booleans(),
@@ -200,7 +208,9 @@ def make_machine(open_store, reopen_store):  # type: ignore[no-untyped-def]
             """A fresh token aimed at this write: a prefix scope, the exact key, or a subject."""
             if kind == "subject" and subjects:
                 subject = sorted(subjects)[depth % len(subjects)]
-                token = Token(self.store.reauthorize(scope, subject=subject), "subject", subject, next(self.seq))
+                token = Token(
+                    self.store.reauthorize(scope, subject=subject), "subject", subject, next(self.seq)
+                )
             elif kind == "scope":
                 target = prefixes(scope)[depth % len(prefixes(scope))]
                 token = Token(self.store.reauthorize(target), "scope", target, next(self.seq))
@@ -216,7 +226,9 @@ def make_machine(open_store, reopen_store):  # type: ignore[no-untyped-def]
             slots |= {(s, k, False) for (s, k) in m.key_exact}
             slots |= {(d, k, False) for s in m.scope_ts for d in SCOPES if within(d, s) for k in KEYS}
             for x in m.subject_ts:
-                slots |= {(sc, k, x == IDP) for sc in SCOPES for k in KEYS if x == IDP or x in default_subjects(sc)}
+                slots |= {
+                    (sc, k, x == IDP) for sc in SCOPES for k in KEYS if x == IDP or x in default_subjects(sc)
+                }
             return sorted(slots)
 
         @precondition(lambda self: bool(self.tombstoned_slots()))
@@ -226,7 +238,9 @@ def make_machine(open_store, reopen_store):  # type: ignore[no-untyped-def]
             token_kind=st.sampled_from([None, "scope", "key", "subject"]),
             depth=st.integers(min_value=0, max_value=3),
         )
-        def write_where_forgotten(self, pick: int, with_idp: bool, token_kind: str | None, depth: int) -> None:
+        def write_where_forgotten(
+            self, pick: int, with_idp: bool, token_kind: str | None, depth: int
+        ) -> None:
             """Aim at tombstoned targets, with no token or a fresh one of some kind."""
             slots = self.tombstoned_slots()
             scope, key, needs_idp = slots[pick % len(slots)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cenotaph import ErasureRequest, Store
-from cenotaph.errors import InvalidValueError
+from cenotaph.errors import ErasureNotProvableError, InvalidValueError
 
 U = "tenant:t/user:u"
 STATES = ("tombstoned", "shredded", "purged", "verified")
@@ -35,6 +35,40 @@ def test_an_operational_forget_stays_tombstoned_and_never_reports_erasure(store_
         status = store.erasure(request.id).status()
         assert status.state == "tombstoned"
         assert any("operational" in gap for gap in status.gaps)
+
+
+def test_an_operational_forget_never_reports_erasure_even_after_purge(store: Store) -> None:
+    store.write(U, "k", 1)
+    request = store.forget(U, "k", mode="operational")
+    for call in (store.confirm_erasure, store.attest):
+        with pytest.raises(ErasureNotProvableError) as info:
+            call(request.id)
+        assert any("operational" in gap for gap in info.value.gaps)
+    report = store.purge()
+    assert report.requests[request.id] == "tombstoned"
+    status = request.status()
+    assert status.state == "tombstoned"
+    assert status.layers["reclaim"].state == "done"  # purge reclaims space ...
+    for call in (store.confirm_erasure, store.attest):  # ... and still never calls it erasure
+        with pytest.raises(ErasureNotProvableError) as info:
+            call(request.id)
+        assert any("operational" in gap for gap in info.value.gaps)
+
+
+def test_a_compliance_forget_is_not_reported_erased_before_evidence(store: Store) -> None:
+    store.write(U, "k", 1)
+    request = store.forget(U, "k")
+    if request.status().state == "verified":
+        pytest.skip("this store verified inside the forget (auto-purge)")
+    for call in (store.confirm_erasure, store.attest):
+        with pytest.raises(ErasureNotProvableError) as info:
+            call(request.id)
+        assert info.value.gaps
+        assert str(info.value)
+    store.purge()  # evidence: rows removed, WAL truncated, files scanned
+    assert request.status().state == "verified"
+    assert store.confirm_erasure(request.id).state == "verified"
+    assert store.attest(request.id)["request_id"] == request.id
 
 
 def test_a_compliance_forget_returns_at_shredded_or_later(store: Store) -> None:

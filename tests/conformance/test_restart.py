@@ -82,3 +82,28 @@ def test_versions_keep_increasing_across_restarts(store_factory) -> None:
     store = store_factory.reopen(store)
     second = store.write(U, "k", 2, base_version=first.version)
     assert second.version > request.version > first.version
+
+
+@pytest.mark.parametrize("mode", ["compliance", "operational"])
+def test_a_second_open_store_sees_forgets_at_once(store_factory, mode: str) -> None:
+    """Two stores on one location (as two processes would be): caches never outlive a forget."""
+    a = store_factory()
+    b = store_factory.twin(a)
+    rec = a.write(U, "k", "v")
+    other = a.write(V, "j", "w")
+    assert b.read(S1, "k") == rec and b.get(rec.id) == rec  # b has it cached now
+    request = a.forget(U, "k", mode=mode)
+    assert b.read(S1, "k") is None
+    assert b.get(rec.id) is None
+    with pytest.raises(ForgottenError) as info:
+        b.write(U, "k", "again")
+    assert info.value.version == request.version
+
+    assert b.list(V) == [other]
+    a.forget_subject(V)
+    assert b.list(V) == [] and b.get(other.id) is None
+
+    token = b.reauthorize(U, "k")  # a token issued through one store works through the other
+    a.write(U, "k", "back", reauthorization=token)
+    got = b.read(U, "k")
+    assert got is not None and got.value == "back"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 
 import pytest
 
@@ -75,9 +76,10 @@ def test_an_ancestor_copy_fails_closed_and_changes_nothing(store_factory, mode: 
 
 
 def test_an_expired_or_forgotten_ancestor_copy_does_not_block(store: Store) -> None:
-    store.write(T, "k", "expires", ttl=0.2)
+    expiring = store.write(T, "k", "expires", ttl=0.2)
     store.write(U, "k", "user")
-    time.sleep(0.35)
+    assert expiring.expires_at is not None
+    time.sleep(max(0.0, (expiring.expires_at - datetime.now(UTC)).total_seconds()) + 0.05)
     store.forget(U, "k")  # the expired ancestor copy is not readable: nothing to close
     assert store.read(S1, "k") is None
 

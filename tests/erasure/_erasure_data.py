@@ -101,9 +101,7 @@ def cells(db: Path, ids: Iterable[str], *, immutable: bool = False, subject_keys
     wrapped keys. (Embeddings never reach disk: they are computed in memory from decrypted values.)"""
     ids = list(ids)
     marks = ",".join("?" * len(ids))
-    rows = sql(
-        db, f"SELECT ciphertext, wrapped FROM records WHERE id IN ({marks})", ids, immutable=immutable
-    )
+    rows = sql(db, f"SELECT ciphertext, wrapped FROM records WHERE id IN ({marks})", ids, immutable=immutable)
     rows += sql(
         db, f"SELECT wrapped, subjects FROM lineage WHERE record_id IN ({marks})", ids, immutable=immutable
     )

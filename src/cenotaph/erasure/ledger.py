@@ -24,6 +24,7 @@ from .forget import ForgetPlan, apply_plan
 __all__ = ["Ledger", "all_anchors", "anchor_audit", "append_audit", "initial_layers", "start_audit_chain"]
 
 AUDIT_CHAIN = "audit_chain"
+KEK_EPOCH = "kek_epoch"  # meta: the current KEK epoch, bumped by rotation so writers re-read it
 
 ENTRY_KIND = "forget"
 

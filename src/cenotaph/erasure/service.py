@@ -28,7 +28,7 @@ from ..model import BackupInfo, Certificate, ErasureStatus, LayerStatus, PurgeRe
 from .audit import entry_from_dict, verify_chain
 from .certificate import Signer
 from .forget import ForgetPlan
-from .ledger import AUDIT_CHAIN, all_anchors, anchor_audit
+from .ledger import AUDIT_CHAIN, KEK_EPOCH, all_anchors, anchor_audit
 from .probes import open_probes
 from .scan_worker import scan_in_child
 from .scanner import ScanResult
@@ -349,6 +349,7 @@ class ErasureService:
                 if progress is not None and n % 1000 == 0:
                     progress(n, len(rows))
             txn.rewrap(rewrapped)
+            txn.set_meta(KEK_EPOCH, new_epoch)
             anchor_audit(self._provider, txn, "rotate", {"epoch": new_epoch, "rewrapped": len(rewrapped)})
         # old wrapped bytes must leave the WAL before old epochs can be said to be gone
         self._backend.checkpoint_truncate()

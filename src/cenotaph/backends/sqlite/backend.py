@@ -113,6 +113,9 @@ class SQLiteTxn:
     def set_meta(self, name: str, value: int) -> None:
         self._c.execute("INSERT OR REPLACE INTO meta VALUES (?,?)", (name, value))
 
+    def meta_all(self) -> dict[str, int]:
+        return {str(n): int(v) for n, v in self._c.execute("SELECT name, value FROM meta")}
+
     def forget_epoch(self) -> int:
         return int(self._one("SELECT value FROM meta WHERE name='forget_epoch'"))
 
@@ -282,13 +285,13 @@ class SQLiteTxn:
                 for i in range(0, len(x.subject_tokens), 32)
             ],
         )
-        self._c.executemany(
-            "INSERT OR IGNORE INTO derivations VALUES (?,?)",
-            [(src, x.record_id) for x in lineage for src in x.sources],
-        )
+        derived = [(src, x.record_id) for x in lineage for src in x.sources]
+        if derived:
+            self._c.executemany("INSERT OR IGNORE INTO derivations VALUES (?,?)", derived)
 
     def delete_records(self, ids: Sequence[str]) -> None:
-        self._c.executemany("DELETE FROM records WHERE id=?", [(i,) for i in ids])
+        if ids:
+            self._c.executemany("DELETE FROM records WHERE id=?", [(i,) for i in ids])
 
     def lineage(self, ids: Sequence[str]) -> dict[str, LineageRow]:
         found: dict[str, LineageRow] = {}
