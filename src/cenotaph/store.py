@@ -119,7 +119,11 @@ class Store:
         self._tokens = TokenMaker(provider.erasure_secret())
         self._keys = KeyChain(provider)
         self._crypto = RecordCrypto(self._keys)
-        self._cache: dict[str, Record] = {}
+        self._cache: dict[str, Record] = {}  # decrypted records by id (checked against the row)
+        # (scope, key, fallthrough) -> what read() resolved to; valid only while nobody commits:
+        # cleared by our own writes and forgets, and by _sync when another connection committed
+        self._resolved: dict[tuple[str, str, bool], Record] = {}
+        self._resolved_gen = 0
         self._cache_lock = threading.Lock()
         self._forget_epoch = -1
         self._kek_seen: int | None = -1
@@ -170,7 +174,13 @@ class Store:
     def _drop_caches(self) -> None:
         with self._cache_lock:
             self._cache.clear()
+        self._invalidate_resolved()
         self._keys.clear()
+
+    def _invalidate_resolved(self) -> None:
+        with self._cache_lock:
+            self._resolved.clear()
+            self._resolved_gen += 1
 
     def _forget_from_memory(self, ids: Iterable[str] | None) -> int:
         """Drop every decrypted record and unwrapped key (so a derived copy the lineage index
@@ -204,6 +214,7 @@ class Store:
                 with self._backend.write() as txn:
                     self._ledger.reconcile(txn)
         if self._ledger.take_replayed() or check:
+            self._invalidate_resolved()  # someone committed: a read may now resolve differently
             with self._backend.read() as txn:
                 epoch = txn.forget_epoch()
             if epoch != self._forget_epoch:
@@ -262,6 +273,7 @@ class Store:
         except BaseException:
             self._keys.clear()  # keys created in a rolled-back transaction must not be reused
             raise
+        self._invalidate_resolved()
         for s in sealed:
             self._remember(s.record)
         self._search.remove(replaced)
@@ -488,19 +500,36 @@ class Store:
     # -- reads ---------------------------------------------------------------------------
     def read(self, scope: str, key: str, *, fallthrough: bool = True) -> Record | None:
         """The record under ``key`` in ``scope``, else in its nearest ancestor (R1)."""
+        cacheable = type(scope) is str and type(key) is str and type(fallthrough) is bool
+        if cacheable:
+            self._sync()  # drops the resolution cache on any change by anyone
+            hit = self._resolved.get((scope, key, fallthrough))
+            if hit is not None and (hit.expires_at is None or hit.expires_at.timestamp() > time.time()):
+                return hit
         parsed = Scope.parse(scope)
         key_token = self._tokens.key(check_key(key))
         chain = list(reversed(parsed.prefixes())) if fallthrough else [parsed]
         tokens = [self._tokens.scope(p) for p in chain]
         self._sync()
+        generation = self._resolved_gen
         with self._backend.read() as txn:
             rows = {r.scope_token: r for r in txn.records_in_slots([(t, key_token) for t in tokens])}
             for token in tokens:
                 row = rows.get(token)
                 record = None if row is None else self._materialize(txn, row)
                 if record is not None:
+                    if cacheable:
+                        self._resolve(scope, key, fallthrough, record, generation)
                     return record
         return None
+
+    def _resolve(self, scope: str, key: str, fallthrough: bool, record: Record, generation: int) -> None:
+        with self._cache_lock:
+            if generation != self._resolved_gen:
+                return  # a write or forget landed while we resolved: do not cache a stale answer
+            if len(self._resolved) >= RECORD_CACHE_LIMIT:
+                self._resolved.clear()
+            self._resolved[(scope, key, fallthrough)] = record
 
     def get(self, record_id: str) -> Record | None:
         """The record with this id, under the same checks as :meth:`read` (R2)."""

@@ -95,6 +95,7 @@ class LocalKeyring:
         self._master = master_key
         if master_key is not None and len(master_key) != KEY_BYTES:
             raise KeyProviderError(f"{MASTER_KEY_ENV} must be {KEY_BYTES * 2} hex characters")
+        self._ledger_path = str(self.path / "ledger.jsonl")
         self._state: dict[str, Any] = {}
         self._stamp: tuple[int, int, int] | None = None
         self._open()
@@ -282,7 +283,7 @@ class LocalKeyring:
 
     def ledger_mark(self) -> int:
         try:
-            return self._ledger_file.stat().st_size
+            return os.stat(self._ledger_path).st_size  # a plain str path: this runs before every read
         except FileNotFoundError:
             return 0
 
