@@ -510,7 +510,8 @@ class Store:
         key_token = self._tokens.key(check_key(key))
         chain = list(reversed(parsed.prefixes())) if fallthrough else [parsed]
         tokens = [self._tokens.scope(p) for p in chain]
-        self._sync()
+        if not cacheable:
+            self._sync()
         generation = self._resolved_gen
         with self._backend.read() as txn:
             rows = {r.scope_token: r for r in txn.records_in_slots([(t, key_token) for t in tokens])}
