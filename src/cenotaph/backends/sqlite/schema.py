@@ -22,9 +22,11 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         ) WITHOUT ROWID;
 
         -- live and hidden records, at most one per (scope, key) slot
+        -- keyed by version (unique: one clock tick per write), so catching up by version is a
+        -- rowid range scan and each write touches one B-tree fewer
         CREATE TABLE records (
-            id TEXT PRIMARY KEY, scope_token BLOB NOT NULL, key_token BLOB NOT NULL,
-            version INTEGER NOT NULL, expires_at REAL, hidden_version INTEGER, hidden_mode TEXT,
+            version INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, scope_token BLOB NOT NULL,
+            key_token BLOB NOT NULL, expires_at REAL, hidden_version INTEGER, hidden_mode TEXT,
             wrapped BLOB, epoch INTEGER, ciphertext BLOB, vector BLOB
         );
         CREATE UNIQUE INDEX records_slot ON records(scope_token, key_token);
@@ -36,7 +38,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             record_id TEXT PRIMARY KEY, scope_token BLOB NOT NULL, key_token BLOB NOT NULL,
             version INTEGER NOT NULL, wrapped BLOB, epoch INTEGER, subject_tokens BLOB NOT NULL,
             subjects BLOB, sources TEXT NOT NULL, destroyed_version INTEGER
-        );
+        ) WITHOUT ROWID;
         CREATE INDEX lineage_slot ON lineage(scope_token, key_token);
 
         CREATE TABLE record_subjects (
@@ -86,7 +88,6 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         -- any forget (operational too) marks the lineage row, so a write derived from a
         -- forgotten record is refused even after purge reclaimed the record row
         ALTER TABLE lineage ADD COLUMN forgotten_version INTEGER;
-        CREATE INDEX records_version ON records(version);
         """,
     ),
 )
