@@ -10,7 +10,7 @@ What is measured (one process, same data, same queries):
                scope (``tenant:acme/user:bench``); values are short texts (8-16 words) drawn from a synthetic
                topical vocabulary, so the default HashingEmbedder gives meaningful (lexical) vectors.
   * open       the store is closed, then ``cenotaph.open(dir)`` is timed, then the first
-               ``store.search`` (which builds the in-memory index lazily by decrypting every record's vector)
+               ``store.search`` (which builds the in-memory index lazily: decrypts every record, embeds its value)
                is timed separately. The OS page cache is warm (the files were just written).
   * search     --queries queries (2-4 topic words each), k=10, each timed on both sides, interleaved
                (the side that goes first alternates per query):
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         assert first, "the first search found nothing"
         print(
             f"open       {open_s * 1e3:.1f} ms; first search {first_s * 1e3:.0f} ms (builds the index from "
-            f"{args.n} encrypted vectors); the same search again {second_s * 1e3:.1f} ms"
+            f"{args.n} encrypted records: decrypt + embed in memory); the same search again {second_s * 1e3:.1f} ms"
         )
 
         # -- (a)+(b) interleaved ---------------------------------------------------------
