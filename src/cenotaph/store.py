@@ -133,14 +133,18 @@ class Store:
         self._erasure = ErasureService(backend, provider, self._keys, self._forget_from_memory, self._sync)
         self.auto_purge = auto_purge
         self._closed = False
-        with self._backend.write() as txn:
-            self._check_keyring(txn)
-            if restored or txn.meta(AUDIT_CHAIN) is None:
-                start_audit_chain(provider, txn)
-            if restored:
-                anchor_audit(provider, txn, "restore", {})
-            self._ledger.reconcile(txn)
-            self._forget_epoch = txn.forget_epoch()
+        try:
+            with self._backend.write() as txn:
+                self._check_keyring(txn)
+                if restored or txn.meta(AUDIT_CHAIN) is None:
+                    start_audit_chain(provider, txn)
+                if restored:
+                    anchor_audit(provider, txn, "restore", {})
+                self._ledger.reconcile(txn)  # forgets logged but never committed happen now (W7)
+                self._forget_epoch = txn.forget_epoch()
+        except BaseException:
+            self._backend.close()  # a refused open leaves no connection behind
+            raise
 
     def _check_keyring(self, txn: Txn) -> None:
         """Refuse a key provider that is not this store's (every read would silently miss)."""
