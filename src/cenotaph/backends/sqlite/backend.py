@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -20,17 +21,23 @@ __all__ = ["SQLiteBackend", "SQLITE_SETTINGS", "DB_NAME"]
 
 DB_NAME = "cenotaph.db"
 
-_BUSY_TIMEOUT_MS = 30_000
+BUSY_TIMEOUT_ENV = "CENOTAPH_BUSY_TIMEOUT_MS"
+
+
+def busy_timeout_ms() -> int:
+    """How long a write waits for another process's write transaction (default 30 s)."""
+    try:
+        return max(0, int(os.environ.get(BUSY_TIMEOUT_ENV, "30000")))
+    except ValueError:
+        return 30_000
+
 
 # Every connection setting, with why. Applied (and secure_delete read back) on each connection.
 SQLITE_SETTINGS: tuple[tuple[str, str], ...] = (
     ("journal_mode", "WAL"),  # never PERSIST: it keeps pre-images after commit (HINTS)
     ("synchronous", "FULL"),  # W7: a returned write survives power loss
     ("secure_delete", "ON"),  # S3: zero freed pages ourselves, never trust the build default
-    (
-        "busy_timeout",
-        str(_BUSY_TIMEOUT_MS),
-    ),  # wait for other processes' write transactions, then StorageError
+    # busy_timeout (busy_timeout_ms()): wait for other processes' writes, then StorageError
     ("temp_store", "MEMORY"),  # no temp files outside the data directory
     ("trusted_schema", "OFF"),
     ("foreign_keys", "OFF"),
@@ -514,7 +521,7 @@ class SQLiteBackend:
     def connect(path: Path) -> sqlite3.Connection:
         """A connection with every setting of SQLITE_SETTINGS applied and secure_delete read back."""
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
-        for name, value in SQLITE_SETTINGS:
+        for name, value in (*SQLITE_SETTINGS, ("busy_timeout", str(busy_timeout_ms()))):
             conn.execute(f"PRAGMA {name}={value}")
         if conn.execute("PRAGMA secure_delete").fetchone()[0] != 1:
             conn.close()
@@ -605,7 +612,7 @@ class SQLiteBackend:
                 except sqlite3.Error as exc:
                     raise translate(exc) from exc
                 finally:
-                    self._conn.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+                    self._conn.execute(f"PRAGMA busy_timeout={busy_timeout_ms()}")
             if busy == 0:  # the WAL was emptied (later commits append only new frames)
                 return True, 0
             time.sleep(min(0.005 * (attempt + 1), 0.05))
