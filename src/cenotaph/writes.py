@@ -1,0 +1,254 @@
+"""The write path (W1, W3, S1, S2): validate items, check dominance, ensure keys, seal rows.
+
+``RecordWriter`` holds no state of its own beyond what it is given: the store opens the write
+transaction, calls :meth:`RecordWriter.write_batch` inside it, and updates its caches after commit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .backends.base import ScopeKeyRow, Txn
+from .crypto.keys import KeyChain
+from .crypto.tokens import TokenMaker
+from .dominance import Reauth, WriteTargets, decide
+from .errors import DerivedFromForgottenError, InvalidValueError, StaleWriteError
+from .model import JSONValue
+from .records import RecordCrypto, SealedRecord, is_visible
+from .scope import Scope, default_subjects
+from .validation import check_key, check_metadata, check_record_ids, check_subjects, check_ttl, encode_json
+
+__all__ = ["RecordWriter", "WRITE_OPTIONS"]
+
+WRITE_OPTIONS = (
+    "scope",
+    "key",
+    "value",
+    "subjects",
+    "ttl",
+    "derived_from",
+    "metadata",
+    "base_version",
+    "reauthorization",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """One validated write, before its transaction."""
+
+    scope: Scope
+    key: str
+    value: JSONValue
+    value_json: bytes
+    subjects: tuple[str, ...]
+    ttl: float | None
+    derived_from: tuple[str, ...]
+    metadata: dict[str, Any]
+    base_version: int | None
+    reauthorization: str | None
+
+
+class RecordWriter:
+    def __init__(self, tokens: TokenMaker, keys: KeyChain, crypto: RecordCrypto) -> None:
+        self._tokens = tokens
+        self._keys = keys
+        self._crypto = crypto
+
+    def prepare(self, item: Mapping[str, Any]) -> Prepared:
+        if not isinstance(item, Mapping):
+            raise InvalidValueError("each item must be a dict with scope, key and value")
+        unknown = set(item) - set(WRITE_OPTIONS)
+        if unknown:
+            raise InvalidValueError(
+                f"unknown write option(s): {', '.join(sorted(unknown))}; use only {', '.join(WRITE_OPTIONS)}"
+            )
+        if "value" not in item:
+            raise InvalidValueError("a write needs a value (use forget() to remove a key)")
+        base = item.get("base_version")
+        if base is not None and (not isinstance(base, int) or isinstance(base, bool) or base < 0):
+            raise InvalidValueError("base_version must be a non-negative int (a version returned by read)")
+        token = item.get("reauthorization")
+        if token is not None and not isinstance(token, str):
+            raise InvalidValueError("reauthorization must be the string returned by store.reauthorize()")
+        return Prepared(
+            scope=Scope.parse(item.get("scope")),
+            key=check_key(item.get("key")),
+            value=item["value"],
+            value_json=encode_json(item["value"]),
+            subjects=tuple(check_subjects(item.get("subjects"))),
+            ttl=check_ttl(item.get("ttl")),
+            derived_from=check_record_ids(item.get("derived_from")),
+            metadata=check_metadata(item.get("metadata")),
+            base_version=base,
+            reauthorization=token,
+        )
+
+    def write_batch(
+        self, txn: Txn, prepared: Sequence[Prepared], version: int
+    ) -> tuple[list[SealedRecord], list[str]]:
+        now = time.time()
+        source_ids = sorted({s for p in prepared for s in p.derived_from})
+        sources = self._open_sources(txn, source_ids)
+        plans: list[tuple[Prepared, WriteTargets, list[str], list[tuple[str, bytes]]]] = []
+        for p in prepared:
+            inherited = [subject for s in p.derived_from for subject in sources[s][1]]
+            subjects = list(dict.fromkeys([*default_subjects(p.scope), *p.subjects, *inherited]))
+            targets = WriteTargets.build(
+                self._tokens, p.scope, p.key, tuple(self._tokens.subject(x) for x in subjects)
+            )
+            plans.append((p, targets, subjects, [(s, sources[s][0]) for s in p.derived_from]))
+        all_targets = list({t for _, w, _, _ in plans for t in w.tombstone_targets()})
+        tombstones = txn.tombstone_versions(all_targets)
+        lifts = (
+            txn.lift_versions(list({t for _, w, _, _ in plans for t in w.lift_targets()}))
+            if tombstones
+            else {}
+        )
+        existing = {
+            (r.scope_token, r.key_token): r
+            for r in txn.records_in_slots(list({(w.scope_token, w.key_token) for _, w, _, _ in plans}))
+        }
+        for i, (p, targets, _, _) in enumerate(plans, start=version + 1):
+            lift = decide(targets, tombstones, lifts, p.base_version, self._reauth(txn, p.reauthorization))
+            if lift is not None and p.reauthorization is not None:
+                txn.consume_reauth(self._tokens.reauth(p.reauthorization), i)
+                txn.insert_lift(lift, i)
+                lifts[lift] = i
+        self._ensure_scope_keys(txn, [p.scope for p in prepared])
+        subject_keys = self._ensure_subject_keys(txn, {t for _, w, _, _ in plans for t in w.subject_tokens})
+        sealed: dict[tuple[bytes, bytes], SealedRecord] = {}
+        replaced: list[str] = []
+        for p, targets, subjects, source_keys in plans:
+            version += 1
+            slot = (targets.scope_token, targets.key_token)
+            old = existing.get(slot)
+            if (
+                p.base_version is not None
+                and old is not None
+                and is_visible(old, now)  # an expired or forgotten record is no longer "current"
+                and old.version > p.base_version
+            ):
+                raise StaleWriteError(
+                    f"the record changed (version {old.version}) after base_version {p.base_version}; "
+                    "re-read it and retry"
+                )
+            if old is not None:
+                replaced.append(old.id)
+                existing.pop(slot)
+            sealed[slot] = self._crypto.seal(
+                scope_path=p.scope.path,
+                key=p.key,
+                value_json=p.value_json,
+                version=version,
+                scope_keys=self._scope_keys_for(p.scope),
+                subjects=subjects,
+                subject_tokens=targets.subject_tokens,
+                subject_keys=[subject_keys[t] for t in targets.subject_tokens],
+                sources=source_keys,
+                metadata=p.metadata,
+                created_at=now,
+                expires_at=None if p.ttl is None else now + p.ttl,
+                scope_token=targets.scope_token,
+                key_token=targets.key_token,
+            )
+        txn.delete_records(replaced)
+        txn.insert_records([s.row for s in sealed.values()], [s.lineage for s in sealed.values()])
+        txn.set_clock(version)
+        for s in sealed.values():
+            self._keys.remember_lineage(s.record.id, s.lineage_key)
+        return [sealed[(w.scope_token, w.key_token)] for _, w, _, _ in plans], replaced
+
+    def _open_sources(self, txn: Txn, ids: Sequence[str]) -> dict[str, tuple[bytes, list[str]]]:
+        """Lineage key and subjects of each derived_from source; raises if one was forgotten."""
+        if not ids:
+            return {}
+        rows = txn.lineage(ids)
+        records = {i: txn.record(i) for i in ids}
+        found: dict[str, tuple[bytes, list[str]]] = {}
+        for source in ids:
+            row = rows.get(source)
+            if row is None:
+                erased = txn.erased_version(source)
+                if erased is not None:
+                    raise DerivedFromForgottenError(
+                        f"a derived_from source was erased at version {erased}; do not write data derived "
+                        "from forgotten records",
+                        erased,
+                    )
+                raise InvalidValueError(
+                    "derived_from names a record id this store never wrote; pass ids returned by write()"
+                )
+            rec = records[source]
+            forgotten = (
+                row.destroyed_version or row.forgotten_version or (rec is not None and rec.hidden_version)
+            )
+            key = None if forgotten else self._crypto.lineage_key_of(txn, row)
+            subjects = None if key is None else self._crypto.subjects_of(txn, row)
+            if key is None or subjects is None:
+                version = int(
+                    row.destroyed_version or row.forgotten_version or (rec.hidden_version if rec else 0) or 0
+                )
+                raise DerivedFromForgottenError(
+                    f"a derived_from source was forgotten at version {version}; do not write data derived "
+                    "from forgotten records",
+                    version,
+                )
+            found[source] = (key, subjects)
+        return found
+
+    def _reauth(self, txn: Txn, token: str | None) -> Reauth | None:
+        if token is None:
+            return None
+        row = txn.reauth(self._tokens.reauth(token))
+        return None if row is None else Reauth(*row)
+
+    def _ensure_scope_keys(self, txn: Txn, scopes: Iterable[Scope]) -> None:
+        wanted = {self._tokens.scope(p): p for s in scopes for p in s.prefixes()}
+        missing = [t for t in wanted if t not in self._keys.scope_keys]
+        if not missing:
+            return
+        rows = txn.scope_rows(missing)
+        new_rows: list[ScopeKeyRow] = []
+        for token in missing:
+            row = rows.get(token)
+            if row is not None:
+                key = self._keys.unwrap(row.wrapped, row.epoch)
+                if key is None:
+                    # destroyed by a compliance forget: dominance already allowed this write, so the
+                    # scope starts a new key generation (old data stays undecryptable)
+                    key, wrapped, epoch = self._keys.new_wrapped()
+                    txn.replace_scope_key(token, wrapped, epoch)
+                self._keys.scope_keys[token] = key
+                continue
+            key, wrapped, epoch = self._keys.new_wrapped()
+            parent = wanted[token].parent()
+            new_rows.append(
+                ScopeKeyRow(token, None if parent is None else self._tokens.scope(parent), wrapped, epoch)
+            )
+            self._keys.scope_keys[token] = key
+        txn.insert_scopes(new_rows)
+
+    def _scope_keys_for(self, scope: Scope) -> list[bytes]:
+        return [self._keys.scope_keys[self._tokens.scope(p)] for p in scope.prefixes()]
+
+    def _ensure_subject_keys(self, txn: Txn, tokens: set[bytes]) -> dict[bytes, bytes]:
+        missing = [t for t in tokens if t not in self._keys.subject_keys]
+        if missing:
+            rows = txn.subject_rows(missing)
+            new_rows: list[tuple[bytes, bytes, int]] = []
+            for token in missing:
+                wrapped, epoch = rows.get(token, (None, None))
+                key = self._keys.unwrap(wrapped, epoch)
+                if key is None:
+                    key, wrapped_new, epoch_new = self._keys.new_wrapped()
+                    if token in rows:
+                        txn.replace_subject_key(token, wrapped_new, epoch_new)
+                    else:
+                        new_rows.append((token, wrapped_new, epoch_new))
+                self._keys.subject_keys[token] = key
+            txn.insert_subjects(new_rows)
+        return {t: self._keys.subject_keys[t] for t in tokens}
