@@ -25,6 +25,7 @@ from .model import Record
 __all__ = ["RecordCrypto", "SealedRecord", "is_visible"]
 
 _SUBJECTS_AAD = b"cenotaph-subjects/1"
+_COMPACT = json.JSONEncoder(separators=(",", ":"))  # one encoder: json.dumps with options builds one a call
 
 
 def is_visible(row: RecordRow, now: float) -> bool:
@@ -154,7 +155,7 @@ class RecordCrypto:
             "c": created_at,
             "x": expires_at,
         }
-        payload = b'{"v":' + value_json + b',"r":' + json.dumps(rest, separators=(",", ":")).encode() + b"}"
+        payload = b'{"v":' + value_json + b',"r":' + _COMPACT.encode(rest).encode() + b"}"
         aad = record_id.encode()
         sealer = Sealer(ckey)
         row = RecordRow(
@@ -176,7 +177,7 @@ class RecordCrypto:
             wrapped=wrapped_lineage,
             epoch=epoch,
             subject_tokens=b"".join(subject_tokens),
-            subjects=Sealer(lin_key).seal(json.dumps(list(subjects)).encode(), _SUBJECTS_AAD + aad),
+            subjects=Sealer(lin_key).seal(_COMPACT.encode(list(subjects)).encode(), _SUBJECTS_AAD + aad),
             sources=tuple(derived_from),
         )
         record = Record(
