@@ -297,6 +297,26 @@ def test_doctor_fails_on_loose_keyring_permissions(data: Path) -> None:
     assert "keyring.json" in checks["keyring file modes"]["detail"]
 
 
+def test_doctor_checks_the_open_store_integrity_audit_and_pending_erasures(data: Path) -> None:
+    with cenotaph.open(data, auto_purge=False) as store:
+        store.write(SESSION, "note", "cardiology")
+        request = store.forget(SESSION)  # compliance, left at shredded: nothing purged yet
+    doc = ok_json("doctor", "--data", str(data))
+    checks = {c["name"]: c for c in doc["checks"]}
+    assert checks["database integrity"]["status"] == "ok"
+    assert checks["audit chain"]["status"] == "ok"
+    assert checks["erasure requests"]["status"] == "warn"
+    assert request.id in checks["erasure requests"]["detail"]
+    assert "cenotaph purge" in checks["erasure requests"]["detail"]
+    with contextlib.closing(sqlite3.connect(data / "cenotaph.db")) as db:  # no store open here
+        db.execute("DELETE FROM audit WHERE seq = (SELECT MAX(seq) FROM audit)")
+        db.commit()
+    result = run("doctor", "--data", str(data))
+    assert result.exit_code == 1
+    checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
+    assert checks["audit chain"]["status"] == "fail"
+
+
 def test_doctor_fails_on_a_missing_data_directory(tmp_path: Path) -> None:
     result = run("doctor", "--data", str(tmp_path / "nowhere"))
     assert result.exit_code == 1

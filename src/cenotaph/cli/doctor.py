@@ -8,7 +8,7 @@ import stat
 import sys
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -21,7 +21,7 @@ from cenotaph.backends.sqlite.backend import DB_NAME, SQLiteBackend
 from cenotaph.crypto.provider import keyring_from_env
 from cenotaph.errors import CenotaphError
 
-from .options import data_option, keyring_location, root_of_trust_warning
+from .options import data_option, keyring_location, open_existing_store, root_of_trust_warning
 from .output import emit, new_table, table_option
 
 __all__ = ["doctor"]
@@ -46,9 +46,13 @@ def doctor(ctx: click.Context, data: Path, table: bool) -> None:
     A warning does not fail. Checks: the data directory exists and is writable; the keyring
     directory is 0700 and its files 0600; whether the keyring is inside the data directory (S8);
     the keyring opens; SQLite reads secure_delete back as 1 on a fresh connection and runs in WAL
-    mode; Python and SQLite versions.
+    mode; the database passes SQLite's quick_check; the audit chain matches the heads anchored in
+    the key provider; erasure requests not yet verified (a warning, with their gaps); Python and
+    SQLite versions.
     """
     checks = [*_data_checks(data), *_keyring_checks(data), *_sqlite_checks(data)]
+    if all(c.status != "fail" for c in checks) and (data / DB_NAME).is_file():
+        checks += _store_checks(data)
     checks.append(Check("python", "ok", sys.version.split()[0]))
     checks.append(Check("sqlite version", "ok", sqlite3.sqlite_version))
     ok = all(c.status != "fail" for c in checks)
@@ -136,6 +140,48 @@ def _sqlite_checks(data: Path) -> list[Check]:
         ),
         Check("sqlite journal_mode", "ok" if journal == "wal" else "fail", f"{journal} ({which})"),
     ]
+
+
+def _store_checks(data: Path) -> list[Check]:
+    """Checks that need the open store: file integrity, the audit chain, open erasure requests."""
+    checks: list[Check] = []
+    try:
+        with open_existing_store(data) as store:
+            with closing(SQLiteBackend.connect(data / DB_NAME)) as conn:
+                quick = str(conn.execute("PRAGMA quick_check").fetchone()[0])
+            checks.append(
+                Check("database integrity", "ok" if quick == "ok" else "fail", f"quick_check: {quick}")
+            )
+            try:
+                audit = store.verify_audit()
+            except CenotaphError as exc:
+                checks.append(Check("audit chain", "fail", " ".join(str(exc).split())))
+            else:
+                checks.append(
+                    Check(
+                        "audit chain",
+                        "ok",
+                        f"{audit['entries']} entries, anchored up to {audit['anchored_seq']}",
+                    )
+                )
+            open_requests = [
+                (request.id, request.status())
+                for request in store.erasures()
+                if request.mode == "compliance" and request.status().state != "verified"
+            ]
+    except (CenotaphError, click.BadParameter) as exc:
+        return [Check("store opens", "fail", " ".join(str(exc).split()))]
+    detail = "; ".join(
+        f"{rid}: {status.state} ({', '.join(status.gaps) or 'no gap'})" for rid, status in open_requests
+    )
+    checks.append(
+        Check(
+            "erasure requests",
+            "warn" if open_requests else "ok",
+            (detail + "; run `cenotaph purge`") if open_requests else "every compliance request is verified",
+        )
+    )
+    return checks
 
 
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "red"}
