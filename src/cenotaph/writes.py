@@ -16,7 +16,6 @@ from .crypto.keys import KeyChain
 from .crypto.tokens import TokenMaker
 from .dominance import Reauth, WriteTargets, decide
 from .errors import DerivedFromForgottenError, InvalidValueError, StaleWriteError
-from .model import JSONValue
 from .records import RecordCrypto, SealedRecord, is_visible
 from .scope import Scope, default_subjects
 from .validation import check_key, check_metadata, check_record_ids, check_subjects, check_ttl, encode_json
@@ -42,7 +41,6 @@ class Prepared:
 
     scope: Scope
     key: str
-    value: JSONValue
     value_json: bytes
     subjects: tuple[str, ...]
     ttl: float | None
@@ -77,7 +75,6 @@ class RecordWriter:
         return Prepared(
             scope=Scope.parse(item.get("scope")),
             key=check_key(item.get("key")),
-            value=item["value"],
             value_json=encode_json(item["value"]),
             subjects=tuple(check_subjects(item.get("subjects"))),
             ttl=check_ttl(item.get("ttl")),
