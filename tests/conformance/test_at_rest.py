@@ -13,6 +13,7 @@ from pathlib import Path
 
 import ahocorasick
 import pytest
+from _scopes import S1, T, U, V
 
 from cenotaph import Store
 from cenotaph.index.embedder import HashingEmbedder, value_text
@@ -307,12 +308,6 @@ def _subject_tokens(db: sqlite3.Connection, record_id: str) -> set[bytes]:
 def _wrapped_of(db: sqlite3.Connection, table: str, token: bytes) -> object:
     row = db.execute(f"SELECT wrapped FROM {table} WHERE token=?", (token,)).fetchone()
     return None if row is None else row[0]
-
-
-T = "tenant:t"
-U = "tenant:t/user:u"
-S1 = "tenant:t/user:u/session:s1"
-V = "tenant:t/user:v"
 
 
 @PURGE

@@ -6,16 +6,10 @@ import time
 from datetime import UTC, datetime
 
 import pytest
+from _scopes import MODES, S1, S2, T, U, V
 
 from cenotaph import Store
 from cenotaph.errors import ForgottenError, StaleWriteError
-
-T = "tenant:t"
-U = "tenant:t/user:u"
-S1 = "tenant:t/user:u/session:s1"
-S2 = "tenant:t/user:u/session:s2"
-V = "tenant:t/user:v"
-MODES = ("compliance", "operational")
 
 
 def _value(store: Store, scope: str, key: str) -> object:

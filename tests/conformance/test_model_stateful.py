@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import pytest
+from _scopes import MODES, S1, T, U, V
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -23,15 +24,11 @@ from hypothesis.stateful import (
 from cenotaph import Store
 from cenotaph.errors import ForgottenError, ScopeClosureError, StaleWriteError
 
-T = "tenant:t"
-U = "tenant:t/user:u"
-S = "tenant:t/user:u/session:s1"
-V = "tenant:t/user:v"
+S = S1
 SCOPES = (T, U, S, V)
 KEYS = ("a", "b")
 IDP = "idp:x"
 SUBJECTS = (U, V, IDP)
-MODES = ("compliance", "operational")
 
 
 def prefixes(scope: str) -> list[str]:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from _scopes import U
 
 from cenotaph import ErasureRequest, Store
 from cenotaph.errors import ErasureNotProvableError, InvalidValueError
 
-U = "tenant:t/user:u"
 STATES = ("tombstoned", "shredded", "purged", "verified")
 AT_LEAST_SHREDDED = STATES[1:]
 

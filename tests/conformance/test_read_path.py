@@ -6,15 +6,9 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from _scopes import MODES, S1, S2, T, U, V
 
 from cenotaph import Record, Store
-
-T = "tenant:t"
-U = "tenant:t/user:u"
-S1 = "tenant:t/user:u/session:s1"
-S2 = "tenant:t/user:u/session:s2"
-V = "tenant:t/user:v"
-MODES = ("compliance", "operational")
 
 TINY_TTL = 0.2
 

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from _scopes import S1, U, V
 
 from cenotaph.errors import ForgottenError, StaleWriteError
-
-U = "tenant:t/user:u"
-S1 = "tenant:t/user:u/session:s1"
-V = "tenant:t/user:v"
 
 
 @pytest.mark.parametrize("mode", ["compliance", "operational"])

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from _scopes import U, V
 
 from cenotaph import Store
 from cenotaph.errors import DerivedFromForgottenError, ForgottenError
 
-U = "tenant:t/user:u"
-V = "tenant:t/user:v"
 DOC = "tenant:t/doc:summary"
 
 
