@@ -140,7 +140,7 @@ class RecordCrypto:
         scope_token: bytes,
         key_token: bytes,
     ) -> SealedRecord:
-        record_id = os.urandom(16).hex()
+        record_id = f"{version:012x}{os.urandom(10).hex()}"
         content_seed, wrapped_content, epoch = self.keys.new_wrapped()
         lineage_seed, wrapped_lineage, _ = self.keys.new_wrapped()
         lin_key = lineage_key(lineage_seed, [k for _, k in sources])

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from .backends.base import Backend, RecordRow, Txn
+from .backends.base import Backend, LineageRow, RecordRow, Txn
 from .backends.sqlite.backend import SQLiteBackend
 from .crypto.keys import KeyChain
 from .crypto.provider import KeyProvider, keyring_from_env
@@ -92,6 +92,7 @@ class Store:
         self._resolved: dict[tuple[str, str, bool], Record] = {}
         self._resolved_gen = 0
         self._cache_lock = threading.Lock()
+        self._sync_lock = threading.Lock()
         self._forget_epoch = -1
         self._kek_seen: int | None = -1
         self._ledger = Ledger(provider, self._sample_probes)
@@ -166,8 +167,12 @@ class Store:
         self._search.remove(wanted)
         return self._search.count_of(wanted)
 
-    def _remember(self, record: Record) -> None:
+    def _remember(self, record: Record, generation: int) -> None:
+        """Cache a decrypted record, unless caches were dropped since ``generation`` was taken
+        (a forget landed meanwhile: the record may be one it covers)."""
         with self._cache_lock:
+            if generation != self._resolved_gen:
+                return
             if len(self._cache) >= RECORD_CACHE_LIMIT:
                 self._cache.clear()  # bounded: a forget clears it whole, so keep that cheap
             self._cache[record.id] = record
@@ -176,6 +181,12 @@ class Store:
         """Before serving anything: apply forgets another process logged, drop stale caches."""
         if self._closed:
             raise InvalidValueError("this store is closed; open it again with cenotaph.open(...)")
+        # One thread at a time: a thread that sees the change must finish dropping the caches
+        # before any other thread, which no longer sees it, may answer from them.
+        with self._sync_lock:
+            self._sync_locked()
+
+    def _sync_locked(self) -> None:
         # data_version moves only on other connections' commits; a replay is our own commit
         check = self._backend.changed()
         if self._ledger.changed():
@@ -245,8 +256,9 @@ class Store:
             self._keys.clear()  # keys created in a rolled-back transaction must not be reused
             raise
         self._invalidate_resolved()
+        generation = self._resolved_gen
         for s in sealed:
-            self._remember(s.record)
+            self._remember(s.record, generation)
         self._search.remove(replaced)
         return [s.record for s in sealed]
 
@@ -290,10 +302,10 @@ class Store:
             self._sync()
         generation = self._resolved_gen
         with self._backend.read() as txn:
-            rows = {r.scope_token: r for r in txn.records_in_slots([(t, key_token) for t in tokens])}
+            rows = {r.scope_token: (r, lin) for r, lin in txn.key_records(tokens, key_token)}
             for token in tokens:
-                row = rows.get(token)
-                record = None if row is None else self._materialize(txn, row)
+                found = rows.get(token)
+                record = None if found is None else self._materialize(txn, found[0], generation, found[1])
                 if record is not None:
                     if cacheable:
                         self._resolve(scope, key, fallthrough, record, generation)
@@ -313,32 +325,36 @@ class Store:
         if not isinstance(record_id, str) or not record_id.isalnum() or len(record_id) > 64:
             raise InvalidValueError("record_id must be an id returned by write()")
         self._sync()
+        generation = self._resolved_gen
         with self._backend.read() as txn:
             row = txn.record(record_id)
-            return None if row is None else self._materialize(txn, row)
+            return None if row is None else self._materialize(txn, row, generation)
 
     def list(self, scope: str, *, include_descendants: bool = False) -> list[Record]:
         """Every visible record in ``scope`` (and its descendants), ordered by scope then key."""
         parsed = Scope.parse(scope)
         self._sync()
+        generation = self._resolved_gen
         with self._backend.read() as txn:
             token = self._tokens.scope(parsed)
             tokens = txn.subtree_tokens(token) if include_descendants else [token]
-            found = [self._materialize(txn, row) for row in txn.records_in_scopes(tokens)]
+            found = [self._materialize(txn, row, generation) for row in txn.records_in_scopes(tokens)]
         return sorted((r for r in found if r is not None), key=lambda r: (r.scope, r.key))
 
-    def _materialize(self, txn: Txn, row: RecordRow) -> Record | None:
+    def _materialize(
+        self, txn: Txn, row: RecordRow, generation: int, lineage: LineageRow | None = None
+    ) -> Record | None:
         """The final materialization step (R2): every path to a Record ends here."""
         if not is_visible(row, time.time()):
             return None
         cached = self._cache.get(row.id)
         if cached is not None and cached.version == row.version:
             return cached
-        record = self._crypto.open(txn, row)
+        record = self._crypto.open(txn, row, lineage)
         # with no forget ever applied (forget_epoch 0) there is no tombstone to check
         if record is None or (self._forget_epoch != 0 and self._dominated(txn, record)):
             return None
-        self._remember(record)
+        self._remember(record, generation)
         return record
 
     def _dominated(self, txn: Txn, record: Record) -> bool:
@@ -370,6 +386,7 @@ class Store:
         query, k = check_query(query, k)
         conditions = check_filter(filter)
         self._sync()
+        generation = self._resolved_gen
         qvec = self._search.embed_query(query)
         found: dict[str, Record] = {}
         with self._backend.read() as txn:
@@ -380,7 +397,7 @@ class Store:
 
             def allow(record_id: str) -> bool:
                 row = txn.record(record_id)
-                record = None if row is None else self._materialize(txn, row)
+                record = None if row is None else self._materialize(txn, row, generation)
                 if record is None or not matches_filter(record.metadata, conditions):
                     return False
                 found[record_id] = record
@@ -415,9 +432,14 @@ class Store:
         """Everything this store holds about a subject, as JSON (an access request)."""
         token = self._tokens.subject(check_subject(subject))
         self._sync()
+        generation = self._resolved_gen
         with self._backend.read() as txn:
             ids = txn.lineage_ids_for_subject(token)
-            records = [r for r in (self._materialize(txn, row) for row in map(txn.record, ids) if row) if r]
+            records = [
+                r
+                for r in (self._materialize(txn, row, generation) for row in map(txn.record, ids) if row)
+                if r
+            ]
             requests = [r for r in txn.erasures() if r.target_kind == "subject" and r.target == token]
         records.sort(key=lambda r: (r.scope, r.key))
         return {

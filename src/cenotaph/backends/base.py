@@ -12,13 +12,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 __all__ = ["Backend", "ErasureRow", "LineageRow", "RecordRow", "ScopeKeyRow", "Txn"]
 
 
-@dataclass(frozen=True, slots=True)
-class RecordRow:
+class RecordRow(NamedTuple):  # a tuple: built per row on every read, so it must be cheap
     id: str
     scope_token: bytes
     key_token: bytes
@@ -31,8 +30,7 @@ class RecordRow:
     vector: bytes | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class LineageRow:
+class LineageRow(NamedTuple):
     record_id: str
     scope_token: bytes
     key_token: bytes
@@ -104,6 +102,9 @@ class Txn(Protocol):
 
     # records and lineage
     def records_in_slots(self, slots: Sequence[tuple[bytes, bytes]]) -> list[RecordRow]: ...
+    def key_records(
+        self, scope_tokens: Sequence[bytes], key_token: bytes
+    ) -> list[tuple[RecordRow, LineageRow | None]]: ...
     def record(self, record_id: str) -> RecordRow | None: ...
     def records_in_scopes(self, scope_tokens: Sequence[bytes]) -> list[RecordRow]: ...
     def live_records(self, after_version: int = 0) -> Iterator[RecordRow]: ...

@@ -50,6 +50,13 @@ _LINEAGE_COLS = (
     "record_id, scope_token, key_token, version, wrapped, epoch, subject_tokens, subjects, sources, "
     "destroyed_version, forgotten_version"
 )
+_SLOT_SQL = (
+    "SELECT "
+    + ", ".join(f"r.{c.strip()}" for c in _RECORD_COLS.split(","))
+    + ", "
+    + ", ".join(f"l.{c.strip()}" for c in _LINEAGE_COLS.split(","))
+    + " FROM records r LEFT JOIN lineage l ON l.record_id = r.id WHERE r.key_token = ? AND r.scope_token IN "
+)
 _ERASURE_COLS = (
     "id, mode, target_kind, target, version, requested_at, state, layers, plan, probes, horizon, "
     "horizon_reason, verified_at, scan"
@@ -73,7 +80,7 @@ def _record(row: Sequence[Any]) -> RecordRow:
 
 def _lineage(row: Sequence[Any]) -> LineageRow:
     values = list(row)
-    values[8] = tuple(json.loads(values[8]))
+    values[8] = () if values[8] == "[]" else tuple(json.loads(values[8]))
     return LineageRow(*values)
 
 
@@ -226,6 +233,15 @@ class SQLiteTxn:
                     if (bytes(row[1]), bytes(row[2])) in wanted:
                         rows.append(_record(row))
         return rows
+
+    def key_records(
+        self, scope_tokens: Sequence[bytes], key_token: bytes
+    ) -> list[tuple[RecordRow, LineageRow | None]]:
+        """The rows (and lineage rows) of ``key`` in each of a few scopes: one statement."""
+        found: list[tuple[RecordRow, LineageRow | None]] = []
+        for row in self._c.execute(f"{_SLOT_SQL}({_marks(len(scope_tokens))})", (key_token, *scope_tokens)):
+            found.append((_record(row[:10]), None if row[10] is None else _lineage(row[10:])))
+        return found
 
     def record(self, record_id: str) -> RecordRow | None:
         row = self._c.execute(f"SELECT {_RECORD_COLS} FROM records WHERE id=?", (record_id,)).fetchone()
