@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import hmac
 import io
 import json
 import os
@@ -49,12 +50,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from langgraph.store.base import PutOp
 from langgraph.store.sqlite import SqliteStore
 
 import cenotaph
 
-IMPLS = ("cenotaph", "langgraph", "raw")
+IMPLS = ("cenotaph", "langgraph", "raw", "floor")
 PRAGMAS = ("journal_mode", "synchronous", "secure_delete")
 WARMUP = 50  # warm-up records (and reads) per implementation, never timed
 
@@ -65,6 +67,16 @@ TARGETS = (
     ("batch writes: cenotaph / raw", ("batch", "cenotaph"), ("batch", "raw"), 0.5),
     ("reads (cold): cenotaph / langgraph", ("read_cold", "cenotaph"), ("read_cold", "langgraph"), 2.0),
     ("reads (warm): cenotaph / langgraph", ("read_warm", "cenotaph"), ("read_warm", "langgraph"), 2.0),
+)
+# What is reachable at all: the same ratios for the floor (per-record AEAD + HMAC tokens in CPython,
+# nothing else). A target the floor misses cannot be met by any store built that way.
+FLOOR_RATIOS = (
+    ("single writes: floor / raw", ("single", "floor"), ("single", "raw"), 0.8),
+    ("single writes: floor / langgraph", ("single", "floor"), ("single", "langgraph"), 3.0),
+    ("batch writes: floor / raw", ("batch", "floor"), ("batch", "raw"), 0.5),
+    ("reads (cold): floor / langgraph", ("read_cold", "floor"), ("read_cold", "langgraph"), 2.0),
+    ("batch writes: cenotaph / floor", ("batch", "cenotaph"), ("batch", "floor"), 0.0),
+    ("reads (cold): cenotaph / floor", ("read_cold", "cenotaph"), ("read_cold", "floor"), 0.0),
 )
 
 
@@ -242,7 +254,67 @@ class Raw(Impl):
         return _pragmas(self.conn)
 
 
-CLASSES: dict[str, type[Impl]] = {"cenotaph": Cenotaph, "langgraph": LangGraph, "raw": Raw}
+class Floor(Raw):
+    """The least a store can do that keeps S1 with per-record keys, in CPython: JSON-encode the
+    value, an HMAC token for the key (scope tokens cached), a random per-record key wrapped under a
+    KEK (AES-GCM), the value sealed under it (AES-GCM), one row in one table. No scope hierarchy,
+    subjects, lineage, tombstones or versions. Not a store anyone should use: a measuring stick for
+    what is reachable at all before any of cenotaph's guarantees are paid for."""
+
+    name = "floor"
+
+    def open(self) -> None:
+        self.conn = sqlite3.connect(self.directory / "floor.db")
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=FULL")
+        self.conn.execute(
+            "CREATE TABLE IF NOT EXISTS kv (scope BLOB NOT NULL, key BLOB NOT NULL, wrapped BLOB NOT NULL, "
+            "value BLOB NOT NULL, PRIMARY KEY (scope, key))"
+        )
+        self.conn.commit()
+        self.secret = b"s" * 32
+        self.kek = AESGCM(b"k" * 32)
+        self.scopes: dict[str, bytes] = {}
+        self.encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+    def _scope(self, scope: str) -> bytes:
+        token = self.scopes.get(scope)
+        if token is None:
+            token = self.scopes[scope] = hmac.digest(self.secret, scope.encode(), "sha256")
+        return token
+
+    def _row(self, item: Item) -> tuple[bytes, bytes, bytes, bytes]:
+        material = os.urandom(56)  # record key and two nonces
+        key, n1, n2 = material[:32], material[32:44], material[44:]
+        data = self.encode(item.value).encode()
+        return (
+            self._scope(item.scope),
+            hmac.digest(self.secret, item.key.encode(), "sha256"),
+            n1 + self.kek.encrypt(n1, key, None),
+            n2 + AESGCM(key).encrypt(n2, data, None),
+        )
+
+    def write(self, item: Item) -> None:
+        self.conn.execute("INSERT INTO kv VALUES (?,?,?,?)", self._row(item))
+        self.conn.commit()
+
+    def write_batch(self, items: Sequence[Item]) -> None:
+        self.conn.executemany("INSERT INTO kv VALUES (?,?,?,?)", [self._row(i) for i in items])
+        self.conn.commit()
+
+    def read(self, item: Item) -> object:
+        row = self.conn.execute(
+            "SELECT wrapped, value FROM kv WHERE scope=? AND key=?",
+            (self._scope(item.scope), hmac.digest(self.secret, item.key.encode(), "sha256")),
+        ).fetchone()
+        if row is None:
+            return None
+        wrapped, sealed = row
+        key = self.kek.decrypt(wrapped[:12], wrapped[12:], None)
+        return json.loads(AESGCM(key).decrypt(sealed[:12], sealed[12:], None))
+
+
+CLASSES: dict[str, type[Impl]] = {"cenotaph": Cenotaph, "langgraph": LangGraph, "raw": Raw, "floor": Floor}
 
 
 # -- workloads --------------------------------------------------------------------------------
@@ -307,7 +379,7 @@ def run_batch_and_reads(
         out[label], found = _time_reads(obj, reads)
         if found != len(reads):
             raise SystemExit(f"{obj.name}: a read of an existing key returned nothing")
-    expect = reads[0].data if isinstance(obj, Raw) else reads[0].value
+    expect = reads[0].data if type(obj) is Raw else reads[0].value
     if obj.read(reads[0]) != expect:
         raise SystemExit(f"{obj.name}: a read returned the wrong value")
     return out
@@ -338,11 +410,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # best of --repeat is the headline: on a shared machine the fastest run is the least disturbed one
     best = {w: {i: max(v) for i, v in per.items()} for w, per in runs.items()}
     median = {w: {i: statistics.median(v) for i, v in per.items()} for w, per in runs.items()}
-    ratios = []
-    for name, (wn, inn), (wd, ind), target in TARGETS:
-        if inn in best.get(wn, {}) and ind in best.get(wd, {}):
-            ratio = best[wn][inn] / best[wd][ind]
-            ratios.append({"name": name, "ratio": ratio, "target": target, "pass": ratio >= target})
+    ratios, floor = [], []
+    for into, specs in ((ratios, TARGETS), (floor, FLOOR_RATIOS)):
+        for name, (wn, inn), (wd, ind), target in specs:
+            if inn in best.get(wn, {}) and ind in best.get(wd, {}):
+                ratio = best[wn][inn] / best[wd][ind]
+                into.append({"name": name, "ratio": ratio, "target": target, "pass": ratio >= target})
     sizes = {k: getattr(args, k) for k in ("single", "records", "batch", "reads", "scopes", "repeat")}
     return {
         "sizes": sizes,
@@ -351,6 +424,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "ops_per_s_median": median,
         "runs": runs,
         "ratios": ratios,
+        "floor_ratios": floor,
         "pragmas": pragmas,
         "machine": {
             "cpus": os.cpu_count(),
@@ -387,6 +461,15 @@ def table(result: dict[str, Any]) -> str:
     for r in result["ratios"]:
         ok = "ok" if r["pass"] else "**MISS**"
         lines.append(f"| {r['name']} | {r['ratio']:.2f}x | >= {r['target']:g}x | {ok} |")
+    if result.get("floor_ratios"):
+        lines += [
+            "",
+            "| what is reachable (floor: per-record AEAD + HMAC tokens, nothing else) | ratio | target |",
+        ]
+        lines.append("|---|---:|---:|")
+        for r in result["floor_ratios"]:
+            target = f">= {r['target']:g}x" if r["target"] else "-"
+            lines.append(f"| {r['name']} | {r['ratio']:.2f}x | {target} |")
     lines.append("")
     lines.append(f"value: ~{result['value_bytes']} bytes of JSON; scopes: {s['scopes']} users in one tenant")
     m = result["machine"]

@@ -13,6 +13,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import cenotaph
 
 SCOPE = "tenant:acme/user:alice"
@@ -82,3 +84,36 @@ def test_a_record_decrypted_before_a_forget_is_not_cached_after_it(tmp_path: Pat
         assert written.id not in store._cache
         store._remember(written, store._resolved_gen)
         assert written.id in store._cache
+
+
+def test_the_tombstone_filter_sees_another_connections_forget(tmp_path: Path) -> None:
+    """The in-memory tombstone set is per forget epoch: a forget elsewhere refreshes it."""
+    with cenotaph.open(tmp_path) as writer, cenotaph.open(tmp_path) as forgetter:
+        writer.write(SCOPE, "diagnosis", "flu")  # the filter now holds "no tombstones" at epoch 0
+        forgetter.forget(SCOPE, "diagnosis", mode="operational")
+        try:
+            writer.write(SCOPE, "diagnosis", "flu again")
+        except cenotaph.ForgottenError:
+            pass
+        else:
+            raise AssertionError("a write after another connection's forget landed")
+        writer.write(SCOPE, "unrelated", "ok")  # not covered: lands through the filter
+
+
+@pytest.mark.parametrize("limit", [0, 1, 100_000])
+def test_dominance_is_the_same_with_the_filter_off_or_overflowing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit: int
+) -> None:
+    from cenotaph import writes
+
+    monkeypatch.setattr(writes, "TOMBSTONE_FILTER_LIMIT", limit)
+    with cenotaph.open(tmp_path) as store:
+        for key in ("a", "b", "c"):
+            store.write(SCOPE, key, 1)
+            store.forget(SCOPE, key, mode="operational")
+        for key in ("a", "b", "c"):
+            with pytest.raises(cenotaph.ForgottenError):
+                store.write(SCOPE, key, 2)
+        store.write(SCOPE, "d", 2)
+        token = store.reauthorize(SCOPE, "b")
+        assert store.write(SCOPE, "b", 3, reauthorization=token).value == 3

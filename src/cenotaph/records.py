@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .backends.base import LineageRow, RecordRow, Txn
-from .crypto.aead import Sealer
+from .crypto.aead import KEY_BYTES, Sealer
 from .crypto.keys import KeyChain, content_key, lineage_key
 from .model import Record
 
@@ -140,9 +140,13 @@ class RecordCrypto:
         scope_token: bytes,
         key_token: bytes,
     ) -> SealedRecord:
-        record_id = f"{version:012x}{os.urandom(10).hex()}"
-        content_seed, wrapped_content, epoch = self.keys.new_wrapped()
-        lineage_seed, wrapped_lineage, _ = self.keys.new_wrapped()
+        # one call for all fresh randomness: id suffix, content seed, lineage seed
+        material = os.urandom(10 + 2 * KEY_BYTES)
+        # the version prefix makes ids ascend, so every id-keyed B-tree grows at its right edge
+        record_id = f"{version:012x}{material[:10].hex()}"
+        content_seed, lineage_seed = material[10:42], material[42:]
+        wrapped_content, epoch = self.keys.wrap(content_seed)
+        wrapped_lineage, _ = self.keys.wrap(lineage_seed, epoch)
         lin_key = lineage_key(lineage_seed, [k for _, k in sources])
         ckey = content_key(content_seed, lin_key, scope_keys, subject_keys)
         derived_from = [s for s, _ in sources]

@@ -106,10 +106,11 @@ def _parse_segment(part: str) -> tuple[str, str]:
     return kind, ident
 
 
-def default_subjects(scope: Scope) -> list[str]:
+@lru_cache(maxsize=65_536)
+def default_subjects(scope: Scope) -> tuple[str, ...]:
     """The scope's path up to and including each ``user:`` segment (SPEC §1)."""
-    return [
+    return tuple(
         Scope(scope.segments[: n + 1]).path
         for n, (kind, _) in enumerate(scope.segments)
         if kind == _SUBJECT_KIND
-    ]
+    )

@@ -251,7 +251,9 @@ class Store:
                 if meta.get(KEK_EPOCH) != self._kek_seen:  # another process rotated: wrap under the new epoch
                     self._keys.refresh_epoch()
                     self._kek_seen = meta.get(KEK_EPOCH)
-                sealed, replaced = self._writer.write_batch(txn, prepared, meta["clock"])
+                sealed, replaced = self._writer.write_batch(
+                    txn, prepared, meta["clock"], meta["forget_epoch"]
+                )
         except BaseException:
             self._keys.clear()  # keys created in a rolled-back transaction must not be reused
             raise

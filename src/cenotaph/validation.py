@@ -45,10 +45,14 @@ def check_key(key: object) -> str:
     return key
 
 
+# one encoder for every value: json.dumps with options builds a new one per call
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def encode_json(value: object, what: str = "value", limit: int = MAX_VALUE_BYTES) -> bytes:
     """Compact UTF-8 JSON of ``value``; rejects NaN, non-JSON types and oversized values."""
     try:
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise InvalidValueError(
             f"{what} must be a JSON value (dict, list, str, int, float, bool or None, no NaN): {exc}"

@@ -34,6 +34,9 @@ WRITE_OPTIONS = (
     "reauthorization",
 )
 
+_OPTION_SET = frozenset(WRITE_OPTIONS)
+TOMBSTONE_FILTER_LIMIT = 100_000  # targets kept in memory (~10 MB); beyond it every write asks SQL
+
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
@@ -50,17 +53,42 @@ class Prepared:
     reauthorization: str | None
 
 
+class TombstoneFilter:
+    """Which tombstone targets exist, kept in memory per forget epoch (W1 without a query).
+
+    Every forget inserts its tombstones and bumps ``forget_epoch`` in one transaction
+    (``erasure.forget.apply_plan``), and tombstones are never deleted, so the set of targets read
+    at epoch ``e`` is exact in any transaction that reads ``e``. A write none of whose targets is
+    in the set cannot be dominated: no tombstone query, no lift query. Any hit, or a store with
+    more than :data:`TOMBSTONE_FILTER_LIMIT` targets, asks the database as before.
+    """
+
+    def __init__(self) -> None:
+        self._epoch: int | None = None
+        self._targets: frozenset[bytes] | None = None
+
+    def versions(self, txn: Txn, targets: Sequence[bytes], forget_epoch: int) -> dict[bytes, int]:
+        """Newest tombstone version per covered target (what ``txn.tombstone_versions`` returns)."""
+        if self._epoch != forget_epoch:
+            self._targets = txn.tombstone_targets(TOMBSTONE_FILTER_LIMIT)
+            self._epoch = forget_epoch
+        if self._targets is not None and self._targets.isdisjoint(targets):
+            return {}
+        return txn.tombstone_versions(targets)
+
+
 class RecordWriter:
     def __init__(self, tokens: TokenMaker, keys: KeyChain, crypto: RecordCrypto) -> None:
         self._tokens = tokens
         self._keys = keys
         self._crypto = crypto
+        self._tombstones = TombstoneFilter()
 
     def prepare(self, item: Mapping[str, Any]) -> Prepared:
         if not isinstance(item, Mapping):
             raise InvalidValueError("each item must be a dict with scope, key and value")
-        unknown = set(item) - set(WRITE_OPTIONS)
-        if unknown:
+        if not _OPTION_SET.issuperset(item):
+            unknown = set(item) - _OPTION_SET
             raise InvalidValueError(
                 f"unknown write option(s): {', '.join(sorted(unknown))}; use only {', '.join(WRITE_OPTIONS)}"
             )
@@ -85,8 +113,10 @@ class RecordWriter:
         )
 
     def write_batch(
-        self, txn: Txn, prepared: Sequence[Prepared], version: int
+        self, txn: Txn, prepared: Sequence[Prepared], version: int, forget_epoch: int
     ) -> tuple[list[SealedRecord], list[str]]:
+        """Seal and insert ``prepared`` at versions ``version + 1 ...``; ``forget_epoch`` is the
+        one read in this transaction."""
         now = time.time()
         source_ids = sorted({s for p in prepared for s in p.derived_from})
         sources = self._open_sources(txn, source_ids)
@@ -99,7 +129,7 @@ class RecordWriter:
             )
             plans.append((p, targets, subjects, [(s, sources[s][0]) for s in p.derived_from]))
         all_targets = list({t for _, w, _, _ in plans for t in w.tombstone_targets()})
-        tombstones = txn.tombstone_versions(all_targets)
+        tombstones = self._tombstones.versions(txn, all_targets, forget_epoch)
         lifts = (
             txn.lift_versions(list({t for _, w, _, _ in plans for t in w.lift_targets()}))
             if tombstones

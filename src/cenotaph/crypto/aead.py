@@ -13,7 +13,7 @@ import os
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-__all__ = ["KEY_BYTES", "NONCE_BYTES", "Sealer", "derive", "new_key", "open_sealed", "seal"]
+__all__ = ["KEY_BYTES", "NONCE_BYTES", "Sealer", "derive", "derive_message", "new_key", "open_sealed", "seal"]
 
 KEY_BYTES = 32
 NONCE_BYTES = 12
@@ -24,13 +24,17 @@ def new_key() -> bytes:
     return os.urandom(KEY_BYTES)
 
 
+def derive_message(label: bytes, *inputs: bytes) -> bytes:
+    """``label`` then each input prefixed by its 2-byte big-endian length (what ``derive`` MACs)."""
+    if all(len(part) == KEY_BYTES for part in inputs):  # the hot path: key material only
+        return label + _KEY_LEN + _KEY_LEN.join(inputs) if inputs else label
+    return label + b"".join(len(part).to_bytes(2, "big") + part for part in inputs)
+
+
 def derive(seed: bytes, label: bytes, *inputs: bytes) -> bytes:
     """A 32-byte key from ``seed`` and every input key; changing any input changes the result."""
-    if all(len(part) == KEY_BYTES for part in inputs):  # the hot path: key material only
-        message = label + _KEY_LEN + _KEY_LEN.join(inputs) if inputs else label
-    else:
-        message = label + b"".join(len(part).to_bytes(2, "big") + part for part in inputs)
-    return hmac.digest(seed, message, "sha256")  # one-shot C HMAC: same bytes as incremental updates
+    # one-shot C HMAC: same bytes as incremental updates
+    return hmac.digest(seed, derive_message(label, *inputs), "sha256")
 
 
 class Sealer:

@@ -15,11 +15,12 @@ makes the record undecryptable, transitively through derived records (W3).
 
 from __future__ import annotations
 
+import hmac
 import threading
 from collections.abc import Sequence
 
 from ..errors import KeyProviderError
-from .aead import Sealer, derive, new_key
+from .aead import Sealer, derive, derive_message, new_key
 from .provider import KeyProvider
 
 __all__ = ["KeyChain", "content_key", "lineage_key"]
@@ -32,10 +33,18 @@ def lineage_key(seed: bytes, source_keys: Sequence[bytes]) -> bytes:
     return derive(seed, b"lineage", *source_keys)
 
 
+_SEPARATOR = derive_message(b"", b"|")  # the framed b"|" between scope and subject keys
+
+
 def content_key(
     seed: bytes, lineage: bytes, scope_keys: Sequence[bytes], subject_keys: Sequence[bytes]
 ) -> bytes:
-    return derive(seed, b"content", lineage, *scope_keys, b"|", *subject_keys)
+    """``derive(seed, b"content", lineage, *scope_keys, b"|", *subject_keys)``, framed without
+    the generic per-part loop (this runs for every record sealed or opened)."""
+    message = (
+        derive_message(b"content", lineage, *scope_keys) + _SEPARATOR + derive_message(b"", *subject_keys)
+    )
+    return hmac.digest(seed, message, "sha256")
 
 
 class KeyChain:

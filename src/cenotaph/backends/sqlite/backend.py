@@ -150,6 +150,10 @@ class SQLiteTxn:
     def lift_versions(self, targets: Sequence[bytes]) -> dict[bytes, int]:
         return self._max_by_target("lifts", targets)
 
+    def tombstone_targets(self, limit: int) -> frozenset[bytes] | None:
+        rows = self._c.execute("SELECT DISTINCT target FROM tombstones LIMIT ?", (limit + 1,)).fetchall()
+        return None if len(rows) > limit else frozenset(bytes(r[0]) for r in rows)
+
     def insert_tombstones(self, rows: Iterable[tuple[bytes, int, str, str]]) -> None:
         self._c.executemany("INSERT OR IGNORE INTO tombstones VALUES (?,?,?,?)", rows)
 
