@@ -60,11 +60,13 @@ IMPLS = ("cenotaph", "langgraph", "raw", "floor")
 PRAGMAS = ("journal_mode", "synchronous", "secure_delete")
 WARMUP = 50  # warm-up records (and reads) per implementation, never timed
 
-# SPEC §9 targets: (name, numerator, denominator, minimum). "several times" is read as >= 3x.
+# SPEC §9 targets (and issue 2's "at least LangGraph's speed" where §9 says nothing stronger):
+# (name, numerator, denominator, minimum). "several times" is read as >= 3x.
 TARGETS = (
     ("single writes: cenotaph / raw", ("single", "cenotaph"), ("single", "raw"), 0.8),
     ("single writes: cenotaph / langgraph", ("single", "cenotaph"), ("single", "langgraph"), 3.0),
     ("batch writes: cenotaph / raw", ("batch", "cenotaph"), ("batch", "raw"), 0.5),
+    ("batch writes: cenotaph / langgraph (issue 2)", ("batch", "cenotaph"), ("batch", "langgraph"), 1.0),
     ("reads (cold): cenotaph / langgraph", ("read_cold", "cenotaph"), ("read_cold", "langgraph"), 2.0),
     ("reads (warm): cenotaph / langgraph", ("read_warm", "cenotaph"), ("read_warm", "langgraph"), 2.0),
 )
@@ -74,6 +76,7 @@ FLOOR_RATIOS = (
     ("single writes: floor / raw", ("single", "floor"), ("single", "raw"), 0.8),
     ("single writes: floor / langgraph", ("single", "floor"), ("single", "langgraph"), 3.0),
     ("batch writes: floor / raw", ("batch", "floor"), ("batch", "raw"), 0.5),
+    ("batch writes: floor / langgraph", ("batch", "floor"), ("batch", "langgraph"), 1.0),
     ("reads (cold): floor / langgraph", ("read_cold", "floor"), ("read_cold", "langgraph"), 2.0),
     ("batch writes: cenotaph / floor", ("batch", "cenotaph"), ("batch", "floor"), 0.0),
     ("reads (cold): cenotaph / floor", ("read_cold", "cenotaph"), ("read_cold", "floor"), 0.0),

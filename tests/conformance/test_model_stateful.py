@@ -6,6 +6,7 @@ restarts, checked step by step against a plain-dict model of what the SPEC says 
 from __future__ import annotations
 
 import itertools
+import os
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -368,7 +369,7 @@ def test_store_matches_the_model(store_factory) -> None:  # type: ignore[no-unty
     run_state_machine_as_test(
         machine,
         settings=settings(
-            max_examples=100,
+            max_examples=int(os.environ.get("CENOTAPH_MODEL_EXAMPLES", "100")),  # longer hunts: raise it
             stateful_step_count=40,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
