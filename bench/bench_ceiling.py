@@ -16,8 +16,8 @@ time, on the records of ``bench_store.py`` (~190 bytes of JSON, 20 scopes), each
   +aead        plus a random record key wrapped under a KEK and the value sealed with AES-GCM (the
                "floor" of bench_store.py).
 
-Each line's ratio to raw is what any store doing that much can reach on this machine, before it does
-anything else.
+Each step adds to the ones before it; its ratio to raw is what any store doing that much can reach on
+this machine, before it does anything else.
 """
 
 from __future__ import annotations
