@@ -46,7 +46,7 @@ def _in_thread(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
         except BaseException as exc:  # reported to the test, never swallowed
             out["error"] = exc
 
-    thread = threading.Thread(target=run)
+    thread = threading.Thread(target=run, daemon=True)  # a deadlocked thread must not hang pytest
     thread.start()
     return thread, out
 
@@ -117,3 +117,91 @@ def test_dominance_is_the_same_with_the_filter_off_or_overflowing(
         store.write(SCOPE, "d", 2)
         token = store.reauthorize(SCOPE, "b")
         assert store.write(SCOPE, "b", 3, reauthorization=token).value == 3
+
+
+def _crash_after_ledger(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the next forget stop like a crash after its ledger entry is durable, before COMMIT."""
+    from cenotaph.erasure import ledger as ledger_module
+
+    original = ledger_module.fault_point
+
+    def crash(name: str) -> None:
+        if name == "forget.ledgered":
+            monkeypatch.setattr(ledger_module, "fault_point", original)
+            raise RuntimeError("simulated crash after the ledger append")
+        original(name)
+
+    monkeypatch.setattr(ledger_module, "fault_point", crash)
+
+
+def test_a_replay_inside_a_refused_write_is_not_lost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write transaction that replays a logged forget and then fails must leave nothing behind:
+    neither the ledger position (the forget must be replayed again) nor the replayed tombstones'
+    epoch in the tombstone filter (a later forget would reuse that epoch number)."""
+    with cenotaph.open(tmp_path) as crashed, cenotaph.open(tmp_path) as store:
+        store.write(SCOPE, "k", 1)
+        store.write(SCOPE, "other", 1)
+        _crash_after_ledger(monkeypatch)
+        with pytest.raises(RuntimeError):
+            crashed.forget(SCOPE, "k", mode="operational")  # in the ledger, not in the database
+        # the entry lands between the store's sync and its write transaction
+        monkeypatch.setattr(store, "_sync", lambda: None)
+        with pytest.raises(cenotaph.ForgottenError):
+            store.write(SCOPE, "k", 2)  # replays the forget, is refused by it, rolls back
+        monkeypatch.undo()
+        store.forget(SCOPE, "other", mode="operational")
+        with pytest.raises(cenotaph.ForgottenError):
+            store.write(SCOPE, "other", 3)
+        with pytest.raises(cenotaph.ForgottenError):
+            store.write(SCOPE, "k", 3)
+        assert store.read(SCOPE, "k") is None
+
+
+def test_a_failed_sync_does_not_consume_the_change(tmp_path: Path) -> None:
+    """A sync that fails half way (a busy ledger read) must not leave stale caches behind."""
+    with cenotaph.open(tmp_path) as reader, cenotaph.open(tmp_path) as forgetter:
+        reader.write(SCOPE, "diagnosis", "flu")
+        assert reader.read(SCOPE, "diagnosis") is not None  # cached
+        forgetter.forget(SCOPE, "diagnosis", mode="compliance")
+        original = reader._ledger.missing
+
+        def busy_once(txn: Any) -> bool:
+            reader._ledger.missing = original  # type: ignore[method-assign]
+            raise cenotaph.StorageError("the data directory is locked by another process for too long")
+
+        reader._ledger.missing = busy_once  # type: ignore[method-assign]
+        with pytest.raises(cenotaph.StorageError):
+            reader.read(SCOPE, "diagnosis")
+        assert reader.read(SCOPE, "diagnosis") is None
+
+
+@pytest.mark.timeout(60)  # the bug this guards against is a deadlock: fail, never hang
+def test_a_callback_under_the_write_lock_can_read_while_others_read(tmp_path: Path) -> None:
+    """rotate_keys calls its progress callback inside its write transaction; a callback that reads
+    the store while another thread reads must not deadlock on the sync lock."""
+    store = cenotaph.open(tmp_path)  # closed only if nothing deadlocked (close takes the lock)
+    store.write_many([{"scope": SCOPE, "key": f"k{i}", "value": i} for i in range(1200)])
+    stop = threading.Event()
+
+    def keep_reading() -> None:
+        while not stop.is_set():
+            store.read(SCOPE, "k1")
+
+    reader = threading.Thread(target=keep_reading, daemon=True)
+    reader.start()
+    seen: list[int] = []
+
+    def progress(done: int, _total: int) -> None:
+        seen.append(done)
+        assert store.read(SCOPE, "k2") is not None  # e.g. a progress display peeking at the store
+
+    rotation, out = _in_thread(lambda: store.rotate_keys(progress=progress))
+    try:
+        rotation.join(20)
+        assert not rotation.is_alive(), "rotation deadlocked with a reading thread"
+    finally:
+        stop.set()
+        reader.join(5)
+    assert "error" not in out
+    assert seen
+    store.close()

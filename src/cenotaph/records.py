@@ -140,11 +140,10 @@ class RecordCrypto:
         scope_token: bytes,
         key_token: bytes,
     ) -> SealedRecord:
-        # one call for all fresh randomness: id suffix, content seed, lineage seed
-        material = os.urandom(10 + 2 * KEY_BYTES)
-        # the version prefix makes ids ascend, so every id-keyed B-tree grows at its right edge
-        record_id = f"{version:012x}{material[:10].hex()}"
-        content_seed, lineage_seed = material[10:42], material[42:]
+        # one call for all fresh randomness: the id (random, SPEC §1), content seed, lineage seed
+        material = os.urandom(16 + 2 * KEY_BYTES)
+        record_id = material[:16].hex()
+        content_seed, lineage_seed = material[16:48], material[48:]
         wrapped_content, epoch = self.keys.wrap(content_seed)
         wrapped_lineage, _ = self.keys.wrap(lineage_seed, epoch)
         lin_key = lineage_key(lineage_seed, [k for _, k in sources])

@@ -92,7 +92,7 @@ class Store:
         self._resolved: dict[tuple[str, str, bool], Record] = {}
         self._resolved_gen = 0
         self._cache_lock = threading.Lock()
-        self._sync_lock = threading.Lock()
+        self._sync_pending = False
         self._forget_epoch = -1
         self._kek_seen: int | None = -1
         self._ledger = Ledger(provider, self._sample_probes)
@@ -182,13 +182,19 @@ class Store:
         if self._closed:
             raise InvalidValueError("this store is closed; open it again with cenotaph.open(...)")
         # One thread at a time: a thread that sees the change must finish dropping the caches
-        # before any other thread, which no longer sees it, may answer from them.
-        with self._sync_lock:
+        # before any other thread, which no longer sees it, may answer from them. The lock is the
+        # backend's own (re-entrant), so a thread already inside a backend call can sync too.
+        with self._backend.serial():
             self._sync_locked()
 
     def _sync_locked(self) -> None:
-        # data_version moves only on other connections' commits; a replay is our own commit
-        check = self._backend.changed()
+        # data_version moves only on other connections' commits; a replay is our own commit.
+        # Until this sync completes, the next one acts as if something changed: a failure half
+        # way (a busy ledger replay, say) must not leave the change consumed and the caches kept.
+        check = self._backend.changed() or self._sync_pending
+        self._sync_pending = True
+        if check:
+            self._invalidate_resolved()
         if self._ledger.changed():
             with self._backend.read() as txn:
                 missing = self._ledger.missing(txn)
@@ -202,6 +208,7 @@ class Store:
             if epoch != self._forget_epoch:
                 self._forget_from_memory(None)
                 self._forget_epoch = epoch
+        self._sync_pending = False
 
     # -- writes --------------------------------------------------------------------------
     def write(
@@ -514,6 +521,7 @@ class Store:
             self._ledger.commit_plan(txn, plan, check_postcondition)
             epoch = txn.forget_epoch()
         fault_point("forget.committed")
+        self._writer.tombstones.forgot(epoch, (target for target, _ in plan.tombstones))
         self._forget_from_memory(None if others else [*plan.hide, *plan.destroy_records])
         self._forget_epoch = epoch
         if plan.compliance and self.auto_purge:

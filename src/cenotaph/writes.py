@@ -35,7 +35,7 @@ WRITE_OPTIONS = (
 )
 
 _OPTION_SET = frozenset(WRITE_OPTIONS)
-TOMBSTONE_FILTER_LIMIT = 100_000  # targets kept in memory (~10 MB); beyond it every write asks SQL
+TOMBSTONE_FILTER_LIMIT = 20_000  # targets kept in memory (a reload reads them all, ~20 ms); beyond, SQL
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,24 +57,49 @@ class TombstoneFilter:
     """Which tombstone targets exist, kept in memory per forget epoch (W1 without a query).
 
     Every forget inserts its tombstones and bumps ``forget_epoch`` in one transaction
-    (``erasure.forget.apply_plan``), and tombstones are never deleted, so the set of targets read
-    at epoch ``e`` is exact in any transaction that reads ``e``. A write none of whose targets is
-    in the set cannot be dominated: no tombstone query, no lift query. Any hit, or a store with
-    more than :data:`TOMBSTONE_FILTER_LIMIT` targets, asks the database as before.
+    (``erasure.forget.apply_plan``, the only writer of tombstones), and tombstones are never
+    deleted, so the set of targets committed at epoch ``e`` is exact in any transaction that reads
+    ``e``. A write none of whose targets is in the set cannot be dominated: no tombstone query, no
+    lift query. Any hit asks the database as before.
+
+    A set read inside a transaction is used by that transaction only and published when it
+    commits: a transaction that replayed a ledger entry and then rolled back must not leave its
+    uncommitted tombstones (and epoch) behind. This process's own forgets extend the set in place;
+    another process's forget costs one reload (inside the write lock), so past
+    :data:`TOMBSTONE_FILTER_LIMIT` targets the filter switches itself off for good.
     """
 
     def __init__(self) -> None:
-        self._epoch: int | None = None
-        self._targets: frozenset[bytes] | None = None
+        self._state: tuple[int, frozenset[bytes]] | None = None  # (forget_epoch, targets)
+        self._overflowed = False
 
     def versions(self, txn: Txn, targets: Sequence[bytes], forget_epoch: int) -> dict[bytes, int]:
         """Newest tombstone version per covered target (what ``txn.tombstone_versions`` returns)."""
-        if self._epoch != forget_epoch:
-            self._targets = txn.tombstone_targets(TOMBSTONE_FILTER_LIMIT)
-            self._epoch = forget_epoch
-        if self._targets is not None and self._targets.isdisjoint(targets):
+        if self._overflowed:
+            return txn.tombstone_versions(targets)
+        state = self._state
+        if state is None or state[0] != forget_epoch:
+            known = txn.tombstone_targets(TOMBSTONE_FILTER_LIMIT)
+            if known is None:
+                txn.after_commit(self._overflow)
+                return txn.tombstone_versions(targets)
+            state = (forget_epoch, known)
+            txn.after_commit(lambda: self._publish(state))
+        if state[1].isdisjoint(targets):
             return {}
         return txn.tombstone_versions(targets)
+
+    def forgot(self, epoch: int, targets: Iterable[bytes]) -> None:
+        """After this process's forget committed at ``epoch``: extend the set if it was current."""
+        state = self._state
+        if state is not None and state[0] == epoch - 1:
+            self._state = (epoch, state[1].union(targets))
+
+    def _publish(self, state: tuple[int, frozenset[bytes]]) -> None:
+        self._state = state
+
+    def _overflow(self) -> None:
+        self._overflowed, self._state = True, None
 
 
 class RecordWriter:
@@ -82,7 +107,7 @@ class RecordWriter:
         self._tokens = tokens
         self._keys = keys
         self._crypto = crypto
-        self._tombstones = TombstoneFilter()
+        self.tombstones = TombstoneFilter()
 
     def prepare(self, item: Mapping[str, Any]) -> Prepared:
         if not isinstance(item, Mapping):
@@ -129,7 +154,7 @@ class RecordWriter:
             )
             plans.append((p, targets, subjects, [(s, sources[s][0]) for s in p.derived_from]))
         all_targets = list({t for _, w, _, _ in plans for t in w.tombstone_targets()})
-        tombstones = self._tombstones.versions(txn, all_targets, forget_epoch)
+        tombstones = self.tombstones.versions(txn, all_targets, forget_epoch)
         lifts = (
             txn.lift_versions(list({t for _, w, _, _ in plans for t in w.lift_targets()}))
             if tombstones

@@ -112,13 +112,20 @@ class Ledger:
             if entry["request_id"] not in known:
                 self._record(txn, ForgetPlan.from_entry(entry["plan"]), replayed=True)
                 applied += 1
-                self._replayed = True
         in_ledger = {e["request_id"] for e in entries}
         for row in txn.erasures():
             if row.id not in in_ledger:
                 self._provider.append_ledger(self._entry(json.loads(row.plan), None))
-        self._mark = self._provider.ledger_mark() if applied or mark != self._provider.ledger_mark() else mark
+        seen = self._provider.ledger_mark() if applied or mark != self._provider.ledger_mark() else mark
+        # only once the replay is committed: a caller's transaction that rolls back (a refused
+        # write, a forget that failed closed) must leave the entries to replay again
+        txn.after_commit(lambda: self._seen(seen, replayed=applied > 0))
         return applied
+
+    def _seen(self, mark: int, *, replayed: bool) -> None:
+        self._mark = mark
+        if replayed:
+            self._replayed = True
 
     def commit_plan(self, txn: Txn, plan: ForgetPlan, check: Callable[[Txn, ForgetPlan], None]) -> None:
         """Apply ``plan``, run ``check`` (the postcondition; raising rolls everything back), then
@@ -127,7 +134,8 @@ class Ledger:
         check(txn, plan)
         fault_point("forget.applied")
         self._provider.append_ledger(self._entry(plan.to_entry(), anchor))
-        self._mark = self._provider.ledger_mark()
+        mark = self._provider.ledger_mark()
+        txn.after_commit(lambda: self._seen(mark, replayed=False))  # uncommitted: replay it later
         fault_point("forget.ledgered")
 
     def _record(self, txn: Txn, plan: ForgetPlan, *, replayed: bool) -> dict[str, Any]:

@@ -609,6 +609,9 @@ class SQLiteBackend:
     def _read_data_version(self) -> int:
         return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
 
+    def serial(self) -> contextlib.AbstractContextManager[Any]:
+        return self._lock
+
     def changed(self) -> bool:
         with self._lock:
             try:
