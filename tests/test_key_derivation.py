@@ -54,7 +54,11 @@ def test_derive_known_answers() -> None:
     """Fixed outputs: a change here would make every stored record undecryptable."""
     assert content_key(_key(0), _key(1), [_key(10), _key(11)], [_key(20)]).hex() == CONTENT_KAT
     assert lineage_key(_key(2), []).hex() == LINEAGE_KAT
+    assert lineage_key(_key(2), [_key(30), _key(31)]).hex() == LINEAGE_WITH_SOURCES_KAT
+    assert content_key(_key(0), _key(1), [_key(10)], []).hex() == CONTENT_NO_SUBJECTS_KAT
 
 
 CONTENT_KAT = "2532f7e93ede8ea73aba64c50ca737a21e6cece4ded2282dd7b9fc1a5b68ad8e"
 LINEAGE_KAT = "628da630bb6a1760d7c7e224a907b26524bcbf4fa748edb41d5255f0d6de2124"
+LINEAGE_WITH_SOURCES_KAT = "9a46299c5c4e29f0fd747b4083b27999032bf535fd13e5a0ae6019d3353a5278"
+CONTENT_NO_SUBJECTS_KAT = "d46ee6809b440f9ba1a0ad277f67ed6b9bc49b53dcbc3b6531ea7efd9d075ade"
