@@ -205,3 +205,113 @@ def test_a_callback_under_the_write_lock_can_read_while_others_read(tmp_path: Pa
     assert "error" not in out
     assert seen
     store.close()
+
+
+def _reads_during(hold: threading.Event, release: threading.Event, store: cenotaph.Store, key: str) -> Any:
+    """Once ``hold`` is set (a thread is inside a post-commit step), read ``key`` with and without
+    fall-through from another thread; release the step after a moment; return both answers."""
+    assert hold.wait(10)
+    reader, out = _in_thread(lambda: (store.read(SCOPE, key, fallthrough=False), store.read(SCOPE, key)))
+    reader.join(0.3)
+    release.set()
+    reader.join(10)
+    assert "error" not in out
+    return out["value"]
+
+
+def test_own_forget_is_dropped_from_memory_before_anyone_sees_its_commit(tmp_path: Path) -> None:
+    with cenotaph.open(tmp_path, auto_purge=False) as store:
+        store.write(SCOPE, "k", "secret")
+        assert store.read(SCOPE, "k") is not None  # cached
+        hold, release = threading.Event(), threading.Event()
+        real = store._forget_from_memory
+        forgetting = threading.local()
+
+        def slow(ids: Any) -> int:
+            if getattr(forgetting, "on", False):
+                hold.set()
+                release.wait(10)
+            return real(ids)
+
+        store._forget_from_memory = slow  # type: ignore[method-assign]
+
+        def forget() -> None:
+            forgetting.on = True
+            store.forget(SCOPE, "k", mode="compliance")
+
+        forgetter, out = _in_thread(forget)
+        assert _reads_during(hold, release, store, "k") == (None, None)
+        forgetter.join(10)
+        assert "error" not in out
+
+
+def test_a_replay_is_applied_to_memory_before_anyone_sees_its_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that replays another process's logged forget commits it; until this process's
+    caches reflect the replay, no other thread may read."""
+    with (
+        cenotaph.open(tmp_path, auto_purge=False) as crashed,
+        cenotaph.open(tmp_path, auto_purge=False) as store,
+    ):
+        store.write(SCOPE, "k", "secret")
+        assert store.read(SCOPE, "k") is not None  # cached
+        _crash_after_ledger(monkeypatch)
+        with pytest.raises(RuntimeError):
+            crashed.forget(SCOPE, "k", mode="compliance")
+        hold, release = threading.Event(), threading.Event()
+        writing = threading.local()
+        real_sync, real_seen = store._sync, store._ledger._seen
+
+        def sync() -> None:
+            if not getattr(writing, "on", False):  # the writer meets the entry inside its txn
+                real_sync()
+
+        def seen(mark: int, *, replayed: bool) -> None:
+            if getattr(writing, "on", False):
+                hold.set()
+                release.wait(10)
+            real_seen(mark, replayed=replayed)
+
+        monkeypatch.setattr(store, "_sync", sync)
+        monkeypatch.setattr(store._ledger, "_seen", seen)
+
+        def write() -> None:
+            writing.on = True
+            store.write(SCOPE, "other", 1)
+
+        writer, out = _in_thread(write)
+        assert _reads_during(hold, release, store, "k") == (None, None)
+        writer.join(10)
+        assert "error" not in out
+
+
+def test_the_tombstone_filter_turns_off_when_own_forgets_overflow_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cenotaph import writes
+
+    monkeypatch.setattr(writes, "TOMBSTONE_FILTER_LIMIT", 3)
+    with cenotaph.open(tmp_path) as store:
+        store.write(SCOPE, "k0", 0)  # loads the (empty) set
+        for i in range(6):
+            store.forget(SCOPE, f"gone{i}", mode="operational")
+            store.write(SCOPE, f"k{i + 1}", i)
+        assert store._writer.tombstones._overflowed
+        for i in range(6):
+            with pytest.raises(cenotaph.ForgottenError):
+                store.write(SCOPE, f"gone{i}", 1)
+
+
+def test_a_callback_that_writes_inside_a_transaction_gets_a_clear_error(tmp_path: Path) -> None:
+    with cenotaph.open(tmp_path) as store:
+        store.write_many([{"scope": SCOPE, "key": f"k{i}", "value": i} for i in range(1000)])
+
+        def progress(_done: int, _total: int) -> None:
+            store.write(SCOPE, "from-callback", 1)
+
+        with pytest.raises(cenotaph.StorageError, match="inside a transaction"):
+            store.rotate_keys(progress=progress)
+        assert store.read(SCOPE, "from-callback") is None
+        assert store.read(SCOPE, "k1").value == 1
+        store.rotate_keys()  # the store is usable afterwards

@@ -272,6 +272,10 @@ def test_forget_in_ledger_but_not_committed_is_applied_on_open(
         assert fresh is None or fresh.version > v_f
     with cenotaph.open(tmp_path, auto_purge=False) as store:  # replay is idempotent
         assert store.read(SCOPE, "k") is None
+        # the dead forget's anchor names an audit entry that never committed: voided, so the
+        # audit log still verifies (S7), and the replay's own entry is anchored instead
+        audit = store.verify_audit()
+        assert audit["anchored_seq"] == audit["entries"]
     assert _raw_erasure_ids(tmp_path).count(request_id) == 1
     if mode == "compliance":  # the replay destroyed the key in the bytes, not only in the API
         assert _raw_record_key(tmp_path, ids["k"]) is None

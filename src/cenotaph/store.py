@@ -195,7 +195,9 @@ class Store:
         self._sync_pending = True
         if check:
             self._invalidate_resolved()
-        if self._ledger.changed():
+        # inside a transaction (a callback called back into the store) the ledger waits for its
+        # owner: a replay here could not begin its own, and would read uncommitted rows
+        if not self._backend.in_transaction() and self._ledger.changed():
             with self._backend.read() as txn:
                 missing = self._ledger.missing(txn)
             if missing:
@@ -520,13 +522,19 @@ class Store:
             fault_point("forget.planned")
             self._ledger.commit_plan(txn, plan, check_postcondition)
             epoch = txn.forget_epoch()
+            # under the backend lock, right after COMMIT: no other thread may see the forget in
+            # the database and still be answered from memory
+            txn.after_commit(lambda: self._forgotten(plan, epoch, others))
         fault_point("forget.committed")
-        self._writer.tombstones.forgot(epoch, (target for target, _ in plan.tombstones))
-        self._forget_from_memory(None if others else [*plan.hide, *plan.destroy_records])
-        self._forget_epoch = epoch
         if plan.compliance and self.auto_purge:
             self._erasure.purge()
         return self._handle(plan.request_id, plan.version, plan.mode, plan.target_kind, plan.requested_at)
+
+    def _forgotten(self, plan: ForgetPlan, epoch: int, others: bool) -> None:
+        """This process's forget committed at ``epoch``: drop what memory holds of it."""
+        self._writer.tombstones.forgot(epoch, (target for target, _ in plan.tombstones))
+        self._forget_from_memory(None if others else [*plan.hide, *plan.destroy_records])
+        self._forget_epoch = epoch
 
     # -- erasure requests (see erasure/service.py) --------------------------------------
     def _handle(

@@ -93,7 +93,11 @@ class TombstoneFilter:
         """After this process's forget committed at ``epoch``: extend the set if it was current."""
         state = self._state
         if state is not None and state[0] == epoch - 1:
-            self._state = (epoch, state[1].union(targets))
+            grown = state[1].union(targets)
+            if len(grown) > TOMBSTONE_FILTER_LIMIT:
+                self._overflow()
+            else:
+                self._state = (epoch, grown)
 
     def _publish(self, state: tuple[int, frozenset[bytes]]) -> None:
         self._state = state

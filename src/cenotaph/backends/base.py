@@ -157,6 +157,10 @@ class Backend(Protocol):
         """True if another connection committed since the last call (cheap)."""
         ...
 
+    def in_transaction(self) -> bool:
+        """True while this thread is inside one of this backend's transactions (a callback)."""
+        ...
+
     def serial(self) -> AbstractContextManager[Any]:
         """Hold this backend's own lock (re-entrant) across several calls: the one lock a caller
         may take around backend calls without a lock-order deadlock."""

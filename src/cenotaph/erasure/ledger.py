@@ -9,6 +9,7 @@ reached the ledger happened, even if its process died before COMMIT.
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 from collections.abc import Callable
@@ -27,6 +28,7 @@ AUDIT_CHAIN = "audit_chain"
 KEK_EPOCH = "kek_epoch"  # meta: the current KEK epoch, bumped by rotation so writers re-read it
 
 ENTRY_KIND = "forget"
+VOID_KIND = "void-anchor"  # an anchor whose transaction never committed (a replayed forget)
 
 
 def initial_layers(plan: ForgetPlan) -> dict[str, Any]:
@@ -108,10 +110,25 @@ class Ledger:
         entries = [e for e in self._provider.ledger() if e.get("kind") == ENTRY_KIND]
         known = txn.erasure_ids()
         applied = 0
+        chain = txn.meta(AUDIT_CHAIN)
         for entry in entries:
             if entry["request_id"] not in known:
-                self._record(txn, ForgetPlan.from_entry(entry["plan"]), replayed=True)
+                anchor = self._record(txn, ForgetPlan.from_entry(entry["plan"]), replayed=True)
+                txn.after_commit(
+                    functools.partial(self._provider.append_ledger, {"kind": "anchor", **anchor})
+                )
                 applied += 1
+                if "audit_head" in entry and entry.get("chain") == chain:
+                    # the forget never committed here, so neither did the audit entry its ledger
+                    # entry anchors: void that anchor (the replay wrote its own entry instead)
+                    self._provider.append_ledger(
+                        {
+                            "kind": VOID_KIND,
+                            "chain": chain,
+                            "audit_seq": entry["audit_seq"],
+                            "audit_head": entry["audit_head"],
+                        }
+                    )
         in_ledger = {e["request_id"] for e in entries}
         for row in txn.erasures():
             if row.id not in in_ledger:
@@ -181,8 +198,14 @@ class Ledger:
 
 
 def anchor_audit(provider: KeyProvider, txn: Txn, event: str, fields: dict[str, Any]) -> None:
-    """Append an audit entry and anchor its head in the provider's ledger (S7)."""
-    provider.append_ledger({"kind": "anchor", **append_audit(txn, event, fields)})
+    """Append an audit entry and anchor its head in the provider's ledger (S7) once it commits.
+
+    An anchor written before COMMIT would outlive a transaction that never committed and name a
+    head the chain never had: every later ``audit verify`` would report tampering. (A forget's
+    anchor must precede its COMMIT, as part of its ledger entry; replay voids it, see
+    :meth:`Ledger.reconcile`.)"""
+    anchor = append_audit(txn, event, fields)
+    txn.after_commit(lambda: provider.append_ledger({"kind": "anchor", **anchor}))
 
 
 def all_anchors(provider: KeyProvider, chain: int | None) -> dict[int, set[str]] | None:
@@ -191,8 +214,15 @@ def all_anchors(provider: KeyProvider, chain: int | None) -> dict[int, set[str]]
     entries = provider.ledger()
     if not any(e.get("kind") == "chain" and e.get("chain") == chain for e in entries):
         return None
+    voided = {
+        (int(e["audit_seq"]), str(e["audit_head"]))
+        for e in entries
+        if e.get("kind") == VOID_KIND and e.get("chain") == chain
+    }
     anchors: dict[int, set[str]] = {}
     for entry in entries:
-        if "audit_head" in entry and entry.get("chain") == chain:
-            anchors.setdefault(int(entry["audit_seq"]), set()).add(str(entry["audit_head"]))
+        if "audit_head" in entry and entry.get("chain") == chain and entry.get("kind") != VOID_KIND:
+            seq, head = int(entry["audit_seq"]), str(entry["audit_head"])
+            if (seq, head) not in voided:
+                anchors.setdefault(seq, set()).add(head)
     return anchors

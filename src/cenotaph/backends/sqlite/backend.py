@@ -102,11 +102,14 @@ def translate(exc: sqlite3.Error) -> StorageError:
 class SQLiteTxn:
     """A transaction on one connection. Every method is plain SQL over tokens and ciphertext."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, *, commits: bool = True) -> None:
         self._c = conn
+        self._commits = commits
         self._after: list[Callable[[], None]] = []
 
     def after_commit(self, action: Callable[[], None]) -> None:
+        if not self._commits:  # a read never commits: the action would silently never run
+            raise RuntimeError("after_commit needs a write transaction (backend.write())")
         self._after.append(action)
 
     def _one(self, sql: str, args: Sequence[Any] = ()) -> Any:
@@ -573,6 +576,11 @@ class SQLiteBackend:
     @contextlib.contextmanager
     def _transaction(self, begin: str) -> Iterator[SQLiteTxn]:
         with self._lock:
+            if self._conn.in_transaction:
+                raise StorageError(
+                    "this store is already inside a transaction on this thread (a callback, such as "
+                    "rotate_keys' progress, called back into it); make the call after it returns"
+                )
             txn = SQLiteTxn(self._conn)
             try:
                 self._conn.execute(begin)
@@ -587,8 +595,13 @@ class SQLiteBackend:
             except BaseException:
                 self._rollback()
                 raise
-        for action in txn._after:
-            action()
+            # still under the lock: no other thread of this process may see the commit before
+            # the caches and marks that depend on it are updated
+            for action in txn._after:
+                action()
+
+    def in_transaction(self) -> bool:
+        return self._conn.in_transaction
 
     def _rollback(self) -> None:
         if self._conn.in_transaction:
@@ -602,7 +615,7 @@ class SQLiteBackend:
         """Autocommit reads: each statement sees a committed snapshot and holds no lock after it."""
         with self._lock:
             try:
-                yield SQLiteTxn(self._conn)
+                yield SQLiteTxn(self._conn, commits=False)
             except sqlite3.Error as exc:
                 raise translate(exc) from exc
 
