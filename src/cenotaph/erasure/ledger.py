@@ -133,10 +133,12 @@ class Ledger:
         for row in txn.erasures():
             if row.id not in in_ledger:
                 self._provider.append_ledger(self._entry(json.loads(row.plan), None))
-        seen = self._provider.ledger_mark() if applied or mark != self._provider.ledger_mark() else mark
-        # only once the replay is committed: a caller's transaction that rolls back (a refused
-        # write, a forget that failed closed) must leave the entries to replay again
-        txn.after_commit(lambda: self._seen(seen, replayed=applied > 0))
+        # Seen: the ledger as it was read above, not as it is now (an entry appended since, by a
+        # process that does not share this database's lock, is still unseen; our own appends
+        # cost one extra `missing` check). And only once the replay is committed: a caller's
+        # transaction that rolls back (a refused write, a forget that failed closed) must leave
+        # the entries to replay again.
+        txn.after_commit(lambda: self._seen(mark, replayed=applied > 0))
         return applied
 
     def _seen(self, mark: int, *, replayed: bool) -> None:
