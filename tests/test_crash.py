@@ -335,3 +335,75 @@ def test_store_replaying_a_scope_forget_drops_its_cached_keys(tmp_path: Path) ->
     with cenotaph.open(tmp_path, auto_purge=False) as store:
         got = store.read(SCOPE, "k")
         assert got is not None and got.version == record.version
+
+
+def test_threads_keep_working_while_forgetting_processes_are_killed(tmp_path: Path) -> None:
+    """Four threads of one store write, read and reauthorize while child processes forget keys,
+    two of every three SIGKILLed between their ledger append and their COMMIT. Every forget in
+    the ledger ends up in the database exactly once (replayed by whichever thread met it first),
+    nothing raises but ForgottenError, and the audit log still verifies against its anchors."""
+    import threading
+
+    keys = [f"k{i}" for i in range(20)]
+    store = cenotaph.open(tmp_path, auto_purge=False)
+    for key in keys:
+        store.write(SCOPE, key, 0)
+    stop = threading.Event()
+    unexpected: list[str] = []
+    done = {"ops": 0, "forgotten": 0}
+
+    def work(seed: int) -> None:
+        rng = random.Random(seed)
+        while not stop.is_set():
+            key = rng.choice(keys)
+            try:
+                if rng.random() < 0.5:
+                    store.write(SCOPE, key, rng.random())
+                else:
+                    store.read(SCOPE, key)
+                done["ops"] += 1
+            except ForgottenError:
+                done["forgotten"] += 1
+                with contextlib.suppress(ForgottenError, cenotaph.StaleWriteError):
+                    store.write(SCOPE, key, 0, reauthorization=store.reauthorize(SCOPE, key))
+            except Exception as exc:  # reported below, never swallowed
+                unexpected.append(repr(exc))
+
+    threads = [threading.Thread(target=work, args=(seed,), daemon=True) for seed in range(4)]
+    for thread in threads:
+        thread.start()
+    child = (
+        "import sys, cenotaph\n"
+        "cenotaph.open(sys.argv[1], auto_purge=False).forget(sys.argv[2], sys.argv[3], mode=sys.argv[4])\n"
+    )
+    rng = random.Random(7)
+    killed = 0
+    try:
+        for n in range(9):
+            env = {k: v for k, v in os.environ.items() if k != "CENOTAPH_FAULT"}
+            if n % 3 != 2:
+                env["CENOTAPH_FAULT"] = "forget.ledgered"
+            mode = rng.choice(["operational", "compliance"])
+            proc = subprocess.run(
+                [sys.executable, "-c", child, str(tmp_path), SCOPE, rng.choice(keys), mode],
+                env=env,
+                capture_output=True,
+                timeout=120,
+            )
+            assert proc.returncode in (0, -signal.SIGKILL), proc.stderr.decode()[-500:]
+            killed += proc.returncode == -signal.SIGKILL
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+    assert not any(t.is_alive() for t in threads), "a thread hung"
+    assert unexpected == []
+    assert killed == 6 and done["ops"] > 0
+    store.read(SCOPE, keys[0])  # replays whatever the threads did not meet yet
+    logged = [e["request_id"] for e in store._provider.ledger() if e.get("kind") == "forget"]
+    audit = store.verify_audit()
+    store.close()  # before reading the file directly: this process must hold no SQLite locks
+    assert len(logged) == len(set(logged)) == 9
+    assert sorted(_raw_erasure_ids(tmp_path)) == sorted(logged)
+    assert audit["entries"] == 9 and audit["anchored_seq"] == 9
+    _integrity(tmp_path)
