@@ -17,7 +17,7 @@ FAULT_POINTS = (
     "forget.planned",  # plan computed, nothing applied
     "forget.applied",  # tombstones and key destruction applied, not in the ledger, not committed
     "forget.ledgered",  # ledger entry durable, database transaction not committed
-    "forget.committed",  # committed, caches not yet dropped, purge not started
+    "forget.committed",  # committed (caches already dropped), purge not started
     "purge.rows",  # erased rows deleted and committed, WAL not truncated
     "purge.wal",  # WAL truncated, not yet scanned
     "purge.scanned",  # scan done, verdict not recorded

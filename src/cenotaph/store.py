@@ -27,6 +27,7 @@ from .erasure.service import ErasureService, Progress, copy_backup
 from .errors import (
     InvalidValueError,
     KeyProviderError,
+    StorageError,
 )
 from .faults import fault_point
 from .index.embedder import Embedder, HashingEmbedder
@@ -105,6 +106,13 @@ class Store:
             with self._backend.write() as txn:
                 self._check_keyring(txn)
                 if restored or txn.meta(AUDIT_CHAIN) is None:
+                    if not restored and txn.audit_tail() is not None:
+                        # a chain id is minted once, with the first entry; losing it would orphan
+                        # every anchor in the ledger and let a rewritten log verify (S7)
+                        raise StorageError(
+                            "the audit chain id is missing from a database that has an audit log: the "
+                            "database was altered; restore it from a trusted copy and investigate"
+                        )
                     start_audit_chain(provider, txn)
                 if restored:
                     anchor_audit(provider, txn, "restore", {})
@@ -594,6 +602,7 @@ class Store:
 
     def verify_audit(self) -> dict[str, Any]:
         """Check the audit chain against the head anchored in the key provider (S7)."""
+        self._sync()  # a forget another process logged but never committed is replayed first
         return self._erasure.verify_audit()
 
     @property

@@ -9,8 +9,8 @@ reached the ledger happened, even if its process died before COMMIT.
 
 from __future__ import annotations
 
-import functools
 import json
+import logging
 import secrets
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -18,6 +18,7 @@ from typing import Any
 
 from ..backends.base import ErasureRow, Txn
 from ..crypto.provider import KeyProvider
+from ..errors import KeyProviderError
 from ..faults import fault_point
 from .audit import GENESIS, chain_entry, entry_from_dict, entry_to_dict
 from .forget import ForgetPlan, apply_plan
@@ -28,7 +29,8 @@ AUDIT_CHAIN = "audit_chain"
 KEK_EPOCH = "kek_epoch"  # meta: the current KEK epoch, bumped by rotation so writers re-read it
 
 ENTRY_KIND = "forget"
-VOID_KIND = "void-anchor"  # an anchor whose transaction never committed (a replayed forget)
+
+_log = logging.getLogger("cenotaph")
 
 
 def initial_layers(plan: ForgetPlan) -> dict[str, Any]:
@@ -110,29 +112,15 @@ class Ledger:
         entries = [e for e in self._provider.ledger() if e.get("kind") == ENTRY_KIND]
         known = txn.erasure_ids()
         applied = 0
-        chain = txn.meta(AUDIT_CHAIN)
         for entry in entries:
             if entry["request_id"] not in known:
                 anchor = self._record(txn, ForgetPlan.from_entry(entry["plan"]), replayed=True)
-                txn.after_commit(
-                    functools.partial(self._provider.append_ledger, {"kind": "anchor", **anchor})
-                )
+                anchor_after_commit(self._provider, txn, anchor)
                 applied += 1
-                if "audit_head" in entry and entry.get("chain") == chain:
-                    # the forget never committed here, so neither did the audit entry its ledger
-                    # entry anchors: void that anchor (the replay wrote its own entry instead)
-                    self._provider.append_ledger(
-                        {
-                            "kind": VOID_KIND,
-                            "chain": chain,
-                            "audit_seq": entry["audit_seq"],
-                            "audit_head": entry["audit_head"],
-                        }
-                    )
         in_ledger = {e["request_id"] for e in entries}
         for row in txn.erasures():
             if row.id not in in_ledger:
-                self._provider.append_ledger(self._entry(json.loads(row.plan), None))
+                self._provider.append_ledger(self._entry(json.loads(row.plan)))
         # Seen: the ledger as it was read above, not as it is now (an entry appended since, by a
         # process that does not share this database's lock, is still unseen; our own appends
         # cost one extra `missing` check). And only once the replay is committed: a caller's
@@ -152,7 +140,10 @@ class Ledger:
         anchor = self._record(txn, plan, replayed=False)
         check(txn, plan)
         fault_point("forget.applied")
-        self._provider.append_ledger(self._entry(plan.to_entry(), anchor))
+        # the plan must be durable before COMMIT (W7); its audit anchor only after it, like every
+        # anchor (a forget that never commits is replayed, and its replay is anchored instead)
+        self._provider.append_ledger(self._entry(plan.to_entry()))
+        anchor_after_commit(self._provider, txn, anchor)
         mark = self._provider.ledger_mark()
         txn.after_commit(lambda: self._seen(mark, replayed=False))  # uncommitted: replay it later
         fault_point("forget.ledgered")
@@ -195,19 +186,35 @@ class Ledger:
         )
 
     @staticmethod
-    def _entry(plan: dict[str, Any], anchor: dict[str, Any] | None) -> dict[str, Any]:
-        return {"kind": ENTRY_KIND, "request_id": plan["request_id"], "plan": plan, **(anchor or {})}
+    def _entry(plan: dict[str, Any]) -> dict[str, Any]:
+        return {"kind": ENTRY_KIND, "request_id": plan["request_id"], "plan": plan}
 
 
 def anchor_audit(provider: KeyProvider, txn: Txn, event: str, fields: dict[str, Any]) -> None:
     """Append an audit entry and anchor its head in the provider's ledger (S7) once it commits.
 
-    An anchor written before COMMIT would outlive a transaction that never committed and name a
-    head the chain never had: every later ``audit verify`` would report tampering. (A forget's
-    anchor must precede its COMMIT, as part of its ledger entry; replay voids it, see
-    :meth:`Ledger.reconcile`.)"""
-    anchor = append_audit(txn, event, fields)
-    txn.after_commit(lambda: provider.append_ledger({"kind": "anchor", **anchor}))
+    Never before COMMIT: an anchor that outlives a transaction which never committed names a head
+    the chain never had, and every later ``audit verify`` would report tampering."""
+    anchor_after_commit(provider, txn, append_audit(txn, event, fields))
+
+
+def anchor_after_commit(provider: KeyProvider, txn: Txn, anchor: dict[str, Any]) -> None:
+    """Anchor an audit entry's head in the provider's ledger once its transaction commits.
+
+    Best effort: the entry has committed by then, so a failing ledger (a full disk) must not turn
+    a committed purge or forget into an error. The entry stays unanchored, which the next anchor
+    covers through the hash chain; the failure is logged (its sequence number only)."""
+
+    def append() -> None:
+        try:
+            provider.append_ledger({"kind": "anchor", **anchor})
+        except (KeyProviderError, OSError):
+            _log.warning(
+                "could not anchor audit entry %s in the key provider's ledger; the next anchor covers it",
+                anchor.get("audit_seq"),
+            )
+
+    txn.after_commit(append)
 
 
 def all_anchors(provider: KeyProvider, chain: int | None) -> dict[int, set[str]] | None:
@@ -216,15 +223,8 @@ def all_anchors(provider: KeyProvider, chain: int | None) -> dict[int, set[str]]
     entries = provider.ledger()
     if not any(e.get("kind") == "chain" and e.get("chain") == chain for e in entries):
         return None
-    voided = {
-        (int(e["audit_seq"]), str(e["audit_head"]))
-        for e in entries
-        if e.get("kind") == VOID_KIND and e.get("chain") == chain
-    }
     anchors: dict[int, set[str]] = {}
     for entry in entries:
-        if "audit_head" in entry and entry.get("chain") == chain and entry.get("kind") != VOID_KIND:
-            seq, head = int(entry["audit_seq"]), str(entry["audit_head"])
-            if (seq, head) not in voided:
-                anchors.setdefault(seq, set()).add(head)
+        if "audit_head" in entry and entry.get("chain") == chain:
+            anchors.setdefault(int(entry["audit_seq"]), set()).add(str(entry["audit_head"]))
     return anchors

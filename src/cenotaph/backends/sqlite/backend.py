@@ -596,11 +596,19 @@ class SQLiteBackend:
                 self._rollback()
                 raise
             # still under the lock: no other thread of this process may see the commit before
-            # the caches and marks that depend on it are updated
+            # the caches and marks that depend on it are updated; every action runs even if one
+            # fails (the commit happened), and the first failure is raised afterwards
+            failure: BaseException | None = None
             for action in txn._after:
-                action()
+                try:
+                    action()
+                except BaseException as exc:  # noqa: BLE001 - re-raised below, after the others ran
+                    failure = failure or exc
+            if failure is not None:
+                raise failure
 
     def in_transaction(self) -> bool:
+        """Meaningful for the calling thread only while it holds :meth:`serial`."""
         return self._conn.in_transaction
 
     def _rollback(self) -> None:

@@ -1,0 +1,118 @@
+"""S7 against someone who can edit the database file but not the key provider's ledger.
+
+The audit log lives in the database; its heads are anchored in the ledger after each transaction
+commits. These tests rewrite the database between two opens (the store closed, so this process
+holds no SQLite locks) and check that ``verify_audit`` notices, and that the anchoring itself
+never turns committed work into an error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import cenotaph
+from cenotaph.erasure.audit import chain_entry, entry_to_dict
+from cenotaph.errors import KeyProviderError, StorageError
+
+SCOPE = "tenant:acme/user:alice"
+
+
+def _edit(directory: Path, *statements: tuple[str, tuple[object, ...]]) -> None:
+    conn = sqlite3.connect(directory / "cenotaph.db")
+    try:
+        for sql, args in statements:
+            conn.execute(sql, args)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def _forged_entry() -> str:
+    entry = chain_entry("0" * 64, 1, "2020-01-01T00:00:00Z", "forget", {"request_id": "fake"})
+    return json.dumps(entry_to_dict(entry), sort_keys=True)
+
+
+def _two_forgets(directory: Path) -> None:
+    with cenotaph.open(directory, auto_purge=False) as store:
+        store.write(SCOPE, "k1", 1)
+        store.write(SCOPE, "k2", 2)
+        store.forget(SCOPE, "k1")
+        store.forget(SCOPE, "k2")
+        assert store.verify_audit()["anchored_seq"] == 2
+
+
+@pytest.mark.parametrize("forge", ["truncate", "rewrite"])
+def test_deleting_erasure_rows_does_not_launder_a_rewritten_log(tmp_path: Path, forge: str) -> None:
+    """Deleting the forgets' request rows makes the store replay them on open; the replay must not
+    make the real anchors of the original entries go away."""
+    _two_forgets(tmp_path)
+    edits: list[tuple[str, tuple[object, ...]]] = [("DELETE FROM erasures", ()), ("DELETE FROM audit", ())]
+    if forge == "rewrite":
+        edits.append(("INSERT INTO audit VALUES (1, ?)", (_forged_entry(),)))
+    _edit(tmp_path, *edits)
+    with cenotaph.open(tmp_path, auto_purge=False) as store:
+        assert store.read(SCOPE, "k1") is None  # the replay itself still forgets
+        with pytest.raises(StorageError, match="altered"):
+            store.verify_audit()
+
+
+def test_a_missing_chain_id_on_a_database_with_an_audit_log_is_refused(tmp_path: Path) -> None:
+    """Minting a fresh chain id would orphan every anchor and let any log verify."""
+    _two_forgets(tmp_path)
+    _edit(
+        tmp_path,
+        ("DELETE FROM meta WHERE name='audit_chain'", ()),
+        ("DELETE FROM audit", ()),
+        ("INSERT INTO audit VALUES (1, ?)", (_forged_entry(),)),
+    )
+    with pytest.raises(StorageError, match="audit chain id is missing"):
+        cenotaph.open(tmp_path, auto_purge=False)
+
+
+def test_a_failing_ledger_after_commit_leaves_the_forget_done_and_forgotten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The anchor is appended after COMMIT: if that append fails, the forget has still happened,
+    returns, and is not served from memory; the entry is merely unanchored."""
+    with cenotaph.open(tmp_path, auto_purge=False) as store:
+        store.write(SCOPE, "k", "secret")
+        assert store.read(SCOPE, "k") is not None  # cached
+        provider = store._provider
+        real_append = provider.append_ledger
+
+        def no_anchors(entry: dict[str, object]) -> None:
+            if entry.get("kind") == "anchor":
+                raise KeyProviderError("the key provider's ledger is full")
+            real_append(entry)
+
+        monkeypatch.setattr(provider, "append_ledger", no_anchors)
+        request = store.forget(SCOPE, "k", mode="compliance")
+        monkeypatch.undo()
+        assert store.read(SCOPE, "k") is None
+        assert store.erasure(request.id).version == request.version
+        audit = store.verify_audit()  # unanchored, not contradicted
+        assert audit["entries"] == 1 and audit["anchored_seq"] == 0
+        store.write(SCOPE, "other", 1)
+        store.forget(SCOPE, "other")  # the next anchor covers the unanchored entry
+        assert store.verify_audit()["anchored_seq"] == 2
+
+
+def test_verify_audit_replays_another_processes_crashed_forget_first(tmp_path: Path) -> None:
+    with cenotaph.open(tmp_path, auto_purge=False) as store:
+        store.write(SCOPE, "k", 1)
+        assert store.verify_audit()["entries"] == 0
+        child = "import sys, cenotaph; cenotaph.open(sys.argv[1], auto_purge=False).forget(sys.argv[2], 'k')"
+        env = dict(os.environ, CENOTAPH_FAULT="forget.ledgered")
+        proc = subprocess.run([sys.executable, "-c", child, str(tmp_path), SCOPE], env=env, timeout=120)
+        assert proc.returncode == -signal.SIGKILL  # killed after its ledger append, before COMMIT
+        audit = store.verify_audit()  # no read in between: verify_audit syncs itself
+        assert audit["entries"] == 1 and audit["anchored_seq"] == 1
+        assert store.read(SCOPE, "k") is None
