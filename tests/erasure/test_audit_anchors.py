@@ -114,5 +114,26 @@ def test_verify_audit_replays_another_processes_crashed_forget_first(tmp_path: P
         proc = subprocess.run([sys.executable, "-c", child, str(tmp_path), SCOPE], env=env, timeout=120)
         assert proc.returncode == -signal.SIGKILL  # killed after its ledger append, before COMMIT
         audit = store.verify_audit()  # no read in between: verify_audit syncs itself
-        assert audit["entries"] == 1 and audit["anchored_seq"] == 1
+        assert audit["entries"] == 1  # the replay's entry (replays are not anchored)
         assert store.read(SCOPE, "k") is None
+
+
+def test_a_stale_copy_on_the_same_keyring_does_not_fork_the_sources_anchors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opening an old copy of the database (not a restore) on the same keyring replays the forgets
+    it lacks; those replays are not anchored, so the source's audit log still verifies."""
+    source, copy = tmp_path / "source", tmp_path / "copy"
+    monkeypatch.setenv("CENOTAPH_KEYRING", str(tmp_path / "keyring"))
+    with cenotaph.open(source, auto_purge=False) as store:
+        store.write(SCOPE, "k1", 1)
+        store.write(SCOPE, "k2", 2)
+        store.forget(SCOPE, "k1")
+    copy.mkdir()
+    (copy / "cenotaph.db").write_bytes((source / "cenotaph.db").read_bytes())  # closed: no WAL left
+    with cenotaph.open(source, auto_purge=False) as store:
+        store.forget(SCOPE, "k2")
+    with cenotaph.open(copy, auto_purge=False) as stale:
+        assert stale.read(SCOPE, "k2") is None  # the ledger still protects the copy
+    with cenotaph.open(source, auto_purge=False) as store:
+        assert store.verify_audit()["entries"] == 2

@@ -114,8 +114,9 @@ class Ledger:
         applied = 0
         for entry in entries:
             if entry["request_id"] not in known:
-                anchor = self._record(txn, ForgetPlan.from_entry(entry["plan"]), replayed=True)
-                anchor_after_commit(self._provider, txn, anchor)
+                # not anchored: a stale copy or a rolled-back database opened on the same keyring
+                # would otherwise fork this chain's anchors; the next anchor covers the entry
+                self._record(txn, ForgetPlan.from_entry(entry["plan"]), replayed=True)
                 applied += 1
         in_ledger = {e["request_id"] for e in entries}
         for row in txn.erasures():
