@@ -62,6 +62,11 @@ def _now_iso() -> str:
     return datetime.now(UTC).isoformat()
 
 
+def _ledger_has_history(provider: KeyProvider) -> bool:
+    """Has any store on this key provider anchored an audit entry or logged a forget?"""
+    return any(e.get("kind") in ("anchor", "forget") for e in provider.ledger())
+
+
 class Store:
     """A cenotaph store. Thread-safe; several processes may open the same data directory.
 
@@ -106,12 +111,13 @@ class Store:
             with self._backend.write() as txn:
                 self._check_keyring(txn)
                 if restored or txn.meta(AUDIT_CHAIN) is None:
-                    if not restored and txn.audit_tail() is not None:
-                        # a chain id is minted once, with the first entry; losing it would orphan
-                        # every anchor in the ledger and let a rewritten log verify (S7)
+                    if not restored and (txn.audit_tail() is not None or _ledger_has_history(provider)):
+                        # a chain id is minted once, for a new store on a new keyring; losing it
+                        # would orphan every anchor in the ledger and let any log verify (S7)
                         raise StorageError(
-                            "the audit chain id is missing from a database that has an audit log: the "
-                            "database was altered; restore it from a trusted copy and investigate"
+                            "the audit chain id is missing, but this store or its key provider already "
+                            "has history: the database was altered or replaced; restore it from a "
+                            "backup with `cenotaph restore`, or investigate"
                         )
                     start_audit_chain(provider, txn)
                 if restored:

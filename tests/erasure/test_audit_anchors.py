@@ -137,3 +137,43 @@ def test_a_stale_copy_on_the_same_keyring_does_not_fork_the_sources_anchors(
         assert stale.read(SCOPE, "k2") is None  # the ledger still protects the copy
     with cenotaph.open(source, auto_purge=False) as store:
         assert store.verify_audit()["entries"] == 2
+
+
+def _crashed_forget(directory: Path) -> None:
+    """A forget killed after its ledger append and before COMMIT (replayed at the next open)."""
+    child = "import sys, cenotaph; cenotaph.open(sys.argv[1], auto_purge=False).forget(sys.argv[2], 'k')"
+    env = dict(os.environ, CENOTAPH_FAULT="forget.ledgered")
+    proc = subprocess.run([sys.executable, "-c", child, str(directory), SCOPE], env=env, timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("forge", ["delete", "misstate"])
+def test_an_unanchored_replayed_forget_is_still_pinned_by_the_ledger(tmp_path: Path, forge: str) -> None:
+    """A replayed forget's audit entry is not anchored; the ledger's forget entry pins it."""
+    with cenotaph.open(tmp_path, auto_purge=False) as store:
+        store.write(SCOPE, "k", 1)
+    _crashed_forget(tmp_path)
+    with cenotaph.open(tmp_path, auto_purge=False) as store:  # replays it
+        assert store.verify_audit()["entries"] == 1
+    if forge == "delete":
+        _edit(tmp_path, ("DELETE FROM audit", ()))
+    else:
+        conn = sqlite3.connect(tmp_path / "cenotaph.db")
+        doc = json.loads(conn.execute("SELECT entry FROM audit").fetchone()[0])
+        conn.close()
+        doc["fields"]["mode"] = "operational" if doc["fields"]["mode"] == "compliance" else "compliance"
+        entry = chain_entry("0" * 64, 1, doc["at"], "forget", doc["fields"])
+        _edit(
+            tmp_path,
+            ("UPDATE audit SET entry=? WHERE seq=1", (json.dumps(entry_to_dict(entry), sort_keys=True),)),
+        )
+    with cenotaph.open(tmp_path, auto_purge=False) as store, pytest.raises(StorageError, match="misstates"):
+        store.verify_audit()
+
+
+def test_wiping_the_chain_id_and_the_whole_log_is_refused(tmp_path: Path) -> None:
+    """With no audit rows left, the ledger still knows this keyring has history."""
+    _two_forgets(tmp_path)
+    _edit(tmp_path, ("DELETE FROM meta WHERE name='audit_chain'", ()), ("DELETE FROM audit", ()))
+    with pytest.raises(StorageError, match="already has history"):
+        cenotaph.open(tmp_path, auto_purge=False)

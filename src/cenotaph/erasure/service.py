@@ -14,7 +14,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from ..crypto.provider import KeyProvider, LocalKeyring
 from ..errors import ErasureNotProvableError, InvalidValueError, StorageError
 from ..faults import fault_point
 from ..model import BackupInfo, Certificate, ErasureStatus, LayerStatus, PurgeReport, RotationReport
-from .audit import entry_from_dict, verify_chain
+from .audit import AuditEntry, entry_from_dict, verify_chain
 from .certificate import Signer
 from .forget import ForgetPlan
 from .ledger import AUDIT_CHAIN, KEK_EPOCH, all_anchors, anchor_audit
@@ -315,6 +315,7 @@ class ErasureService:
                 "the audit chain id is not registered in the key provider's ledger: the audit log was "
                 "altered; restore it from a trusted copy and investigate"
             )
+        _check_forgets_audited(self._provider, entries)
         by_seq = {e.seq: e.head for e in entries}
         last = max(by_seq, default=0)
         for seq, heads in sorted(anchors.items()):
@@ -423,3 +424,22 @@ def copy_backup(src: Path, target: Path) -> dict[str, Any]:
     target.mkdir(parents=True, exist_ok=True, mode=0o700)
     shutil.copyfile(src / "cenotaph.db", target / "cenotaph.db")
     return manifest
+
+
+def _check_forgets_audited(provider: KeyProvider, entries: Sequence[AuditEntry]) -> None:
+    """Every forget in the provider's ledger must have its audit entry, saying the same thing.
+
+    Anchors cover the log only up to the newest one; a replayed forget's entry, or one whose
+    anchor was lost to a crash after COMMIT, may lie beyond it. The ledger itself is trusted and
+    every store on this keyring applies every forget in it, so it pins those entries instead."""
+    audited = {str(e.fields.get("request_id")): e.fields for e in entries if e.event == "forget"}
+    for logged in provider.ledger():
+        if logged.get("kind") != "forget":
+            continue
+        plan = logged["plan"]
+        fields = audited.get(str(plan["request_id"]))
+        if fields is None or any(fields.get(k) != plan[k] for k in ("mode", "target_kind", "target")):
+            raise StorageError(
+                "the audit log lacks or misstates a forget recorded in the key provider's ledger: the "
+                "audit log was altered; restore it from a trusted copy and investigate"
+            )
