@@ -209,10 +209,11 @@ def anchor_after_commit(provider: KeyProvider, txn: Txn, anchor: dict[str, Any])
     def append() -> None:
         try:
             provider.append_ledger({"kind": "anchor", **anchor})
-        except (KeyProviderError, OSError):
+        except (KeyProviderError, OSError) as exc:
             _log.warning(
-                "could not anchor audit entry %s in the key provider's ledger; the next anchor covers it",
+                "could not anchor audit entry %s in the key provider's ledger (%s); the next anchor covers it",
                 anchor.get("audit_seq"),
+                type(exc).__name__,  # the class only: messages may carry paths
             )
 
     txn.after_commit(append)
