@@ -227,13 +227,16 @@ class Raw(Impl):
     name = "raw"
 
     def open(self) -> None:
-        self.conn = sqlite3.connect(self.directory / "raw.db")
+        self._connect(
+            "raw.db", "scope TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY (scope, key)"
+        )
+
+    def _connect(self, filename: str, columns: str) -> None:
+        """A connection at cenotaph's durability (WAL, synchronous=FULL) with table ``kv``."""
+        self.conn = sqlite3.connect(self.directory / filename)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=FULL")
-        self.conn.execute(
-            "CREATE TABLE IF NOT EXISTS kv (scope TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, "
-            "PRIMARY KEY (scope, key))"
-        )
+        self.conn.execute(f"CREATE TABLE IF NOT EXISTS kv ({columns})")
         self.conn.commit()
 
     def close(self) -> None:
@@ -267,14 +270,11 @@ class Floor(Raw):
     name = "floor"
 
     def open(self) -> None:
-        self.conn = sqlite3.connect(self.directory / "floor.db")
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=FULL")
-        self.conn.execute(
-            "CREATE TABLE IF NOT EXISTS kv (scope BLOB NOT NULL, key BLOB NOT NULL, wrapped BLOB NOT NULL, "
-            "value BLOB NOT NULL, PRIMARY KEY (scope, key))"
+        self._connect(
+            "floor.db",
+            "scope BLOB NOT NULL, key BLOB NOT NULL, wrapped BLOB NOT NULL, value BLOB NOT NULL, "
+            "PRIMARY KEY (scope, key)",
         )
-        self.conn.commit()
         self.secret = b"s" * 32
         self.kek = AESGCM(b"k" * 32)
         self.scopes: dict[str, bytes] = {}

@@ -207,42 +207,54 @@ def test_a_callback_under_the_write_lock_can_read_while_others_read(tmp_path: Pa
     store.close()
 
 
-def _reads_during(hold: threading.Event, release: threading.Event, store: cenotaph.Store, key: str) -> Any:
-    """Once ``hold`` is set (a thread is inside a post-commit step), read ``key`` with and without
-    fall-through from another thread; release the step after a moment; return both answers."""
-    assert hold.wait(10)
-    reader, out = _in_thread(lambda: (store.read(SCOPE, key, fallthrough=False), store.read(SCOPE, key)))
-    reader.join(0.3)
-    release.set()
-    reader.join(10)
-    assert "error" not in out
-    return out["value"]
+class _Gate:
+    """Holds a post-commit step, but only in the thread running the action under test."""
+
+    def __init__(self) -> None:
+        self.hold, self.release = threading.Event(), threading.Event()
+        self._acting = threading.local()
+
+    def acting(self) -> bool:
+        return bool(getattr(self._acting, "on", False))
+
+    def pause(self) -> None:
+        """Call from inside the hooked step."""
+        if self.acting():
+            self.hold.set()
+            self.release.wait(10)
+
+    def reads_miss_while_held(self, store: cenotaph.Store, action: Any, key: str) -> None:
+        """Run ``action`` in a thread; while it is held, reads of ``key`` (with and without
+        fall-through) from another thread must find nothing."""
+
+        def act() -> None:
+            self._acting.on = True
+            action()
+
+        actor, acted = _in_thread(act)
+        assert self.hold.wait(10)
+        reader, out = _in_thread(lambda: (store.read(SCOPE, key, fallthrough=False), store.read(SCOPE, key)))
+        reader.join(0.3)
+        self.release.set()
+        reader.join(10)
+        actor.join(10)
+        assert "error" not in out and "error" not in acted
+        assert out["value"] == (None, None)
 
 
 def test_own_forget_is_dropped_from_memory_before_anyone_sees_its_commit(tmp_path: Path) -> None:
     with cenotaph.open(tmp_path, auto_purge=False) as store:
         store.write(SCOPE, "k", "secret")
         assert store.read(SCOPE, "k") is not None  # cached
-        hold, release = threading.Event(), threading.Event()
+        gate = _Gate()
         real = store._forget_from_memory
-        forgetting = threading.local()
 
         def slow(ids: Any) -> int:
-            if getattr(forgetting, "on", False):
-                hold.set()
-                release.wait(10)
+            gate.pause()
             return real(ids)
 
         store._forget_from_memory = slow  # type: ignore[method-assign]
-
-        def forget() -> None:
-            forgetting.on = True
-            store.forget(SCOPE, "k", mode="compliance")
-
-        forgetter, out = _in_thread(forget)
-        assert _reads_during(hold, release, store, "k") == (None, None)
-        forgetter.join(10)
-        assert "error" not in out
+        gate.reads_miss_while_held(store, lambda: store.forget(SCOPE, "k", mode="compliance"), "k")
 
 
 def test_a_replay_is_applied_to_memory_before_anyone_sees_its_commit(
@@ -259,31 +271,20 @@ def test_a_replay_is_applied_to_memory_before_anyone_sees_its_commit(
         _crash_after_ledger(monkeypatch)
         with pytest.raises(RuntimeError):
             crashed.forget(SCOPE, "k", mode="compliance")
-        hold, release = threading.Event(), threading.Event()
-        writing = threading.local()
+        gate = _Gate()
         real_sync, real_seen = store._sync, store._ledger._seen
 
         def sync() -> None:
-            if not getattr(writing, "on", False):  # the writer meets the entry inside its txn
+            if not gate.acting():  # the writer meets the entry inside its transaction
                 real_sync()
 
         def seen(mark: int, *, replayed: bool) -> None:
-            if getattr(writing, "on", False):
-                hold.set()
-                release.wait(10)
+            gate.pause()
             real_seen(mark, replayed=replayed)
 
         monkeypatch.setattr(store, "_sync", sync)
         monkeypatch.setattr(store._ledger, "_seen", seen)
-
-        def write() -> None:
-            writing.on = True
-            store.write(SCOPE, "other", 1)
-
-        writer, out = _in_thread(write)
-        assert _reads_during(hold, release, store, "k") == (None, None)
-        writer.join(10)
-        assert "error" not in out
+        gate.reads_miss_while_held(store, lambda: store.write(SCOPE, "other", 1), "k")
 
 
 def test_the_tombstone_filter_turns_off_when_own_forgets_overflow_it(
