@@ -302,20 +302,17 @@ def _thread_races(base: Path, trials: int, own_stores: bool, seed: int, purge_tr
     return tally
 
 
-def test_thread_race_shared_store(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("own_stores", "share", "seed", "label"),
+    [(False, 0, 11, "threads/shared-store"), (True, 1, 23, "threads/store-per-thread")],
+    ids=["shared-store", "store-per-thread"],
+)
+def test_thread_race(tmp_path: Path, own_stores: bool, share: int, seed: int, label: str) -> None:
     started = time.monotonic()
-    trials = _split(TOTAL_TRIALS)[0]
-    tally = _thread_races(tmp_path, trials, own_stores=False, seed=11, purge_trials=PURGE_TRIALS)
+    trials = _split(TOTAL_TRIALS)[share]
+    tally = _thread_races(tmp_path, trials, own_stores=own_stores, seed=seed, purge_trials=PURGE_TRIALS)
     assert tally.trials == trials
-    _assert_clean(tally, "threads/shared-store", started)
-
-
-def test_thread_race_store_per_thread(tmp_path: Path) -> None:
-    started = time.monotonic()
-    trials = _split(TOTAL_TRIALS)[1]
-    tally = _thread_races(tmp_path, trials, own_stores=True, seed=23, purge_trials=PURGE_TRIALS)
-    assert tally.trials == trials
-    _assert_clean(tally, "threads/store-per-thread", started)
+    _assert_clean(tally, label, started)
 
 
 # -- process races ----------------------------------------------------------------------------------

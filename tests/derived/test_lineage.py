@@ -223,19 +223,13 @@ def test_write_derived_from_a_compliance_forgotten_record_is_refused(stores, pur
         store.write(BOB, "late", "derived from alpha", derived_from=[a.id])
 
 
-def test_write_derived_from_an_operationally_forgotten_record_is_refused_before_purge(stores) -> None:
-    store = stores()
-    a = store.write(A_SCOPE, "note", "alpha")
-    store.forget(A_SCOPE, "note", mode="operational")
-    with pytest.raises(DerivedFromForgottenError):
-        store.write(BOB, "late", "derived from alpha", derived_from=[a.id])
-
-
-def test_write_derived_from_an_operationally_forgotten_record_is_refused_after_purge(stores) -> None:
+@pytest.mark.parametrize("purged", [False, True], ids=["before-purge", "after-purge"])
+def test_write_derived_from_an_operationally_forgotten_record_is_refused(stores, purged: bool) -> None:
     store = stores()
     a = store.write(A_SCOPE, "note", "alpha: a fact alice asked the agent to stop recalling")
     store.forget(A_SCOPE, "note", mode="operational")
-    store.purge()
+    if purged:
+        store.purge()
     with pytest.raises(DerivedFromForgottenError):
         store.write(BOB, "late", "derived from alpha", derived_from=[a.id])
 

@@ -115,13 +115,18 @@ def _assert_erased_and_verified(store: cenotaph.Store, data: Path, t: Template) 
     return request
 
 
+def _crash_a_copy(tmp_path: Path, template: Template, point: str, purge: str) -> tuple[Path, list[str]]:
+    """A fresh copy of the template store, and the lines of a child killed at ``point`` in it."""
+    data = tmp_path / "data"
+    shutil.copytree(template.path, data)
+    return data, _crash(data, point, purge)
+
+
 @pytest.mark.parametrize("point", FAULT_POINTS)
 def test_a_forget_killed_at_any_point_is_all_or_nothing(
     tmp_path: Path, template: Template, point: str
 ) -> None:
-    data = tmp_path / "data"
-    shutil.copytree(template.path, data)
-    lines = _crash(data, point, "auto")
+    data, lines = _crash_a_copy(tmp_path, template, point, "auto")
     assert not any(line.startswith("returned") for line in lines), (
         "the forget must not return past its fault point"
     )
@@ -151,9 +156,7 @@ def test_a_forget_killed_at_any_point_is_all_or_nothing(
 def test_an_explicit_purge_killed_at_any_step_resumes_to_verified(
     tmp_path: Path, template: Template, point: str
 ) -> None:
-    data = tmp_path / "data"
-    shutil.copytree(template.path, data)
-    lines = _crash(data, point, "explicit")
+    data, lines = _crash_a_copy(tmp_path, template, point, "explicit")
     returned = [line for line in lines if line.startswith("returned ")]
     assert len(returned) == 1, lines
     _, request_id, state = returned[0].split()

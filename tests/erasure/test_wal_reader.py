@@ -9,10 +9,13 @@ rows deleted) but its ``wal`` layer stays pending, so it is not ``verified``, an
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -97,19 +100,53 @@ def _forget_with_deadline(store: cenotaph.Store, reader: Reader) -> cenotaph.Era
     return outcome["request"]  # type: ignore[return-value]
 
 
-def test_a_held_reader_leaves_the_wal_layer_pending_and_forget_returns(tmp_path: Path) -> None:
-    data = tmp_path / "data"
-    store = cenotaph.open(data)
-    reader = None
+@dataclass
+class Held:
+    """A store with subjects A and B, and a child process holding a read snapshot on it."""
+
+    store: cenotaph.Store
+    reader: Reader
+    a: Written
+    b: Written
+    a_cells: list[bytes]
+
+
+@contextlib.contextmanager
+def _held_reader(data: Path, *, auto_purge: bool) -> Iterator[Held]:
+    """Populate, start the reader, then write once more (WAL frames after its snapshot). The
+    reader is killed (if still holding) and the store closed whatever the test does."""
+    store = cenotaph.open(data, auto_purge=auto_purge)
+    reader: Reader | None = None
     try:
         a = populate(store, A, "A", short=6, long=1)
         b = populate(store, B, "B", short=6, long=1)
         a_cells = cells(data / DB, a.ids)
         reader = Reader(data / DB)
         assert reader.count == len(a.ids) + len(b.ids)
-        store.write("tenant:t/user:c", "k", "other data")  # WAL frames after the reader's snapshot
+        store.write("tenant:t/user:c", "k", "other data")
+        yield Held(store, reader, a, b, a_cells)
+    finally:
+        if reader is not None:
+            reader.kill()
+        store.close()
 
-        request = _forget_with_deadline(store, reader)  # auto-purge runs, but cannot truncate the WAL
+
+def _refused_for_the_wal(store: cenotaph.Store, request: cenotaph.ErasureRequest) -> None:
+    """Neither confirm_erasure nor attest claims erasure while the wal layer is pending."""
+    with pytest.raises(ErasureNotProvableError) as confirm:
+        store.confirm_erasure(request.id)
+    assert _wal_gaps(confirm.value.gaps), confirm.value.gaps
+    assert "wal" in str(confirm.value).lower()
+    with pytest.raises(ErasureNotProvableError) as attest:
+        store.attest(request.id)
+    assert _wal_gaps(attest.value.gaps), attest.value.gaps
+
+
+def test_a_held_reader_leaves_the_wal_layer_pending_and_forget_returns(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with _held_reader(data, auto_purge=True) as held:
+        store = held.store
+        request = _forget_with_deadline(store, held.reader)  # auto-purge runs, cannot truncate the WAL
         status = request.status()
         assert status.state == "shredded", "keys destroyed; purge could not complete every layer"
         assert status.layers["wal"].state == "pending"
@@ -118,16 +155,9 @@ def test_a_held_reader_leaves_the_wal_layer_pending_and_forget_returns(tmp_path:
         assert status.layers["rows"].state == "done"
         assert status.layers["scan"].state == "pending"
         assert _wal_gaps(status.gaps), status.gaps
-        assert_gone(store, a)  # already shredded: nothing of a is readable meanwhile
-        assert_readable(store, b)
-
-        with pytest.raises(ErasureNotProvableError) as confirm:
-            store.confirm_erasure(request.id)
-        assert _wal_gaps(confirm.value.gaps), confirm.value.gaps
-        assert "wal" in str(confirm.value).lower()
-        with pytest.raises(ErasureNotProvableError) as attest:
-            store.attest(request.id)
-        assert _wal_gaps(attest.value.gaps), attest.value.gaps
+        assert_gone(store, held.a)  # already shredded: nothing of a is readable meanwhile
+        assert_readable(store, held.b)
+        _refused_for_the_wal(store, request)
 
         # purging and waiting do not get past a reader either
         report = store.purge()
@@ -135,48 +165,26 @@ def test_a_held_reader_leaves_the_wal_layer_pending_and_forget_returns(tmp_path:
         assert report.requests[request.id] == "shredded"
         assert request.wait(timeout=0.5).state == "shredded"
 
-        reader.release()
-        reader = None
-        _verified_after_release(store, request, data, a, a_cells, b)
-    finally:
-        if reader is not None:
-            reader.kill()
-        store.close()
+        held.reader.release()
+        _verified_after_release(store, request, data, held.a, held.a_cells, held.b)
 
 
 def test_a_reader_held_across_the_forget_keeps_it_unprovable_until_it_is_gone(tmp_path: Path) -> None:
     """The same without auto-purge (so the forget does not checkpoint): gaps name the wal layer until
     the reader is gone and ``purge()`` has run."""
     data = tmp_path / "data"
-    store = cenotaph.open(data, auto_purge=False)
-    reader = None
-    try:
-        a = populate(store, A, "A", short=6, long=1)
-        b = populate(store, B, "B", short=6, long=1)
-        a_cells = cells(data / DB, a.ids)
-        reader = Reader(data / DB)
-        store.write("tenant:t/user:c", "k", "other data")
-
+    with _held_reader(data, auto_purge=False) as held:
+        store = held.store
         request = store.forget_subject(A)
         status = request.status()
         assert status.state == "shredded"
         assert status.layers["wal"].state == "pending"
         assert _wal_gaps(status.gaps), status.gaps
-        assert_gone(store, a)
-        with pytest.raises(ErasureNotProvableError) as confirm:
-            store.confirm_erasure(request.id)
-        assert _wal_gaps(confirm.value.gaps), confirm.value.gaps
-        with pytest.raises(ErasureNotProvableError) as attest:
-            store.attest(request.id)
-        assert _wal_gaps(attest.value.gaps), attest.value.gaps
+        assert_gone(store, held.a)
+        _refused_for_the_wal(store, request)
 
-        reader.release()
-        reader = None
-        _verified_after_release(store, request, data, a, a_cells, b)
-    finally:
-        if reader is not None:
-            reader.kill()
-        store.close()
+        held.reader.release()
+        _verified_after_release(store, request, data, held.a, held.a_cells, held.b)
 
 
 def _verified_after_release(
