@@ -438,15 +438,23 @@ def _forgotten_with_token(store: cenotaph.Store, scope: str, mode: str) -> tuple
     return request.version, store.reauthorize(scope, KEY)
 
 
+def _token_trials(
+    store: cenotaph.Store, name: str, rng: random.Random | None
+) -> Iterator[tuple[str, int, str]]:
+    """REAUTH_TRIALS fresh scopes, each with its key forgotten (mode drawn from ``rng``, compliance
+    without one) and a reauthorization token issued after: (scope, v_f, token)."""
+    for trial in range(REAUTH_TRIALS):
+        scope = f"tenant:reauth/user:u/session:{name}{trial}"
+        mode = "compliance" if rng is None else rng.choice(("compliance", "operational"))
+        yield (scope, *_forgotten_with_token(store, scope, mode))
+
+
 def test_reauth_same_token_concurrently(two_stores: tuple[Path, cenotaph.Store, cenotaph.Store]) -> None:
     """Two threads present one token at once: it is consumed exactly once (one lift), and the write
     that did not consume it lands through that lift (W1: after the token is consumed, writes to
     the target need no token until the next forget), never as a second consumption."""
     directory, a, b = two_stores
-    rng = random.Random(5)
-    for trial in range(REAUTH_TRIALS):
-        scope = f"tenant:reauth/user:u/session:same{trial}"
-        v_f, token = _forgotten_with_token(a, scope, rng.choice(("compliance", "operational")))
+    for scope, v_f, token in _token_trials(a, "same", random.Random(5)):
         results = _race_two(
             [
                 lambda s=scope, t=token: a.write(s, KEY, "A", reauthorization=t),
@@ -466,10 +474,7 @@ def test_reauth_same_token_concurrently(two_stores: tuple[Path, cenotaph.Store, 
 def test_reauth_same_token_compare_and_set(two_stores: tuple[Path, cenotaph.Store, cenotaph.Store]) -> None:
     """Two threads present one token, both with base_version = v_f: exactly one write succeeds."""
     directory, a, b = two_stores
-    rng = random.Random(6)
-    for trial in range(REAUTH_TRIALS):
-        scope = f"tenant:reauth/user:u/session:cas{trial}"
-        v_f, token = _forgotten_with_token(a, scope, rng.choice(("compliance", "operational")))
+    for scope, v_f, token in _token_trials(a, "cas", random.Random(6)):
         results = _race_two(
             [
                 lambda s=scope, t=token, v=v_f: a.write(s, KEY, "A", base_version=v, reauthorization=t),
@@ -490,9 +495,7 @@ def test_reauth_rejected_write_never_consumes(
     """A stale write and a good write present one token at once: the stale one always fails and
     never consumes it, so the good one always succeeds, whichever goes first."""
     directory, a, b = two_stores
-    for trial in range(REAUTH_TRIALS):
-        scope = f"tenant:reauth/user:u/session:stale{trial}"
-        v_f, token = _forgotten_with_token(a, scope, "compliance")
+    for scope, v_f, token in _token_trials(a, "stale", None):
         stale, good = _race_two(
             [
                 lambda s=scope, t=token, v=v_f: a.write(
@@ -511,9 +514,7 @@ def test_reauth_write_racing_a_second_forget(two_stores: tuple[Path, cenotaph.St
     second forget (and are forgotten) or fail with ForgottenError at v_f2; nothing survives."""
     _, a, b = two_stores
     rng = random.Random(8)
-    for trial in range(REAUTH_TRIALS):
-        scope = f"tenant:reauth/user:u/session:again{trial}"
-        _, token = _forgotten_with_token(a, scope, rng.choice(("compliance", "operational")))
+    for scope, _, token in _token_trials(a, "again", rng):
         delay = rng.random() * 0.004
 
         def writer(s: str = scope, t: str = token) -> list[Any]:
