@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import sqlite3
 import stat
 import subprocess
@@ -865,6 +866,28 @@ def test_backup_forget_restore_resurrects_nothing(
     refused = assert_one_line_error(run("write", SESSION, "note", "again", *t), 1)
     assert "forgotten" in refused
     assert b"cardiology" not in b"".join(p.read_bytes() for p in target.rglob("*") if p.is_file())
+
+
+def test_an_interrupted_restore_is_refused_by_every_command_then_finished_by_restore(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d = ("--data", str(data))
+    ok_json("write", SESSION, "note", "cardiology appointment", *d)
+    ok_json("backup", str(tmp_path / "bk"), *d)
+    ok_json("forget", SESSION, *d)
+    target, keyring = tmp_path / "restored", str(data / "keyring")
+    args = ("restore", str(tmp_path / "bk"), "--data", str(target), "--keyring", keyring)
+    killed = run_process(*args, CENOTAPH_FAULT="restore.copied")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    monkeypatch.setenv("CENOTAPH_KEYRING", keyring)
+    t = ("--data", str(target))
+    for command in (("status",), ("read", SESSION, "note"), ("audit", "verify")):
+        line = assert_one_line_error(run(*command, *t), 1)
+        assert "restore" in line and "did not finish" in line
+    finished = run_process(*args)
+    assert finished.returncode == 0, finished.stderr
+    assert run("read", SESSION, "note", *t).exit_code == 1  # not found: the forget was replayed
+    assert ok_json("audit", "verify", *t)["ok"] is True
 
 
 def test_restore_takes_the_keyring_from_the_environment(

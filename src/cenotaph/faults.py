@@ -22,6 +22,7 @@ FAULT_POINTS = (
     "purge.wal",  # WAL truncated, not yet scanned
     "purge.scanned",  # scan done, verdict not recorded
     "purge.done",  # verdict recorded
+    "restore.copied",  # backup copied into the target, the copy not yet opened (source's chain id)
 )
 
 

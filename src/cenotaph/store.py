@@ -23,7 +23,7 @@ from .erasure.forget import ForgetPlan
 from .erasure.ledger import AUDIT_CHAIN, KEK_EPOCH, Ledger, anchor_audit, start_audit_chain
 from .erasure.plan import ForgetPlanner, check_postcondition
 from .erasure.probes import sample_probes, seal_probes
-from .erasure.service import ErasureService, Progress, copy_backup
+from .erasure.service import ErasureService, Progress, check_not_restoring, copy_backup, finish_restore
 from .errors import (
     InvalidValueError,
     KeyProviderError,
@@ -656,6 +656,7 @@ def open_store(
         ) from exc
     if not directory.is_dir():
         raise InvalidValueError("the data location exists and is not a directory; choose another path")
+    check_not_restoring(directory)
     provider = key_provider if key_provider is not None else keyring_from_env(directory)
     return Store(SQLiteBackend(directory), provider, auto_purge=auto_purge, embedder=embedder)
 
@@ -669,6 +670,9 @@ def restore(
 ) -> Store:
     """Restore a backup into an empty ``target`` directory with the source store's key provider.
 
+    Until the copy has committed its own audit chain id and replayed the ledger, ``target`` is
+    marked unfinished and :func:`open` refuses it; after a crash, run the same restore again.
+
     The newest forget ledger is replayed before the restored store serves its first read, then
     purged, so a backup taken before a forget resurrects nothing (S5). Copies no key material.
 
@@ -681,5 +685,6 @@ def restore(
         )
     copy_backup(Path(src), Path(target))
     store = Store(SQLiteBackend(Path(target)), key_provider, restored=True)
+    finish_restore(Path(target))  # committed: its own chain id, the ledger replayed
     store.purge(progress=progress)
     return store

@@ -13,7 +13,11 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +25,8 @@ from _erasure_data import DB, A, B, assert_gone, assert_readable, assert_write_r
 from _erasure_kit import residue, sql
 
 import cenotaph
-from cenotaph.errors import InvalidValueError
+from cenotaph.errors import InvalidValueError, StorageError
+from cenotaph.faults import FAULT_ENV
 
 KEY_FILES = {"keyring.json", "ledger.jsonl", ".lock"}
 
@@ -157,3 +162,65 @@ def test_a_backup_dir_copied_elsewhere_still_restores_without_resurrection(tmp_p
         assert_gone(r, a)
         assert_write_refused(r, a)
         assert_readable(r, b)
+
+
+def _chain_id(db: Path) -> int:
+    ((chain,),) = sql(db, "SELECT value FROM meta WHERE name='audit_chain'", immutable=True)
+    return int(chain)
+
+
+def test_a_restore_killed_before_its_first_commit_is_refused_then_resumed(tmp_path: Path) -> None:
+    """SIGKILL right after the copy: the target then holds the source's chain id and forgets not yet
+    replayed. Opening it must be refused (it would fork the source's audit anchors and serve what
+    was forgotten); running the same restore again must finish it."""
+    live = tmp_path / "data"
+    keyring = live / "keyring"
+    with cenotaph.open(live) as store:
+        a = populate(store, A, "A", short=3, long=0)
+        b = populate(store, B, "B", short=3, long=0)
+        info = store.backup(tmp_path / "backup")
+        store.forget(A, mode="compliance")
+    target = tmp_path / "restored"
+    script = (
+        "import sys, cenotaph; cenotaph.restore(sys.argv[1], sys.argv[2], "
+        "key_provider=cenotaph.LocalKeyring(sys.argv[3]))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, info.path, str(target), str(keyring)],
+        env={**os.environ, FAULT_ENV: "restore.copied"},
+        capture_output=True,
+        timeout=120,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+    # the scenario is real: a whole copy of the backup, with the source's chain id
+    assert _chain_id(target / DB) == _chain_id(live / DB)
+    provider = cenotaph.LocalKeyring(keyring)
+    with pytest.raises(StorageError, match=r"restore .* did not finish"):
+        cenotaph.open(target, key_provider=provider)
+    assert _chain_id(target / DB) == _chain_id(live / DB)  # the refused open changed nothing
+
+    with cenotaph.restore(info.path, target, key_provider=provider) as restored:
+        assert_gone(restored, a)
+        assert_write_refused(restored, a)
+        assert_readable(restored, b)
+        assert restored.verify_audit()["entries"] >= 1
+    assert _chain_id(target / DB) != _chain_id(live / DB)
+    with cenotaph.open(target, key_provider=provider) as reopened:  # finished: an ordinary store now
+        assert_gone(reopened, a)
+        assert_readable(reopened, b)
+    with cenotaph.open(live) as source:  # the source's own log still verifies beside the copy
+        assert source.verify_audit()["entries"] >= 1
+
+
+def test_restore_still_refuses_a_target_with_other_files_even_when_marked(tmp_path: Path) -> None:
+    live = tmp_path / "data"
+    with cenotaph.open(live) as store:
+        store.write(A, "k", "v")
+        info = store.backup(tmp_path / "backup")
+    target = tmp_path / "restored"
+    target.mkdir()
+    (target / ".restore-incomplete").write_text("")
+    (target / "precious").write_text("keep me")
+    with pytest.raises(InvalidValueError, match="new or empty"):
+        cenotaph.restore(info.path, target, key_provider=cenotaph.LocalKeyring(live / "keyring"))
+    assert (target / "precious").read_text() == "keep me"

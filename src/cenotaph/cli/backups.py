@@ -8,7 +8,6 @@ store serves anything, so a backup taken before a forget resurrects nothing.
 
 from __future__ import annotations
 
-import inspect
 import os
 import shutil
 from pathlib import Path
@@ -157,11 +156,7 @@ def restore(src: Path, data: Path, keyring: Path | None, table: bool) -> None:
 def _restore(
     src: Path, target: Path, provider: cenotaph.KeyProvider, progress: ProgressCallback | None
 ) -> cenotaph.Store:
-    # Pass the progress callback once cenotaph.restore takes one; until then the bar pulses.
-    options: dict[str, Any] = {}
-    if progress is not None and "progress" in inspect.signature(cenotaph.restore).parameters:
-        options["progress"] = progress
-    return cenotaph.restore(src, target, key_provider=provider, **options)
+    return cenotaph.restore(src, target, key_provider=provider, progress=progress)
 
 
 def _master_key() -> bytes | None:

@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from ..durable import write_atomically
 from ..errors import KeyProviderError
 from .aead import KEY_BYTES, new_key, open_sealed, seal
 
@@ -77,14 +78,6 @@ class KeyProvider(Protocol):
     def release_backup(self, backup_id: str) -> None: ...
 
     def backups(self) -> dict[str, list[int]]: ...
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class LocalKeyring:
@@ -184,15 +177,7 @@ class LocalKeyring:
         if self._master is not None:
             sealed = seal(self._master, body, b"keyring").hex()
             body = json.dumps({"format": _SEALED_MAGIC, "sealed": sealed}).encode()
-        tmp = self.path / f".keyring.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, body)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self._file)
-        _fsync_dir(self.path)
+        write_atomically(self._file, body)
         stat = self._file.stat()
         self._stamp = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
 
