@@ -883,7 +883,7 @@ def test_an_interrupted_restore_is_refused_by_every_command_then_finished_by_res
     t = ("--data", str(target))
     for command in (("status",), ("read", SESSION, "note"), ("audit", "verify")):
         line = assert_one_line_error(run(*command, *t), 1)
-        assert "restore" in line and "did not finish" in line
+        assert "restore" in line and "has not finished" in line
     finished = run_process(*args)
     assert finished.returncode == 0, finished.stderr
     assert run("read", SESSION, "note", *t).exit_code == 1  # not found: the forget was replayed

@@ -22,7 +22,7 @@ from .crypto.aead import KEY_BYTES, Sealer
 from .crypto.keys import KeyChain, content_key, lineage_key
 from .model import Record
 
-__all__ = ["RecordCrypto", "SealedRecord", "is_visible"]
+__all__ = ["OpenedRecord", "RecordCrypto", "SealedRecord", "is_visible"]
 
 _SUBJECTS_AAD = b"cenotaph-subjects/1"
 _COMPACT = json.JSONEncoder(separators=(",", ":"))  # one encoder: json.dumps with options builds one a call
@@ -41,16 +41,48 @@ def _ts(value: float | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value, UTC)
 
 
+class OpenedRecord:
+    """A decrypted record as the caches keep it: its plaintext payload, never a shared object.
+
+    Every caller gets its own :class:`Record` from :meth:`record`, so a caller that changes a
+    returned value or its metadata changes nothing the store, or any other caller, sees.
+    """
+
+    __slots__ = ("expires_at", "id", "payload", "version")
+
+    def __init__(self, record_id: str, version: int, expires_at: float | None, payload: bytes) -> None:
+        self.id = record_id
+        self.version = version
+        self.expires_at = expires_at
+        self.payload = payload
+
+    def record(self) -> Record:
+        doc = json.loads(self.payload)
+        rest = doc["r"]
+        return Record(
+            id=self.id,
+            scope=rest["s"],
+            key=rest["k"],
+            value=doc["v"],
+            version=self.version,
+            subjects=tuple(rest["u"]),
+            created_at=datetime.fromtimestamp(rest["c"], UTC),
+            expires_at=_ts(rest["x"]),
+            derived_from=tuple(rest["d"]),
+            metadata=rest["m"],
+        )
+
+
 class SealedRecord:
     """A record ready to insert: its row, its lineage row and its keys (kept for the cache)."""
 
-    __slots__ = ("lineage", "lineage_key", "record", "row")
+    __slots__ = ("lineage", "lineage_key", "opened", "row")
 
-    def __init__(self, row: RecordRow, lineage: LineageRow, lineage_key: bytes, record: Record) -> None:
+    def __init__(self, row: RecordRow, lineage: LineageRow, lineage_key: bytes, opened: OpenedRecord) -> None:
         self.row = row
         self.lineage = lineage
         self.lineage_key = lineage_key
-        self.record = record
+        self.opened = opened
 
 
 class RecordCrypto:
@@ -183,19 +215,7 @@ class RecordCrypto:
             subjects=Sealer(lin_key).seal(_COMPACT.encode(list(subjects)).encode(), _SUBJECTS_AAD + aad),
             sources=tuple(derived_from),
         )
-        record = Record(
-            id=record_id,
-            scope=scope_path,
-            key=key,
-            value=json.loads(value_json),
-            version=version,
-            subjects=tuple(subjects),
-            created_at=datetime.fromtimestamp(created_at, UTC),
-            expires_at=_ts(expires_at),
-            derived_from=tuple(derived_from),
-            metadata=metadata,
-        )
-        return SealedRecord(row, lineage, lin_key, record)
+        return SealedRecord(row, lineage, lin_key, OpenedRecord(record_id, version, expires_at, payload))
 
     def _content_sealer(self, txn: Txn, row: RecordRow, lineage: LineageRow | None = None) -> Sealer | None:
         """The AEAD of a row's content key; ``None`` if any key it depends on was destroyed (S2)."""
@@ -214,25 +234,10 @@ class RecordCrypto:
             return None
         return Sealer(content_key(seed, lin_key, scope_keys, subject_keys))
 
-    def open(self, txn: Txn, row: RecordRow, lineage: LineageRow | None = None) -> Record | None:
+    def open(self, txn: Txn, row: RecordRow, lineage: LineageRow | None = None) -> OpenedRecord | None:
         """Decrypt a row; ``None`` if any key it depends on was destroyed (S2)."""
         sealer = None if row.ciphertext is None else self._content_sealer(txn, row, lineage)
         if sealer is None or row.ciphertext is None:
             return None
         payload = sealer.open(row.ciphertext, row.id.encode())
-        if payload is None:
-            return None
-        doc = json.loads(payload)
-        rest = doc["r"]
-        return Record(
-            id=row.id,
-            scope=rest["s"],
-            key=rest["k"],
-            value=doc["v"],
-            version=row.version,
-            subjects=tuple(rest["u"]),
-            created_at=datetime.fromtimestamp(rest["c"], UTC),
-            expires_at=_ts(rest["x"]),
-            derived_from=tuple(rest["d"]),
-            metadata=rest["m"],
-        )
+        return None if payload is None else OpenedRecord(row.id, row.version, row.expires_at, payload)

@@ -23,7 +23,8 @@ from .erasure.forget import ForgetPlan
 from .erasure.ledger import AUDIT_CHAIN, KEK_EPOCH, Ledger, anchor_audit, start_audit_chain
 from .erasure.plan import ForgetPlanner, check_postcondition
 from .erasure.probes import sample_probes, seal_probes
-from .erasure.service import ErasureService, Progress, check_not_restoring, copy_backup, finish_restore
+from .erasure.restoring import check_not_restoring, restoring
+from .erasure.service import ErasureService, Progress
 from .errors import (
     InvalidValueError,
     KeyProviderError,
@@ -43,7 +44,7 @@ from .model import (
     RotationReport,
     SearchHit,
 )
-from .records import RecordCrypto, is_visible
+from .records import OpenedRecord, RecordCrypto, is_visible
 from .scope import Scope
 from .session import StoreSession
 from .validation import (
@@ -92,10 +93,11 @@ class Store:
         self._keys = KeyChain(provider)
         self._crypto = RecordCrypto(self._keys)
         self._writer = RecordWriter(self._tokens, self._keys, self._crypto)
-        self._cache: dict[str, Record] = {}  # decrypted records by id (checked against the row)
+        # decrypted records by id (checked against the row); every hit hands out a fresh Record
+        self._cache: dict[str, OpenedRecord] = {}
         # (scope, key, fallthrough) -> what read() resolved to; valid only while nobody commits:
         # cleared by our own writes and forgets, and by _sync when another connection committed
-        self._resolved: dict[tuple[str, str, bool], Record] = {}
+        self._resolved: dict[tuple[str, str, bool], OpenedRecord] = {}
         self._resolved_gen = 0
         self._cache_lock = threading.Lock()
         self._sync_pending = False
@@ -181,7 +183,7 @@ class Store:
         self._search.remove(wanted)
         return self._search.count_of(wanted)
 
-    def _remember(self, record: Record, generation: int) -> None:
+    def _remember(self, record: OpenedRecord, generation: int) -> None:
         """Cache a decrypted record, unless caches were dropped since ``generation`` was taken
         (a forget landed meanwhile: the record may be one it covers)."""
         with self._cache_lock:
@@ -283,9 +285,9 @@ class Store:
         self._invalidate_resolved()
         generation = self._resolved_gen
         for s in sealed:
-            self._remember(s.record, generation)
+            self._remember(s.opened, generation)
         self._search.remove(replaced)
-        return [s.record for s in sealed]
+        return [s.opened.record() for s in sealed]
 
     def reauthorize(self, scope: str, key: str | None = None, *, subject: str | None = None) -> str:
         """A one-time token that lets the next write to a forgotten target land (W1).
@@ -317,8 +319,8 @@ class Store:
         if cacheable:
             self._sync()  # drops the resolution cache on any change by anyone
             hit = self._resolved.get((scope, key, fallthrough))
-            if hit is not None and (hit.expires_at is None or hit.expires_at.timestamp() > time.time()):
-                return hit
+            if hit is not None and (hit.expires_at is None or hit.expires_at > time.time()):
+                return hit.record()
         parsed = Scope.parse(scope)
         key_token = self._tokens.key(check_key(key))
         chain = list(reversed(parsed.prefixes())) if fallthrough else [parsed]
@@ -330,14 +332,16 @@ class Store:
             rows = {r.scope_token: (r, lin) for r, lin in txn.key_records(tokens, key_token)}
             for token in tokens:
                 found = rows.get(token)
-                record = None if found is None else self._materialize(txn, found[0], generation, found[1])
-                if record is not None:
+                opened = None if found is None else self._checked(txn, found[0], generation, found[1])
+                if opened is not None:
                     if cacheable:
-                        self._resolve(scope, key, fallthrough, record, generation)
-                    return record
+                        self._resolve(scope, key, fallthrough, opened[0], generation)
+                    return opened[1]
         return None
 
-    def _resolve(self, scope: str, key: str, fallthrough: bool, record: Record, generation: int) -> None:
+    def _resolve(
+        self, scope: str, key: str, fallthrough: bool, record: OpenedRecord, generation: int
+    ) -> None:
         with self._cache_lock:
             if generation != self._resolved_gen:
                 return  # a write or forget landed while we resolved: do not cache a stale answer
@@ -370,17 +374,28 @@ class Store:
         self, txn: Txn, row: RecordRow, generation: int, lineage: LineageRow | None = None
     ) -> Record | None:
         """The final materialization step (R2): every path to a Record ends here."""
+        checked = self._checked(txn, row, generation, lineage)
+        return None if checked is None else checked[1]
+
+    def _checked(
+        self, txn: Txn, row: RecordRow, generation: int, lineage: LineageRow | None = None
+    ) -> tuple[OpenedRecord, Record] | None:
+        """A visible, undominated row decrypted (from the cache if it holds this version), and a
+        fresh Record of it for the caller."""
         if not is_visible(row, time.time()):
             return None
         cached = self._cache.get(row.id)
         if cached is not None and cached.version == row.version:
-            return cached
-        record = self._crypto.open(txn, row, lineage)
-        # with no forget ever applied (forget_epoch 0) there is no tombstone to check
-        if record is None or (self._forget_epoch != 0 and self._dominated(txn, record)):
+            return cached, cached.record()
+        opened = self._crypto.open(txn, row, lineage)
+        if opened is None:
             return None
-        self._remember(record, generation)
-        return record
+        record = opened.record()
+        # with no forget ever applied (forget_epoch 0) there is no tombstone to check
+        if self._forget_epoch != 0 and self._dominated(txn, record):
+            return None
+        self._remember(opened, generation)
+        return opened, record
 
     def _dominated(self, txn: Txn, record: Record) -> bool:
         targets = WriteTargets.build(
@@ -445,10 +460,10 @@ class Store:
             chunk = rows[start : start + 500]
             lineage = txn.lineage([r.id for r in chunk])
             for row in chunk:
-                record = self._crypto.open(txn, row, lineage.get(row.id))
-                if record is not None:
+                opened = self._crypto.open(txn, row, lineage.get(row.id))
+                if opened is not None:
                     ids.append(row.id)
-                    values.append(record.value)
+                    values.append(opened.record().value)
                     scopes.append(row.scope_token)
         return ids, values, scopes
 
@@ -623,9 +638,10 @@ class Store:
 
     def _open_for_probe(self, txn: Txn, record_id: str) -> tuple[Record, bytes | None] | None:
         row = txn.record(record_id)
-        record = None if row is None else self._crypto.open(txn, row)
-        if row is None or record is None:
+        opened = None if row is None else self._crypto.open(txn, row)
+        if opened is None:
             return None
+        record = opened.record()
         return record, self._search.embed_values([record.value])[0].tobytes()
 
 
@@ -683,8 +699,12 @@ def restore(
         raise InvalidValueError(
             "restore needs the source store's key provider (e.g. LocalKeyring(<keyring dir>))"
         )
-    copy_backup(Path(src), Path(target))
-    store = Store(SQLiteBackend(Path(target)), key_provider, restored=True)
-    finish_restore(Path(target))  # committed: its own chain id, the ledger replayed
-    store.purge(progress=progress)
+    with restoring(Path(src), Path(target)):
+        # committed in its constructor: its own chain id, the ledger replayed; then it may serve
+        store = Store(SQLiteBackend(Path(target)), key_provider, restored=True)
+    try:
+        store.purge(progress=progress)
+    except BaseException:
+        store.close()  # a purge cut short resumes on the next purge; the store itself is whole
+        raise
     return store

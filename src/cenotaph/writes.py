@@ -215,7 +215,7 @@ class RecordWriter:
         txn.insert_records([s.row for s in sealed.values()], [s.lineage for s in sealed.values()])
         txn.set_clock(version)
         for s in sealed.values():
-            self._keys.remember_lineage(s.record.id, s.lineage_key)
+            self._keys.remember_lineage(s.opened.id, s.lineage_key)
         return [sealed[(w.scope_token, w.key_token)] for _, w, _, _ in plans], replaced
 
     def _open_sources(self, txn: Txn, ids: Sequence[str]) -> dict[str, tuple[bytes, list[str]]]:

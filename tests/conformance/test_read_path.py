@@ -138,6 +138,31 @@ def test_json_values_round_trip(store: Store) -> None:
         assert got is not None and got.value == value and type(got.value) is type(value)
 
 
+def test_changing_a_returned_record_changes_nothing_the_store_returns(store: Store) -> None:
+    """Records are the caller's own: mutating a value or its metadata, on a record returned by
+    write, read, get, list or search, must not alter what any later call returns (nothing was
+    written). Each path is hit twice, so both a fresh decryption and a cache hit are covered."""
+    original = {"diet": "vegetarian", "allergies": ["nuts"]}
+    written = store.write(U, "profile", original, metadata={"source": "intake"})
+    original["diet"] = "changed through the caller's own dict"
+    written.value["diet"] = "changed through write's result"
+    written.metadata["source"] = "changed"  # type: ignore[index]
+
+    def mutate(record: Record | None) -> None:
+        assert record is not None
+        assert record.value == {"diet": "vegetarian", "allergies": ["nuts"]}
+        assert record.metadata == {"source": "intake"}
+        record.value["allergies"].append("mutated")  # type: ignore[index,union-attr]
+        record.metadata["source"] = "mutated"  # type: ignore[index]
+
+    for _ in range(2):
+        mutate(store.read(U, "profile"))
+        mutate(store.read(S1, "profile"))  # fall-through resolution
+        mutate(store.get(written.id))
+        mutate(store.list(U)[0])
+        mutate(store.search(U, "vegetarian nuts")[0].record)
+
+
 def test_unusual_but_valid_names_round_trip(store: Store) -> None:
     scope = "doc-kind_2:id with spaces:and:colons/user:élodie ✓"
     store.write(scope, "key with spaces & ünïcødé", "v")

@@ -114,9 +114,11 @@ def test_a_stale_cache_entry_is_never_served(stores, mode: str) -> None:
     row (and the keys) before a cached record is returned (R2)."""
     store = stores()
     note, keep = _warm(store)
+    stale = store._cache[note.id]  # the decrypted entry, as the cache held it before the forget
     store.forget(SCOPE, "cardio", mode=mode)
+    assert note.id not in store._cache
     with store._cache_lock:
-        store._cache[note.id] = note
+        store._cache[note.id] = stale
     store._search.add(
         [note.id],
         store._search.embed_values([note.value]),

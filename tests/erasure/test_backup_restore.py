@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -21,7 +22,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from _erasure_data import DB, A, B, assert_gone, assert_readable, assert_write_refused, populate
+from _erasure_data import (
+    DB,
+    A,
+    B,
+    Written,
+    assert_gone,
+    assert_readable,
+    assert_write_refused,
+    populate,
+)
 from _erasure_kit import residue, sql
 
 import cenotaph
@@ -195,7 +205,7 @@ def test_a_restore_killed_before_its_first_commit_is_refused_then_resumed(tmp_pa
     # the scenario is real: a whole copy of the backup, with the source's chain id
     assert _chain_id(target / DB) == _chain_id(live / DB)
     provider = cenotaph.LocalKeyring(keyring)
-    with pytest.raises(StorageError, match=r"restore .* did not finish"):
+    with pytest.raises(StorageError, match="has not finished"):
         cenotaph.open(target, key_provider=provider)
     assert _chain_id(target / DB) == _chain_id(live / DB)  # the refused open changed nothing
 
@@ -224,3 +234,58 @@ def test_restore_still_refuses_a_target_with_other_files_even_when_marked(tmp_pa
     with pytest.raises(InvalidValueError, match="new or empty"):
         cenotaph.restore(info.path, target, key_provider=cenotaph.LocalKeyring(live / "keyring"))
     assert (target / "precious").read_text() == "keep me"
+
+
+def _backup_with_a_forget_after_it(tmp_path: Path) -> tuple[Path, Path, Written, Written]:
+    live = tmp_path / "data"
+    with cenotaph.open(live) as store:
+        a = populate(store, A, "A", short=3, long=0)
+        b = populate(store, B, "B", short=3, long=0)
+        info = store.backup(tmp_path / "backup")
+        store.forget(A, mode="compliance")
+    return live, Path(info.path), a, b
+
+
+def test_a_second_restore_into_a_target_being_restored_is_refused_and_touches_nothing(
+    tmp_path: Path,
+) -> None:
+    """A running restore holds a flock on its target for its whole run; a second restore (say,
+    someone following open's advice meanwhile) must not replace the files under it."""
+    live, backup, _, _ = _backup_with_a_forget_after_it(tmp_path)
+    target = tmp_path / "restored"
+    target.mkdir()
+    (target / ".restore-incomplete").write_text("")
+    (target / DB).write_bytes(b"the running restore's copy")
+    fd = os.open(target, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what the running restore holds
+        with pytest.raises(InvalidValueError, match="another restore into this directory is running"):
+            cenotaph.restore(backup, target, key_provider=cenotaph.LocalKeyring(live / "keyring"))
+        assert (target / DB).read_bytes() == b"the running restore's copy"
+    finally:
+        os.close(fd)
+    # once that one is gone (killed: the kernel released its lock), the same restore resumes
+    with cenotaph.restore(backup, target, key_provider=cenotaph.LocalKeyring(live / "keyring")) as r:
+        assert r.verify_audit()["entries"] >= 1
+
+
+def test_a_restore_whose_purge_is_cut_short_leaves_a_whole_store_that_purges_later(
+    tmp_path: Path,
+) -> None:
+    live, backup, a, b = _backup_with_a_forget_after_it(tmp_path)
+    target = tmp_path / "restored"
+    provider = cenotaph.LocalKeyring(live / "keyring")
+
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        cenotaph.restore(backup, target, key_provider=provider, progress=interrupt)
+    assert not (target / ".restore-incomplete").exists()
+    assert _chain_id(target / DB) != _chain_id(live / DB)  # committed before the purge began
+    with cenotaph.open(target, key_provider=provider) as store:
+        assert_gone(store, a)
+        assert_readable(store, b)
+        assert store.verify_audit()["entries"] >= 1
+        report = store.purge()
+        assert report.requests and set(report.requests.values()) == {"verified"}

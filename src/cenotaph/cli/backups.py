@@ -19,6 +19,7 @@ from rich.text import Text
 
 import cenotaph
 from cenotaph.crypto.provider import KEYRING_ENV, MASTER_KEY_ENV
+from cenotaph.erasure.restoring import restore_committed
 
 from .forgetting import erasure_counts, registered_backups, request_rows
 from .options import data_option, open_existing_store
@@ -170,6 +171,8 @@ def _master_key() -> bytes | None:
 
 
 def _undo(target: Path, existed: bool, before: set[Path]) -> None:
+    if restore_committed(target):
+        return  # a whole store already (only its purge was cut short, which resumes): keep it
     if not existed:
         shutil.rmtree(target, ignore_errors=True)
         return

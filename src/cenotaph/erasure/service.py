@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -39,9 +38,6 @@ __all__ = ["ErasureService", "BACKUP_MANIFEST", "Progress"]
 
 Progress = Callable[[int, int], None]
 BACKUP_MANIFEST = "cenotaph-backup.json"
-RESTORE_MARKER = ".restore-incomplete"
-# what an interrupted restore may have left in its target, replaced when it runs again
-_RESUMABLE = frozenset({RESTORE_MARKER, DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", f"{DB_NAME}-journal"})
 PURGE_LAYERS = ("rows", "wal", "index")
 OPERATIONAL_GAP = "an operational forget never reports erasure; use mode='compliance' to erase"
 
@@ -391,6 +387,7 @@ class ErasureService:
         if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
             raise InvalidValueError("the backup destination must be a new or empty directory")
         dest.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fsync_dir(dest.parent)
         backup_id = "bk_" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "_" + os.urandom(4).hex()
         with self._backend.read() as txn:
             epochs = sorted(txn.epochs_in_use() | {self._keys.refresh_epoch()})
@@ -417,50 +414,6 @@ class ErasureService:
         self._provider.release_backup(backup_id)
         with self._backend.write() as txn:
             anchor_audit(self._provider, txn, "release_backup", {"backup_id": backup_id})
-
-
-def copy_backup(src: Path, target: Path) -> dict[str, Any]:
-    """Copy a backup's database into an empty target directory; returns its manifest.
-
-    The target is marked as an unfinished restore (durably, before the copy) until
-    :func:`finish_restore`: a copy killed before its first commit still carries the source's audit
-    chain id and unreplayed forgets, so it must never be opened as a store. Copying again into a
-    marked target resumes: the half-done copy is replaced.
-    """
-    manifest_path = src / BACKUP_MANIFEST
-    if not manifest_path.is_file() or not (src / DB_NAME).is_file():
-        raise InvalidValueError(
-            "the source is not a cenotaph backup (no manifest); pass a directory made by backup()"
-        )
-    resuming = (target / RESTORE_MARKER).is_file()
-    allowed = {"keyring", *(_RESUMABLE if resuming else ())}
-    if target.exists() and (not target.is_dir() or any(p.name not in allowed for p in target.iterdir())):
-        raise InvalidValueError("the restore target must be a new or empty directory")
-    manifest: dict[str, Any] = json.loads(manifest_path.read_text())
-    target.mkdir(parents=True, exist_ok=True, mode=0o700)
-    write_atomically(target / RESTORE_MARKER, b"a restore into this directory has not finished\n")
-    for name in _RESUMABLE - {RESTORE_MARKER}:
-        (target / name).unlink(missing_ok=True)
-    shutil.copyfile(src / DB_NAME, target / DB_NAME)
-    fsync_file(target / DB_NAME)
-    fsync_dir(target)
-    fault_point("restore.copied")
-    return manifest
-
-
-def finish_restore(target: Path) -> None:
-    """The restored copy committed its own chain id and replayed the ledger: it may serve."""
-    (target / RESTORE_MARKER).unlink(missing_ok=True)
-    fsync_dir(target)
-
-
-def check_not_restoring(directory: Path) -> None:
-    """Refuse to open a directory whose restore was interrupted (see :func:`copy_backup`)."""
-    if (directory / RESTORE_MARKER).is_file():
-        raise StorageError(
-            "a restore into this data directory did not finish; run the same restore again into it "
-            "(it starts over from the backup) or delete the directory"
-        )
 
 
 def _check_forgets_audited(provider: KeyProvider, entries: Sequence[AuditEntry]) -> None:

@@ -1,0 +1,107 @@
+"""Restoring a backup's files into a target directory, safe against crashes and a second restore.
+
+Until the restored copy has committed its own audit chain id and replayed the forget ledger, it
+still carries the source's chain id and forgets that never reached it: it must never be opened
+as a store. So the target is marked (``RESTORE_MARKER``, durable before the copy starts) and
+:func:`check_not_restoring` refuses a marked directory; the marker goes once the copy committed.
+
+A restore holds an exclusive ``flock`` on the target directory from its first check to its last
+step. The kernel drops the lock when the process dies, so a marked directory whose lock is free
+was left by a crash, and running the same restore again starts over from the backup; a held
+lock means a restore is running, and a second one is refused instead of replacing its files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..backends.sqlite.backend import DB_NAME
+from ..durable import fsync_dir, fsync_file
+from ..errors import InvalidValueError, StorageError
+from ..faults import fault_point
+from .service import BACKUP_MANIFEST
+
+__all__ = ["RESTORE_MARKER", "check_not_restoring", "restore_committed", "restoring"]
+
+RESTORE_MARKER = ".restore-incomplete"
+KEYRING_DIR = "keyring"  # a target may hold the source's keyring directory, and keeps it
+# what an interrupted restore may have left in its target, replaced when it runs again
+_LEFT_BY_A_CRASH = frozenset(
+    {RESTORE_MARKER, DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", f"{DB_NAME}-journal"}
+)
+
+
+def check_not_restoring(directory: Path) -> None:
+    """Refuse to open a directory whose restore has not finished."""
+    if (directory / RESTORE_MARKER).exists():
+        raise StorageError(
+            "a restore into this data directory has not finished (it is running, or it was "
+            "interrupted); run the same restore again into it, which starts over from the backup"
+        )
+
+
+def restore_committed(target: Path) -> bool:
+    """Whether ``target`` holds a restored store that committed (it may serve; keep it)."""
+    return (target / DB_NAME).exists() and not (target / RESTORE_MARKER).exists()
+
+
+@contextlib.contextmanager
+def restoring(src: Path, target: Path) -> Iterator[dict[str, Any]]:
+    """Copy the backup ``src`` into ``target`` and yield its manifest; the body opens the copy
+    and commits its first transaction. The marker is removed only if the body returns."""
+    manifest = _manifest(src)
+    if target.exists() and not target.is_dir():
+        raise InvalidValueError("the restore target must be a new or empty directory")
+    target.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fsync_dir(target.parent)
+    fd = os.open(target, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InvalidValueError(
+                "another restore into this directory is running; wait for it to finish"
+            ) from None
+        _copy(src, target)
+        yield manifest
+        (target / RESTORE_MARKER).unlink()
+        fsync_dir(target)
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _manifest(src: Path) -> dict[str, Any]:
+    manifest_path = src / BACKUP_MANIFEST
+    if not manifest_path.is_file() or not (src / DB_NAME).is_file():
+        raise InvalidValueError(
+            "the source is not a cenotaph backup (no manifest); pass a directory made by backup()"
+        )
+    manifest: dict[str, Any] = json.loads(manifest_path.read_text())
+    return manifest
+
+
+def _copy(src: Path, target: Path) -> None:
+    """Under the lock: mark the target durably, then replace any half-done copy with the backup."""
+    marker = target / RESTORE_MARKER
+    allowed = {KEYRING_DIR, *(_LEFT_BY_A_CRASH if marker.exists() else ())}
+    if any(p.name not in allowed for p in target.iterdir()):
+        raise InvalidValueError("the restore target must be a new or empty directory")
+    fd = os.open(marker, os.O_WRONLY | os.O_CREAT, 0o600)  # its existence is what counts
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fsync_dir(target)
+    for name in _LEFT_BY_A_CRASH - {RESTORE_MARKER}:
+        (target / name).unlink(missing_ok=True)
+    shutil.copyfile(src / DB_NAME, target / DB_NAME)
+    fsync_file(target / DB_NAME)
+    fsync_dir(target)
+    fault_point("restore.copied")
