@@ -9,7 +9,8 @@ import pytest
 from _scopes import MODES, S1, S2, T, U, V
 
 from cenotaph import Store
-from cenotaph.errors import ForgottenError, ScopeClosureError
+from cenotaph.erasure import ledger
+from cenotaph.errors import ErasureNotProvableError, ForgottenError, ScopeClosureError
 
 ALL = (T, U, S1, S2, V)
 
@@ -149,3 +150,59 @@ def test_forgetting_a_parent_scope_covers_children_written_later_elsewhere_in_th
     store.write("tenant:t2", "k", 1)  # a prefix string match is not a scope prefix
     store.write("tenant:tt/user:u", "k", 1)
     assert store.read("tenant:tt/user:u", "k") is not None
+
+
+FORGETS = [
+    ("key", "compliance"),
+    ("key", "operational"),
+    ("scope", "compliance"),
+    ("scope", "operational"),
+    ("subject", "compliance"),
+]
+
+
+@pytest.mark.parametrize(("kind", "mode"), FORGETS, ids=lambda v: str(v))
+def test_a_forget_that_would_leave_a_record_readable_fails_closed_and_changes_nothing(
+    store: Store, kind: str, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The W2/W3 postcondition is checked inside the forget's transaction: if applying the plan
+    left any covered record readable (here a fault makes it skip one), the forget raises
+    ErasureNotProvableError, and nothing of it -- tombstone, hidden rows, destroyed keys, request,
+    ledger entry -- remains. Run again without the fault, it succeeds."""
+    for scope in (U, S1, S2):
+        store.write(scope, "k", f"value in {scope}")
+    store.write(S1, "other", "beside it")
+    before = _snapshot(store)
+
+    def leaky(txn, plan):  # type: ignore[no-untyped-def]
+        skipped = plan.hide[0]
+        hide, destroy = plan.hide, plan.destroy_records
+        plan.hide = [i for i in hide if i != skipped]
+        plan.destroy_records = [i for i in destroy if i != skipped]
+        try:
+            real_apply(txn, plan)
+        finally:
+            plan.hide, plan.destroy_records = hide, destroy
+
+    real_apply = ledger.apply_plan
+    monkeypatch.setattr(ledger, "apply_plan", leaky)
+
+    def forget() -> object:
+        if kind == "key":
+            return store.forget(U, "k", mode=mode)
+        if kind == "scope":
+            return store.forget(U, mode=mode)
+        return store.forget_subject(U)
+
+    with pytest.raises(ErasureNotProvableError) as info:
+        forget()
+    assert list(info.value.gaps) == ["postcondition"]
+    assert _snapshot(store) == before
+    assert store.erasures() == []
+    assert store.write(S2, "k", "still writable: no tombstone landed").value.startswith("still")
+
+    monkeypatch.setattr(ledger, "apply_plan", real_apply)
+    request = forget()
+    assert [r.id for r in store.erasures()] == [request.id]  # type: ignore[attr-defined]
+    assert store.read(S1, "k", fallthrough=False) is None
+    assert store.read(S2, "k", fallthrough=False) is None

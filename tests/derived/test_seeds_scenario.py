@@ -169,3 +169,25 @@ def test_vector_candidate_of_forgotten_record_is_never_returned(stores, mode: st
     assert [h.record.id for h in hits] == [other.id]
     assert store.get(note.id) is None
     assert_unreadable(store, note, QUERY)
+
+
+def test_an_undeclared_copy_is_reached_by_the_subject_forget_only(stores) -> None:
+    """The limit the README states: a summary written with a plain write, no ``derived_from`` and
+    no session, carries no lineage. Forgetting the session scope does not reach it (nothing links
+    them), and the certificate covers what it names -- the session's records. Forgetting the
+    subject does reach it, through the user subject every record in the user's scopes carries."""
+    store = stores(purge=True)
+    note = store.write(SESSION, "note", NOTE)
+    assert store.read(SESSION, "note") == note
+    summary = store.write(USER, "summary", SUMMARY)  # the agent copied it by hand
+    assert summary.derived_from == () and USER in summary.subjects
+
+    request = store.forget(SESSION, mode="compliance")
+    assert request.status().state == "verified"
+    assert_unreadable(store, note, QUERY)
+    assert store.read(USER, "summary") == summary  # undeclared: not covered by the scope forget
+
+    subject_request = store.forget_subject(USER)
+    assert subject_request.status().state == "verified"
+    assert_unreadable(store, summary, QUERY)
+    assert store.export_subject(USER)["records"] == []
