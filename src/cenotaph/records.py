@@ -41,22 +41,54 @@ def _ts(value: float | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value, UTC)
 
 
-class OpenedRecord:
-    """A decrypted record as the caches keep it: its plaintext payload, never a shared object.
+_ATOMS = frozenset({str, int, float, bool, type(None)})
 
-    Every caller gets its own :class:`Record` from :meth:`record`, so a caller that changes a
-    returned value or its metadata changes nothing the store, or any other caller, sees.
+
+def _copy_json(value: Any) -> Any:
+    """A deep copy of a JSON value (dicts, lists and atoms only), faster than ``copy.deepcopy``."""
+    kind = type(value)
+    if kind is dict:
+        return {k: v if type(v) in _ATOMS else _copy_json(v) for k, v in value.items()}
+    if kind is list:
+        return [v if type(v) in _ATOMS else _copy_json(v) for v in value]
+    return value
+
+
+class OpenedRecord:
+    """A decrypted record as the caches keep it, never handed out itself.
+
+    Every caller gets its own :class:`Record` from :meth:`record` (a deep copy of the value and
+    metadata), so a caller that changes a returned value or its metadata changes nothing the
+    store, or any other caller, sees.
     """
 
-    __slots__ = ("expires_at", "id", "payload", "version")
+    __slots__ = ("_template", "expires_at", "id", "payload", "version")
 
     def __init__(self, record_id: str, version: int, expires_at: float | None, payload: bytes) -> None:
         self.id = record_id
         self.version = version
         self.expires_at = expires_at
         self.payload = payload
+        self._template: Record | None = None  # parsed once; its value and metadata never leave
 
     def record(self) -> Record:
+        t = self._template
+        if t is None:
+            t = self._template = self._parse()
+        return Record(
+            id=t.id,
+            scope=t.scope,
+            key=t.key,
+            value=t.value if type(t.value) in _ATOMS else _copy_json(t.value),
+            version=t.version,
+            subjects=t.subjects,
+            created_at=t.created_at,
+            expires_at=t.expires_at,
+            derived_from=t.derived_from,
+            metadata=_copy_json(t.metadata),
+        )
+
+    def _parse(self) -> Record:
         doc = json.loads(self.payload)
         rest = doc["r"]
         return Record(
