@@ -46,6 +46,8 @@ SQLITE_SETTINGS: tuple[tuple[str, str], ...] = (
 _RECORD_COLS = (
     "id, scope_token, key_token, version, expires_at, hidden_version, wrapped, epoch, ciphertext, vector"
 )
+if RecordRow._fields != tuple(c.strip() for c in _RECORD_COLS.split(",")):
+    raise RuntimeError("RecordRow's fields must follow _RECORD_COLS (rows are inserted as they are)")
 _LINEAGE_COLS = (
     "record_id, scope_token, key_token, version, wrapped, epoch, subject_tokens, subjects, sources, "
     "destroyed_version, forgotten_version"
@@ -270,24 +272,8 @@ class SQLiteTxn:
             yield _record(row)
 
     def insert_records(self, rows: Sequence[RecordRow], lineage: Sequence[LineageRow]) -> None:
-        self._c.executemany(
-            f"INSERT INTO records ({_RECORD_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
-            [
-                (
-                    r.id,
-                    r.scope_token,
-                    r.key_token,
-                    r.version,
-                    r.expires_at,
-                    r.hidden_version,
-                    r.wrapped,
-                    r.epoch,
-                    r.ciphertext,
-                    r.vector,
-                )
-                for r in rows
-            ],
-        )
+        # a RecordRow is a tuple in _RECORD_COLS order (checked at import): no copy per row
+        self._c.executemany(f"INSERT INTO records ({_RECORD_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
         self._c.executemany(
             f"INSERT INTO lineage ({_LINEAGE_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             [
