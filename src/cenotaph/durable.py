@@ -5,19 +5,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["fsync_dir", "fsync_file", "write_atomically"]
+__all__ = ["fsync", "write_atomically"]
 
 
-def fsync_dir(path: Path) -> None:
-    """Make the directory's entries (files created, renamed or removed in it) durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_file(path: Path) -> None:
+def fsync(path: Path) -> None:
+    """Make a file's content, or a directory's entries (files created, renamed or removed in it),
+    durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -35,4 +28,4 @@ def write_atomically(path: Path, body: bytes, mode: int = 0o600) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    fsync(path.parent)

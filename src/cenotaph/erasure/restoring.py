@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..backends.sqlite.backend import DB_NAME
-from ..durable import fsync_dir, fsync_file
+from ..durable import fsync
 from ..errors import InvalidValueError, StorageError
 from ..faults import fault_point
 from .service import BACKUP_MANIFEST
@@ -60,7 +60,7 @@ def restoring(src: Path, target: Path) -> Iterator[dict[str, Any]]:
     if target.exists() and not target.is_dir():
         raise InvalidValueError("the restore target must be a new or empty directory")
     target.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fsync_dir(target.parent)
+    fsync(target.parent)
     fd = os.open(target, os.O_RDONLY)
     try:
         try:
@@ -72,7 +72,7 @@ def restoring(src: Path, target: Path) -> Iterator[dict[str, Any]]:
         _copy(src, target)
         yield manifest
         (target / RESTORE_MARKER).unlink()
-        fsync_dir(target)
+        fsync(target)
     finally:
         os.close(fd)  # releases the lock
 
@@ -98,10 +98,10 @@ def _copy(src: Path, target: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-    fsync_dir(target)
+    fsync(target)
     for name in _LEFT_BY_A_CRASH - {RESTORE_MARKER}:
         (target / name).unlink(missing_ok=True)
     shutil.copyfile(src / DB_NAME, target / DB_NAME)
-    fsync_file(target / DB_NAME)
-    fsync_dir(target)
+    fsync(target / DB_NAME)
+    fsync(target)
     fault_point("restore.copied")

@@ -22,7 +22,7 @@ from ..backends.base import Backend, ErasureRow, Txn
 from ..backends.sqlite.backend import DB_NAME
 from ..crypto.keys import KeyChain
 from ..crypto.provider import KeyProvider, LocalKeyring
-from ..durable import fsync_dir, fsync_file, write_atomically
+from ..durable import fsync, write_atomically
 from ..errors import ErasureNotProvableError, InvalidValueError, StorageError
 from ..faults import fault_point
 from ..model import BackupInfo, Certificate, ErasureStatus, LayerStatus, PurgeReport, RotationReport
@@ -387,13 +387,13 @@ class ErasureService:
         if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
             raise InvalidValueError("the backup destination must be a new or empty directory")
         dest.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fsync_dir(dest.parent)
+        fsync(dest.parent)
         backup_id = "bk_" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "_" + os.urandom(4).hex()
         with self._backend.read() as txn:
             epochs = sorted(txn.epochs_in_use() | {self._keys.refresh_epoch()})
         self._provider.register_backup(backup_id, epochs)
         self._backend.vacuum_into(dest / DB_NAME)
-        fsync_file(dest / DB_NAME)
+        fsync(dest / DB_NAME)
         info = BackupInfo(
             id=backup_id,
             path=str(dest),
