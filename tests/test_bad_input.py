@@ -178,6 +178,13 @@ def test_the_longest_key_is_accepted(fresh: Store) -> None:
 
 
 # -- values -------------------------------------------------------------------------------
+def _deep(depth: int) -> list[Any]:
+    value: list[Any] = [CANARY]
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 class _Opaque:
     def __repr__(self) -> str:
         return CANARY
@@ -194,6 +201,7 @@ BAD_VALUES: dict[str, Any] = {
     "lone surrogate": CANARY + "\ud800",
     "over 1 MiB": CANARY + "x" * (1 << 20),
     "over 1 MiB nested": {"a": [CANARY, "x" * (1 << 20)]},
+    "nested too deeply": _deep(100_000),
 }
 
 
@@ -258,6 +266,10 @@ BAD_OPTIONS: dict[str, dict[str, Any]] = {
     "base_version bool": {"base_version": True},
     "reauthorization int": {"reauthorization": 123},
     "reauthorization bytes": {"reauthorization": b"crt_x"},
+    "reauthorization lone surrogate": {"reauthorization": "crt_\ud800"},
+    "reauthorization empty": {"reauthorization": ""},
+    "ttl beyond float": {"ttl": 10**400},
+    "metadata nested too deeply": {"metadata": {"a": _deep(100_000)}},
 }
 
 
@@ -308,6 +320,26 @@ OTHER_CALLS: dict[str, Call] = {
     "write_many a str": lambda s: s.write_many("abc"),  # type: ignore[arg-type]
     "write_many missing value": lambda s: s.write_many([{"scope": U, "key": "k"}]),
     "write_many unknown option": lambda s: s.write_many([{"scope": U, "key": "k", "value": 1, "tll": 5}]),
+    "write_many None": lambda s: s.write_many(None),  # type: ignore[arg-type]
+    "write_many int": lambda s: s.write_many(5),  # type: ignore[arg-type]
+    "write_many a dict": lambda s: s.write_many({"scope": U, "key": "k", "value": 1}),  # type: ignore[arg-type]
+    "write_many option not a str": lambda s: s.write_many([{"scope": U, "key": "k", "value": 1, 1: 2}]),
+    "erasure lone surrogate": lambda s: s.erasure("er_\ud800"),
+    "confirm_erasure lone surrogate": lambda s: s.confirm_erasure("er_\ud800"),
+    "attest lone surrogate": lambda s: s.attest("er_\ud800"),
+    "attest empty": lambda s: s.attest(""),
+    # a truthy string must not mean True: "no" would otherwise erase the ancestors' copies
+    "forget include_ancestors str": lambda s: s.forget(S1, "lang", include_ancestors="no"),  # type: ignore[arg-type]
+    "forget include_ancestors int": lambda s: s.forget(S1, "lang", include_ancestors=1),  # type: ignore[arg-type]
+    "read fallthrough str": lambda s: s.read(S1, "lang", fallthrough="no"),  # type: ignore[arg-type]
+    "list include_descendants str": lambda s: s.list(T, include_descendants="no"),  # type: ignore[arg-type]
+    "search fallthrough None": lambda s: s.search(S1, "q", fallthrough=None),  # type: ignore[arg-type]
+    "search include_descendants str": lambda s: s.search(T, "q", include_descendants="yes"),  # type: ignore[arg-type]
+    "purge progress not callable": lambda s: s.purge(progress="x"),  # type: ignore[arg-type]
+    "rotate_keys progress not callable": lambda s: s.rotate_keys(progress=42),  # type: ignore[arg-type]
+    "backup None": lambda s: s.backup(None),  # type: ignore[arg-type]
+    "backup NUL": lambda s: s.backup("/tmp/a\0b"),
+    "backup empty": lambda s: s.backup(""),
 }
 
 
@@ -352,14 +384,98 @@ def test_a_bad_call_does_not_poison_the_store(fresh: Store) -> None:
     assert fresh.read(S1, "after") is None
 
 
-@pytest.mark.parametrize("location", [123, None, b"\x00"], ids=repr)
-def test_open_rejects_a_bad_location(location: object) -> None:
-    with pytest.raises((InvalidValueError, TypeError)) as info:
+@pytest.mark.parametrize("location", [123, None, b"\x00", "", "a\0b", "a\ud800"], ids=repr)
+def test_open_rejects_a_bad_location(
+    location: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # "" must not create a store in the working directory
+    with pytest.raises((InvalidValueError, TypeError, ValueError)) as info:
         cenotaph.open(location)  # type: ignore[arg-type]
     assert isinstance(info.value, InvalidValueError), (
         f"raised {type(info.value).__name__}, not InvalidValueError"
     )
     assert GUIDANCE.search(str(info.value))
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"key_provider": "x"}, {"embedder": "x"}, {"auto_purge": "no"}, {"auto_purge": None}],
+    ids=repr,
+)
+def test_open_rejects_bad_options_before_creating_anything(tmp_path: Path, options: dict[str, Any]) -> None:
+    with pytest.raises(InvalidValueError) as info:
+        cenotaph.open(tmp_path / "data", **options)
+    assert GUIDANCE.search(str(info.value))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_restore_rejects_bad_arguments_and_a_foreign_keyring_leaving_nothing(
+    fresh: Store, tmp_path: Path
+) -> None:
+    fresh.write(U, "k", "v")
+    backup = fresh.backup(tmp_path / "bk").path
+    keyring = cenotaph.LocalKeyring(Path(fresh.path or "") / "keyring")
+    with cenotaph.open(tmp_path / "other") as other:
+        foreign = cenotaph.LocalKeyring(Path(other.path or "") / "keyring")
+    target = tmp_path / "target"
+    bad: list[Callable[[], object]] = [
+        lambda: cenotaph.restore(None, target, key_provider=keyring),  # type: ignore[arg-type]
+        lambda: cenotaph.restore(backup, "a\0b", key_provider=keyring),
+        lambda: cenotaph.restore(backup, target, key_provider="x"),  # type: ignore[arg-type]
+        lambda: cenotaph.restore(backup, target, key_provider=keyring, progress=5),  # type: ignore[arg-type]
+    ]
+    for call in bad:
+        with pytest.raises(InvalidValueError) as info:
+            call()
+        assert GUIDANCE.search(str(info.value))
+        assert not target.exists()
+    with pytest.raises(CenotaphError):
+        cenotaph.restore(backup, target, key_provider=foreign)
+    assert not target.exists(), "a refused restore left its copy (and its marker) behind"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(CenotaphError):
+        cenotaph.restore(backup, empty, key_provider=foreign)
+    assert list(empty.iterdir()) == []
+    with cenotaph.restore(backup, target, key_provider=keyring) as restored:
+        assert restored.read(U, "k").value == "v"  # type: ignore[union-attr]
+
+
+def test_a_backup_inside_the_data_directory_is_refused(fresh: Store) -> None:
+    inside = Path(fresh.path or "") / "bk"
+    with pytest.raises(InvalidValueError, match="outside"):
+        fresh.backup(inside)
+    assert not inside.exists()
+    assert fresh.backups() == {}
+
+
+def test_a_truthy_include_ancestors_keeps_the_ancestors_copy(fresh: Store) -> None:
+    """The fuzzer's worst find: include_ancestors="no" used to erase the ancestor's copy."""
+    fresh.write(U, "diet", "vegetarian")
+    fresh.write(S1, "diet", "vegan")
+    with pytest.raises(InvalidValueError):
+        fresh.forget(S1, "diet", include_ancestors="no")  # type: ignore[arg-type]
+    assert fresh.read(U, "diet").value == "vegetarian"  # type: ignore[union-attr]
+    assert fresh.read(S1, "diet", fallthrough=False).value == "vegan"  # type: ignore[union-attr]
+    assert fresh.erasures() == []
+
+
+def test_an_ended_session_refuses_every_call(fresh: Store) -> None:
+    fresh.write(U, "k", "v")
+    with fresh.session(U) as session:
+        assert session.read(U, "k") is not None
+    calls: list[Callable[[], object]] = [
+        lambda: session.read(U, "k"),
+        lambda: session.get("a" * 32),
+        lambda: session.list(U),
+        lambda: session.search(U, "v"),
+        lambda: session.write(U, "late", "v"),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidValueError, match="session has ended"):
+            call()
+    assert fresh.read(U, "late") is None
 
 
 def test_open_rejects_a_file_as_data_directory(tmp_path: Path) -> None:
@@ -382,6 +498,9 @@ def test_a_closed_store_refuses_every_call_with_a_hint(fresh: Store) -> None:
         lambda s: s.forget(U, "k"),
         lambda s: s.forget_subject("idp:1"),
         lambda s: s.reauthorize(U),
+        lambda s: s.release_backup("bk_x"),
+        lambda s: s.backups(),
+        lambda s: s.session(U).__enter__(),
     ]
     for call in calls:
         with pytest.raises(CenotaphError) as info:

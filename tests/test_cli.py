@@ -692,6 +692,59 @@ def test_attest_out_writes_the_file(data: Path, tmp_path: Path) -> None:
     assert "--out" in line
 
 
+def test_attest_to_an_unwritable_file_changes_nothing(data: Path, tmp_path: Path) -> None:
+    """attest appends to the audit log; a certificate that cannot be written must not leave an
+    entry (or a file) behind."""
+    d = ("--data", str(data))
+    ok_json("write", USER, "k", "v", *d)
+    request = ok_json("forget", USER, "k", *d)
+
+    def events() -> list[str]:
+        with contextlib.closing(sqlite3.connect(data / "cenotaph.db")) as db:
+            return [json.loads(e)["event"] for (e,) in db.execute("SELECT entry FROM audit ORDER BY seq")]
+
+    before = events()
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    target = locked / "c.json"
+    target.write_text("keep me")
+    (locked / "dir.json").mkdir()
+    for out in (locked / "dir.json", "/proc/version"):
+        line = assert_one_line_error(run("attest", request["id"], "--out", str(out), *d), 2)
+        assert "--out" in line
+    not_provable = ok_json("forget", USER, "other", "--mode", "operational", *d)
+    assert_one_line_error(run("attest", not_provable["id"], "--out", str(target), *d), 1)
+    assert target.read_text() == "keep me"  # an existing file is only replaced by a certificate
+    fresh_out = tmp_path / "never.json"
+    assert_one_line_error(run("attest", not_provable["id"], "--out", str(fresh_out), *d), 1)
+    assert not fresh_out.exists()
+    assert events() == [*before, "forget"]  # the operational forget's own entry; none by attest
+
+
+def test_arguments_that_are_not_utf8_are_bad_input_not_internal_errors(data: Path) -> None:
+    ok_json("write", USER, "k", "v", "--data", str(data))
+    base = [sys.executable, "-m", "cenotaph.cli.main"]
+    for args in (
+        [b"attest", b"er_\xff", b"--data", os.fsencode(data)],
+        [b"status", b"er_\xff", b"--data", os.fsencode(data)],
+        [
+            b"write",
+            USER.encode(),
+            b"k2",
+            b'"v"',
+            b"--reauthorization",
+            b"crt_\xff",
+            b"--data",
+            os.fsencode(data),
+        ],
+        [b"read", USER.encode(), b"k\xff", b"--data", os.fsencode(data)],
+    ):
+        proc = subprocess.run(base + args, capture_output=True, env=subprocess_env(), timeout=120)
+        err = proc.stderr.decode(errors="replace")
+        assert proc.returncode == 2, (args, err)
+        assert err.startswith("error: ") and "internal error" not in err and "Traceback" not in err
+
+
 def test_attest_refuses_what_is_not_provable(data: Path) -> None:
     d = ("--data", str(data))
     pending = forget_without_purge(data)

@@ -3,8 +3,10 @@
 A write's *targets* are every tombstone target that covers it: the scope token of each prefix
 of its scope (scope forgets), the key-subtree token of each prefix and the key-exact token of
 its own scope (key forgets), and the token of each of its subjects (subject forgets).
-A *lift* is recorded when a reauthorization token is consumed; it un-blocks the tombstones
-older than it for writes inside its target, until the next forget.
+A *lift* is recorded when a reauthorization token is consumed, at the token's *issue* version:
+it un-blocks the tombstones older than the token for writes inside its target. A tombstone newer
+than the token -- a later forget, or one between the token's issue and its use elsewhere in a
+scope token's subtree -- stays in force.
 """
 
 from __future__ import annotations

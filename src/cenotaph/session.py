@@ -7,6 +7,7 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from .errors import InvalidValueError
 from .model import JSONValue, Record, SearchHit
 from .scope import Scope
 from .validation import check_record_ids
@@ -28,6 +29,18 @@ class StoreSession:
         self.scope = scope
         self._read_set: dict[str, None] = {}
         self._lock = threading.Lock()
+        self._closed = False
+
+    def close(self) -> None:
+        """End the session (its ``with`` block does): every later call is refused."""
+        self._closed = True
+
+    def _store(self) -> Store:
+        if self._closed:
+            raise InvalidValueError(
+                "this session has ended (its with-block exited); start a new one with store.session(scope)"
+            )
+        return self.store
 
     @property
     def read_set(self) -> tuple[str, ...]:
@@ -39,24 +52,24 @@ class StoreSession:
                 self._read_set[record.id] = None
 
     def read(self, scope: str, key: str, *, fallthrough: bool = True) -> Record | None:
-        record = self.store.read(scope, key, fallthrough=fallthrough)
+        record = self._store().read(scope, key, fallthrough=fallthrough)
         if record is not None:
             self._taint([record])
         return record
 
     def get(self, record_id: str) -> Record | None:
-        record = self.store.get(record_id)
+        record = self._store().get(record_id)
         if record is not None:
             self._taint([record])
         return record
 
     def list(self, scope: str, *, include_descendants: bool = False) -> list[Record]:
-        records = self.store.list(scope, include_descendants=include_descendants)
+        records = self._store().list(scope, include_descendants=include_descendants)
         self._taint(records)
         return records
 
     def search(self, scope: str, query: str, **options: Any) -> builtins.list[SearchHit]:
-        hits = self.store.search(scope, query, **options)
+        hits = self._store().search(scope, query, **options)
         self._taint(h.record for h in hits)
         return hits
 
@@ -64,4 +77,4 @@ class StoreSession:
         explicit = check_record_ids(options.pop("derived_from", ()))
         with self._lock:
             derived = tuple(dict.fromkeys([*self._read_set, *explicit]))
-        return self.store.write(scope, key, value, derived_from=derived, **options)
+        return self._store().write(scope, key, value, derived_from=derived, **options)

@@ -48,7 +48,10 @@ from .records import OpenedRecord, RecordCrypto, is_visible
 from .scope import Scope
 from .session import StoreSession
 from .validation import (
+    check_callback,
+    check_flag,
     check_key,
+    check_path,
     check_subject,
 )
 from .writes import RecordWriter
@@ -195,13 +198,16 @@ class Store:
 
     def _sync(self) -> None:
         """Before serving anything: apply forgets another process logged, drop stale caches."""
-        if self._closed:
-            raise InvalidValueError("this store is closed; open it again with cenotaph.open(...)")
+        self._check_open()
         # One thread at a time: a thread that sees the change must finish dropping the caches
         # before any other thread, which no longer sees it, may answer from them. The lock is the
         # backend's own (re-entrant), so a thread already inside a backend call can sync too.
         with self._backend.serial():
             self._sync_locked()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InvalidValueError("this store is closed; open it again with cenotaph.open(...)")
 
     def _sync_locked(self) -> None:
         # data_version moves only on other connections' commits; a replay is our own commit.
@@ -258,6 +264,8 @@ class Store:
 
     def write_many(self, items: Iterable[Mapping[str, Any]]) -> list[Record]:
         """Write several records in one transaction: all land or none does."""
+        if isinstance(items, str | bytes | Mapping) or not isinstance(items, Iterable):
+            raise InvalidValueError("write_many takes a list of dicts, each with scope, key and value")
         prepared = [self._writer.prepare(item) for item in items]
         if not prepared:
             return []
@@ -323,7 +331,7 @@ class Store:
                 return hit.record()
         parsed = Scope.parse(scope)
         key_token = self._tokens.key(check_key(key))
-        chain = list(reversed(parsed.prefixes())) if fallthrough else [parsed]
+        chain = list(reversed(parsed.prefixes())) if check_flag(fallthrough, "fallthrough") else [parsed]
         tokens = [self._tokens.scope(p) for p in chain]
         if not cacheable:
             self._sync()
@@ -362,6 +370,7 @@ class Store:
     def list(self, scope: str, *, include_descendants: bool = False) -> list[Record]:
         """Every visible record in ``scope`` (and its descendants), ordered by scope then key."""
         parsed = Scope.parse(scope)
+        check_flag(include_descendants, "include_descendants")
         self._sync()
         generation = self._resolved_gen
         with self._backend.read() as txn:
@@ -424,6 +433,8 @@ class Store:
         zero or less (nothing in common with the query) are left out."""
         parsed = Scope.parse(scope)
         query, k = check_query(query, k)
+        check_flag(fallthrough, "fallthrough")
+        check_flag(include_descendants, "include_descendants")
         conditions = check_filter(filter)
         self._sync()
         generation = self._resolved_gen
@@ -503,8 +514,14 @@ class Store:
     # -- sessions ------------------------------------------------------------------------
     @contextmanager
     def session(self, scope: str) -> Iterator[StoreSession]:
-        """A session whose writes record everything it read as ``derived_from`` (W6)."""
-        yield StoreSession(self, Scope.parse(scope))
+        """A session whose writes record everything it read as ``derived_from`` (W6); it refuses
+        every call once the ``with`` block has left."""
+        self._check_open()
+        session = StoreSession(self, Scope.parse(scope))
+        try:
+            yield session
+        finally:
+            session.close()
 
     # -- forgetting ----------------------------------------------------------------------
     def forget(
@@ -522,6 +539,7 @@ class Store:
             check_key(key)
         if mode not in MODES:
             raise InvalidValueError("mode must be 'compliance' or 'operational'")
+        check_flag(include_ancestors, "include_ancestors")
         self._check_reason(reason)
         return self._forget(
             lambda txn, rid, v: self._planner.scope_or_key(txn, rid, v, parsed, key, mode, include_ancestors)
@@ -601,24 +619,36 @@ class Store:
 
     def purge(self, *, progress: Progress | None = None) -> PurgeReport:
         """Remove erased rows, truncate the WAL, clear caches, then verify by scanning (S3, S4)."""
+        check_callback(progress, "progress")
         return self._erasure.purge(progress)
 
     def backup(self, dest: str | os.PathLike[str]) -> BackupInfo:
-        """A consistent copy holding ciphertext only, registered with the key provider."""
-        return self._erasure.backup(Path(dest))
+        """A consistent copy holding ciphertext only, registered with the key provider. ``dest``
+        must be a new or empty directory outside the data directory (a copy inside it would be
+        one of the files every erasure scan must find clean)."""
+        path = check_path(dest, "the backup destination").resolve()
+        location = self._backend.location
+        if location is not None and path.is_relative_to(location.resolve()):
+            raise InvalidValueError(
+                "the backup destination is inside the data directory; choose a directory outside it"
+            )
+        return self._erasure.backup(path)
 
     def release_backup(self, backup_id: str) -> None:
         """End a backup's retention so rotate_keys() may destroy the epochs only it needed."""
+        self._check_open()
         if not isinstance(backup_id, str):
             raise InvalidValueError("backup_id must be the id returned by backup()")
         self._erasure.release_backup(backup_id)
 
     def backups(self) -> dict[str, builtins.list[int]]:
         """Registered backups: id -> the KEK epochs each one keeps alive."""
+        self._check_open()
         return self._provider.backups()
 
     def rotate_keys(self, *, progress: Progress | None = None) -> RotationReport:
         """Rewrap every live key under a new KEK epoch; destroy epochs no registered backup needs."""
+        check_callback(progress, "progress")
         return self._erasure.rotate(progress)
 
     def verify_audit(self) -> dict[str, Any]:
@@ -661,9 +691,12 @@ def open_store(
         raise InvalidValueError(
             "the PostgreSQL backend is not available in this version; use a data directory"
         )
-    if not isinstance(location, str | os.PathLike):
-        raise InvalidValueError("location must be a data directory path or a postgresql:// URL")
-    directory = Path(location)
+    directory = check_path(location, "the location (a data directory path or a postgresql:// URL)")
+    check_flag(auto_purge, "auto_purge")
+    if key_provider is not None and not isinstance(key_provider, KeyProvider):
+        raise InvalidValueError("key_provider must implement cenotaph.KeyProvider (e.g. LocalKeyring)")
+    if embedder is not None and not isinstance(embedder, Embedder):
+        raise InvalidValueError("embedder must implement cenotaph.Embedder (embed(texts) -> matrix)")
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
@@ -687,7 +720,8 @@ def restore(
     """Restore a backup into an empty ``target`` directory with the source store's key provider.
 
     Until the copy has committed its own audit chain id and replayed the ledger, ``target`` is
-    marked unfinished and :func:`open` refuses it; after a crash, run the same restore again.
+    marked unfinished and :func:`open` refuses it; after a crash, run the same restore again. A
+    restore refused before that point (a wrong key provider, say) removes what it copied.
 
     The newest forget ledger is replayed before the restored store serves its first read, then
     purged, so a backup taken before a forget resurrects nothing (S5). Copies no key material.
@@ -695,11 +729,12 @@ def restore(
     Restore replaces a lost store: the restored store shares the source's keyring, so do not keep
     using both (rotating keys in one destroys epochs the other still needs).
     """
-    if key_provider is None:
+    if not isinstance(key_provider, KeyProvider):
         raise InvalidValueError(
-            "restore needs the source store's key provider (e.g. LocalKeyring(<keyring dir>))"
+            "restore needs the source store's key provider: pass key_provider=LocalKeyring(<keyring dir>)"
         )
-    with restoring(Path(src), Path(target)):
+    check_callback(progress, "progress")
+    with restoring(check_path(src, "the backup"), check_path(target, "the restore target")):
         # committed in its constructor: its own chain id, the ledger replayed; then it may serve
         store = Store(SQLiteBackend(Path(target)), key_provider, restored=True)
     try:

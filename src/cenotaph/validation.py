@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from .errors import InvalidValueError
@@ -21,7 +23,12 @@ __all__ = [
     "MAX_SUBJECT_LENGTH",
     "MAX_VALUE_BYTES",
     "check_key",
+    "check_callback",
+    "check_flag",
     "check_metadata",
+    "check_path",
+    "check_token_text",
+    "echo",
     "check_record_ids",
     "check_subjects",
     "check_ttl",
@@ -53,6 +60,8 @@ def encode_json(value: object, what: str = "value", limit: int = MAX_VALUE_BYTES
     """Compact UTF-8 JSON of ``value``; rejects NaN, non-JSON types and oversized values."""
     try:
         text = _ENCODER.encode(value)
+    except RecursionError:
+        raise InvalidValueError(f"{what} is nested too deeply; use a flatter structure") from None
     except (TypeError, ValueError) as exc:
         raise InvalidValueError(
             f"{what} must be a JSON value (dict, list, str, int, float, bool or None, no NaN): {exc}"
@@ -113,7 +122,7 @@ def check_ttl(ttl: object) -> float | None:
     if isinstance(ttl, timedelta):
         seconds = ttl.total_seconds()
     elif isinstance(ttl, int | float) and not isinstance(ttl, bool):
-        seconds = float(ttl)
+        seconds = float(ttl) if isinstance(ttl, float) or abs(ttl) <= MAX_TTL_SECONDS else math.inf
     else:
         raise InvalidValueError("ttl must be seconds (a number) or a datetime.timedelta")
     if not math.isfinite(seconds) or seconds <= 0 or seconds > MAX_TTL_SECONDS:
@@ -142,3 +151,47 @@ def check_record_ids(ids: object) -> tuple[str, ...]:
         if not isinstance(item, str) or not 1 <= len(item) <= 64 or not item.isalnum():
             raise InvalidValueError("derived_from must hold record ids as returned by write()")
     return tuple(dict.fromkeys(items))
+
+
+def check_flag(value: object, name: str) -> bool:
+    """A boolean option: only True or False (a truthy string such as "no" must not mean yes)."""
+    if type(value) is not bool:
+        raise InvalidValueError(f"{name} must be True or False")
+    return value
+
+
+def check_callback(callback: object, name: str) -> None:
+    """Checked before any work starts, so a bad callback cannot fail half way through."""
+    if callback is not None and not callable(callback):
+        raise InvalidValueError(f"{name} must be a function (or None)")
+
+
+def check_token_text(value: object, message: str) -> str:
+    """An id or token the store handed out: a non-empty string of printable ASCII; else
+    InvalidValueError(``message``)."""
+    if not isinstance(value, str) or not value or not value.isascii() or not value.isprintable():
+        raise InvalidValueError(message)
+    return value
+
+
+def check_path(value: object, what: str) -> Path:
+    """A file-system path from the caller: str or os.PathLike, not empty, no NUL, encodable."""
+    if not isinstance(value, str | os.PathLike):
+        raise InvalidValueError(f"{what} must be a path (str or pathlib.Path)")
+    text = os.fspath(value)
+    if not isinstance(text, str) or not text or "\0" in text:
+        raise InvalidValueError(f"{what} must be a non-empty path without NUL characters")
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError:
+        raise InvalidValueError(
+            f"{what} is not a valid file name here; use one the file system can encode"
+        ) from None
+    return Path(text)
+
+
+def echo(name: object, limit: int = 40) -> str:
+    """A caller-supplied name (an option or operator, never data) quoted for an error message,
+    cut to ``limit`` characters."""
+    text = repr(name)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -18,7 +18,16 @@ from .dominance import Reauth, WriteTargets, decide
 from .errors import DerivedFromForgottenError, InvalidValueError, StaleWriteError
 from .records import RecordCrypto, SealedRecord, is_visible
 from .scope import Scope, default_subjects
-from .validation import check_key, check_metadata, check_record_ids, check_subjects, check_ttl, encode_json
+from .validation import (
+    check_key,
+    check_metadata,
+    check_record_ids,
+    check_subjects,
+    check_token_text,
+    check_ttl,
+    echo,
+    encode_json,
+)
 
 __all__ = ["RecordWriter", "WRITE_OPTIONS"]
 
@@ -117,9 +126,9 @@ class RecordWriter:
         if not isinstance(item, Mapping):
             raise InvalidValueError("each item must be a dict with scope, key and value")
         if not _OPTION_SET.issuperset(item):
-            unknown = set(item) - _OPTION_SET
+            unknown = sorted(echo(option) for option in item if option not in _OPTION_SET)
             raise InvalidValueError(
-                f"unknown write option(s): {', '.join(sorted(unknown))}; use only {', '.join(WRITE_OPTIONS)}"
+                f"unknown write option(s): {', '.join(unknown[:5])}; use only {', '.join(WRITE_OPTIONS)}"
             )
         if "value" not in item:
             raise InvalidValueError("a write needs a value (use forget() to remove a key)")
@@ -127,8 +136,8 @@ class RecordWriter:
         if base is not None and (not isinstance(base, int) or isinstance(base, bool) or base < 0):
             raise InvalidValueError("base_version must be a non-negative int (a version returned by read)")
         token = item.get("reauthorization")
-        if token is not None and not isinstance(token, str):
-            raise InvalidValueError("reauthorization must be the string returned by store.reauthorize()")
+        if token is not None:
+            check_token_text(token, "reauthorization must be the string returned by store.reauthorize()")
         return Prepared(
             scope=Scope.parse(item.get("scope")),
             key=check_key(item.get("key")),
@@ -169,11 +178,14 @@ class RecordWriter:
             for r in txn.records_in_slots(list({(w.scope_token, w.key_token) for _, w, _, _ in plans}))
         }
         for i, (p, targets, _, _) in enumerate(plans, start=version + 1):
-            lift = decide(targets, tombstones, lifts, p.base_version, self._reauth(txn, p.reauthorization))
-            if lift is not None and p.reauthorization is not None:
+            reauth = self._reauth(txn, p.reauthorization)
+            lift = decide(targets, tombstones, lifts, p.base_version, reauth)
+            if lift is not None and reauth is not None and p.reauthorization is not None:
                 txn.consume_reauth(self._tokens.reauth(p.reauthorization), i)
-                txn.insert_lift(lift, i)
-                lifts[lift] = i
+                # the lift reaches back to the token's issue, not to its use: a tombstone newer
+                # than the token anywhere in a scope token's subtree stays in force (W1)
+                txn.insert_lift(lift, reauth.issued_version)
+                lifts[lift] = max(lifts.get(lift, 0), reauth.issued_version)
         self._ensure_scope_keys(txn, [p.scope for p in prepared])
         subject_keys = self._ensure_subject_keys(txn, {t for _, w, _, _ in plans for t in w.subject_tokens})
         sealed: dict[tuple[bytes, bytes], SealedRecord] = {}

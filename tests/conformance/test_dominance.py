@@ -180,6 +180,36 @@ def test_a_scope_token_for_a_child_does_not_cover_a_sibling(store: Store) -> Non
         store.write(U, "k", 1)
 
 
+@pytest.mark.parametrize("later", ["scope", "key", "compliance key"])
+def test_a_scope_token_never_lifts_a_forget_newer_than_the_token(store: Store, later: str) -> None:
+    """Token for U issued after a forget of S1; then S2 is forgotten. Used in S1 (its own older
+    tombstone), the token must not reopen S2, alone or in the same write_many, in either order."""
+    store.write(S1, "k", "old")
+    store.write(S2, "k", "secret")
+    store.forget(S1)
+    token = store.reauthorize(U)
+    if later == "scope":
+        newer = store.forget(S2)
+    else:
+        newer = store.forget(S2, "k", mode="compliance" if later == "compliance key" else "operational")
+    with pytest.raises(ForgottenError) as info:
+        store.write(S2, "k", "direct", reauthorization=token)
+    assert info.value.version == newer.version
+    with pytest.raises(ForgottenError):  # one batch: the token's item first, then the later target
+        store.write_many(
+            [
+                {"scope": S1, "key": "k", "value": "new", "reauthorization": token},
+                {"scope": S2, "key": "k", "value": "sneaked in"},
+            ]
+        )
+    store.write(S1, "k", "new", reauthorization=token)
+    with pytest.raises(ForgottenError) as info:
+        store.write(S2, "k", "without a token")
+    assert info.value.version == newer.version
+    assert store.read(S2, "k", fallthrough=False) is None
+    store.write(S1, "other", "the lift still covers what the token did cover")
+
+
 def test_a_key_token_covers_only_its_own_scope(store: Store) -> None:
     store.forget(U, "k")
     token = store.reauthorize(U, "k")

@@ -161,11 +161,14 @@ def make_machine(open_store, reopen_store):  # type: ignore[no-untyped-def]
             rec = self.store.write(scope, key, value, **kwargs)  # type: ignore[arg-type]
             assert (rec.scope, rec.key, rec.value) == (scope, key, value)
             assert set(rec.subjects) == subjects
-            seq = next(self.seq)
+            next(self.seq)  # the write takes a clock tick, as in the store
             if consumes:
                 assert token is not None
                 token.consumed = True
-                self.model.lifts[(token.kind, token.target)] = seq
+                # a lift reaches back to the token's issue, not its use (W1): a tombstone newer
+                # than the token elsewhere in a scope token's subtree stays in force
+                lift = (token.kind, token.target)
+                self.model.lifts[lift] = max(self.model.lifts.get(lift, -1), token.issued)
             self.model.data[(scope, key)] = (value, frozenset(subjects))
             self.last = (scope, key, with_idp)
 

@@ -6,7 +6,9 @@ says in plain words what a valid one proves and what it does not (``demo`` print
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -60,21 +62,35 @@ def attest(request_id: str, out: Path | None, data: Path, table: bool) -> None:
     """
     if out is not None and not out.parent.is_dir():
         raise click.BadParameter("the directory to write FILE into does not exist", param_hint="--out")
-    with open_existing_store(data) as store:
-        try:
-            certificate = store.attest(request_id)
-        except ErasureNotProvableError as exc:
-            raise click.ClickException(_not_provable(store, request_id, exc)) from None
+    # make room for FILE before attesting: attest appends to the audit log, so it must not run
+    # for a certificate that then cannot be written
+    staged = None if out is None else _stage(out)
+    try:
+        with open_existing_store(data) as store:
+            try:
+                certificate = store.attest(request_id)
+            except ErasureNotProvableError as exc:
+                raise click.ClickException(_not_provable(store, request_id, exc)) from None
+    except BaseException:
+        if staged is not None:
+            os.close(staged[0])
+            staged[1].unlink(missing_ok=True)
+        raise
     text = certificate.to_json()
-    if out is None:
+    if staged is None or out is None:
         if table:
             emit(certificate_summary(certificate.to_dict()), table=True, render=certificate_table)
         else:
             click.echo(text)
         return
+    fd, tmp = staged
     try:
-        out.write_text(text, encoding="utf-8")
+        os.write(fd, text.encode("utf-8"))
+        os.fsync(fd)
+        os.close(fd)
+        os.replace(tmp, out)  # FILE is replaced only by a whole certificate
     except OSError as exc:
+        tmp.unlink(missing_ok=True)
         raise click.BadParameter(f"cannot write FILE ({exc.strerror})", param_hint="--out") from None
     doc = {
         "request_id": certificate["request_id"],
@@ -84,6 +100,17 @@ def attest(request_id: str, out: Path | None, data: Path, table: bool) -> None:
         "verify": f"cenotaph verify-cert {out} --public-key {certificate['public_key']}",
     }
     emit(doc, table=table)
+
+
+def _stage(out: Path) -> tuple[int, Path]:
+    """A temporary file beside FILE (the certificate goes there, then replaces FILE)."""
+    if out.is_dir():
+        raise click.BadParameter("FILE is a directory; name a file", param_hint="--out")
+    try:
+        fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise click.BadParameter(f"cannot write FILE ({exc.strerror})", param_hint="--out") from None
+    return fd, Path(name)
 
 
 def _not_provable(store: cenotaph.Store, request_id: str, exc: ErasureNotProvableError) -> str:

@@ -59,6 +59,7 @@ def restoring(src: Path, target: Path) -> Iterator[dict[str, Any]]:
     manifest = _manifest(src)
     if target.exists() and not target.is_dir():
         raise InvalidValueError("the restore target must be a new or empty directory")
+    created = not target.exists()
     target.mkdir(parents=True, exist_ok=True, mode=0o700)
     fsync(target.parent)
     fd = os.open(target, os.O_RDONLY)
@@ -70,11 +71,25 @@ def restoring(src: Path, target: Path) -> Iterator[dict[str, Any]]:
                 "another restore into this directory is running; wait for it to finish"
             ) from None
         _copy(src, target)
-        yield manifest
+        try:
+            yield manifest
+        except BaseException:
+            _remove_copy(target, created)  # refused before its first commit: leave no trace
+            raise
         (target / RESTORE_MARKER).unlink()
         fsync(target)
     finally:
         os.close(fd)  # releases the lock
+
+
+def _remove_copy(target: Path, created: bool) -> None:
+    for name in _LEFT_BY_A_CRASH - {RESTORE_MARKER}:
+        (target / name).unlink(missing_ok=True)
+    (target / RESTORE_MARKER).unlink(missing_ok=True)  # last: until the copy is gone, it is marked
+    if created:
+        with contextlib.suppress(OSError):
+            target.rmdir()  # only if empty: a keyring created meanwhile stays
+    fsync(target.parent if created else target)
 
 
 def _manifest(src: Path) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from ..durable import fsync, write_atomically
 from ..errors import ErasureNotProvableError, InvalidValueError, StorageError
 from ..faults import fault_point
 from ..model import BackupInfo, Certificate, ErasureStatus, LayerStatus, PurgeReport, RotationReport
+from ..validation import check_token_text
 from .audit import AuditEntry, entry_from_dict, verify_chain
 from .certificate import Signer
 from .forget import ForgetPlan
@@ -71,11 +72,10 @@ class ErasureService:
 
     # -- status ------------------------------------------------------------------------
     def row(self, request_id: object) -> ErasureRow:
-        if not isinstance(request_id, str) or not request_id:
-            raise InvalidValueError("request_id must be the id returned by forget()")
+        checked = check_token_text(request_id, "request_id must be the id returned by forget()")
         self._sync()
         with self._backend.read() as txn:
-            row = txn.erasure(request_id)
+            row = txn.erasure(checked)
         if row is None:
             raise InvalidValueError("no erasure request with that id; list them with `cenotaph status`")
         return row

@@ -16,6 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..errors import InvalidValueError
+from ..validation import echo
 from .embedder import Embedder, value_text
 from .vectors import VectorIndex
 
@@ -48,7 +49,8 @@ def check_filter(filter: object) -> dict[str, Any]:
             unknown = [op for op in condition if op not in _OPERATORS]
             if unknown or not condition:
                 raise InvalidValueError(
-                    f"unknown filter operator(s) {unknown}; use one of {', '.join(_OPERATORS)}"
+                    f"unknown filter operator(s) {', '.join(echo(op) for op in unknown[:5])}; "
+                    f"use one of {', '.join(_OPERATORS)}"
                 )
             for op in ("$in", "$nin"):
                 if op in condition and not isinstance(condition[op], list):
