@@ -44,7 +44,7 @@ from .model import (
     RotationReport,
     SearchHit,
 )
-from .records import OpenedRecord, RecordCrypto, is_visible
+from .records import OpenedRecord, RecordCrypto, SealedRecord, is_visible
 from .scope import Scope
 from .session import StoreSession
 from .validation import (
@@ -287,15 +287,20 @@ class Store:
                 sealed, replaced = self._writer.write_batch(
                     txn, prepared, meta["clock"], meta["forget_epoch"]
                 )
+                # under the backend lock, right after COMMIT: a forget of these records can
+                # only commit after this, and its own post-commit drop then removes them again
+                txn.after_commit(lambda: self._written(sealed))
         except BaseException:
             self._keys.clear()  # keys created in a rolled-back transaction must not be reused
             raise
+        self._search.remove(replaced)
+        return [s.opened.record() for s in sealed]
+
+    def _written(self, sealed: Iterable[SealedRecord]) -> None:
         self._invalidate_resolved()
         generation = self._resolved_gen
         for s in sealed:
             self._remember(s.opened, generation)
-        self._search.remove(replaced)
-        return [s.opened.record() for s in sealed]
 
     def reauthorize(self, scope: str, key: str | None = None, *, subject: str | None = None) -> str:
         """A one-time token that lets the next write to a forgotten target land (W1).

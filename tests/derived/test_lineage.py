@@ -234,6 +234,33 @@ def test_write_derived_from_an_operationally_forgotten_record_is_refused(stores,
         store.write(BOB, "late", "derived from alpha", derived_from=[a.id])
 
 
+@pytest.mark.parametrize("forget", ["key", "scope"])
+def test_an_operational_forget_covers_overwritten_and_expired_versions_as_sources(
+    stores, forget: str
+) -> None:
+    """Every version ever written under the forgotten target is forgotten, not only the live one:
+    neither an overwritten version (read by a session before the overwrite) nor an expired and
+    swept one may be a ``derived_from`` source afterwards."""
+    store = stores()
+    with store.session(ALICE + "/session:agent") as session:
+        first = store.write(A_SCOPE, "note", "v1: alice's first note")
+        assert session.read(A_SCOPE, "note") == first
+        store.write(A_SCOPE, "note", "v2: overwritten")
+        expired = store.write(A_SCOPE, "soon", "gone by itself", ttl=0.05)
+        time.sleep(0.1)
+        store.purge()  # the expired record's row is swept; its lineage stays
+        if forget == "key":
+            store.forget(A_SCOPE, "note", mode="operational")
+            store.forget(A_SCOPE, "soon", mode="operational")
+        else:
+            store.forget(A_SCOPE, mode="operational")
+        with pytest.raises(DerivedFromForgottenError):
+            session.write(ALICE + "/session:agent", "summary", "based on v1")
+    for source in (first, expired):
+        with pytest.raises(DerivedFromForgottenError):
+            store.write(BOB, "late", "derived", derived_from=[source.id])
+
+
 @PURGE
 def test_cascade_is_cryptographic_even_when_the_lineage_index_misses_a_copy(stores, purge: bool) -> None:
     """W3/S2: B's key depends on A's lineage key, so destroying A's keys shreds B (and C) even if the

@@ -61,7 +61,9 @@ class ForgetPlanner:
                 plan.tombstones.append((self._tokens.key_exact(token, key_token), "key-exact"))
                 live.append(row)
                 affected.extend(txn.lineage_ids([token], key_token))
-        plan.hide = sorted({r.id for r in live})
+        # every version of the target ever written is forgotten, not only the live one: hiding
+        # marks the lineage too, so no overwritten or expired version can be derived from (W3)
+        plan.hide = sorted({*(r.id for r in live), *affected})
         if mode == "compliance":
             plan.destroy_records = with_derived(txn, affected)
             plan.hide = sorted({*plan.hide, *plan.destroy_records})
