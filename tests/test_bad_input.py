@@ -499,6 +499,8 @@ def test_a_closed_store_refuses_every_call_with_a_hint(fresh: Store) -> None:
         lambda s: s.forget_subject("idp:1"),
         lambda s: s.reauthorize(U),
         lambda s: s.release_backup("bk_x"),
+        lambda s: s.write_many([]),
+        lambda s: s.public_key,
         lambda s: s.backups(),
         lambda s: s.session(U).__enter__(),
     ]

@@ -416,6 +416,11 @@ def test_bad_json_names_the_position_not_the_text(data: Path) -> None:
         run("write", USER, "k", '{"secret": oops}', "--json", "--data", str(data)), 2
     )
     assert "not valid JSON" in line and "line 1 column" in line and "oops" not in line
+    line = assert_one_line_error(
+        run("write", USER, "k", '{"a": {"x": 1, "x": 2}}', "--json", "--data", str(data)), 2
+    )
+    assert "same key twice" in line
+    assert run("read", USER, "k", "--data", str(data)).exit_code == 1  # nothing was written
 
 
 def test_a_missing_store_is_bad_input_and_is_not_created(tmp_path: Path) -> None:

@@ -264,6 +264,7 @@ class Store:
 
     def write_many(self, items: Iterable[Mapping[str, Any]]) -> list[Record]:
         """Write several records in one transaction: all land or none does."""
+        self._check_open()
         if isinstance(items, str | bytes | Mapping) or not isinstance(items, Iterable):
             raise InvalidValueError("write_many takes a list of dicts, each with scope, key and value")
         prepared = [self._writer.prepare(item) for item in items]
@@ -664,6 +665,7 @@ class Store:
     @property
     def public_key(self) -> str:
         """The raw Ed25519 public key that signs this store's certificates, as 64 hex characters."""
+        self._check_open()
         return self._erasure.signer().public_key_hex
 
     # -- internals for the erasure path --------------------------------------------------

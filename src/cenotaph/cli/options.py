@@ -111,9 +111,21 @@ def json_callback(ctx: click.Context, param: click.Parameter, value: str | None)
 def parse_json(text: str, param_hint: str) -> Any:
     """Parse JSON text from the command line; the error names the position, never the text."""
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_keys)
     except (ValueError, RecursionError) as exc:
         raise click.BadParameter(f"not valid JSON ({_json_reason(exc)})", param_hint=param_hint) from exc
+
+
+class _DuplicateKeyError(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object naming a key twice is refused: json.loads would silently keep the last one."""
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        raise _DuplicateKeyError
+    return result
 
 
 def _json_reason(exc: Exception) -> str:
@@ -121,4 +133,6 @@ def _json_reason(exc: Exception) -> str:
         return f"{exc.msg} at line {exc.lineno} column {exc.colno}"
     if isinstance(exc, RecursionError):
         return "nested too deeply"
+    if isinstance(exc, _DuplicateKeyError):
+        return "an object names the same key twice; keep one"
     return "unparseable"
