@@ -62,7 +62,7 @@ class OpenedRecord:
     store, or any other caller, sees.
     """
 
-    __slots__ = ("_served", "_template", "expires_at", "id", "payload", "version")
+    __slots__ = ("_template", "expires_at", "id", "payload", "version")
 
     def __init__(self, record_id: str, version: int, expires_at: float | None, payload: bytes) -> None:
         self.id = record_id
@@ -70,14 +70,10 @@ class OpenedRecord:
         self.expires_at = expires_at
         self.payload = payload
         self._template: Record | None = None  # parsed once; its value and metadata never leave
-        self._served = False
 
     def record(self) -> Record:
         t = self._template
         if t is None:
-            if not self._served:  # most records are read once: the first caller takes a parse
-                self._served = True
-                return self._parse()
             t = self._template = self._parse()
         return Record(
             id=t.id,
