@@ -179,24 +179,29 @@ def _chain_id(db: Path) -> int:
     return int(chain)
 
 
-def test_a_restore_killed_before_its_first_commit_is_refused_then_resumed(tmp_path: Path) -> None:
-    """SIGKILL right after the copy: the target then holds the source's chain id and forgets not yet
-    replayed. Opening it must be refused (it would fork the source's audit anchors and serve what
-    was forgotten); running the same restore again must finish it."""
+def _backup_with_a_forget_after_it(tmp_path: Path) -> tuple[Path, Path, Written, Written]:
     live = tmp_path / "data"
-    keyring = live / "keyring"
     with cenotaph.open(live) as store:
         a = populate(store, A, "A", short=3, long=0)
         b = populate(store, B, "B", short=3, long=0)
         info = store.backup(tmp_path / "backup")
         store.forget(A, mode="compliance")
+    return live, Path(info.path), a, b
+
+
+def test_a_restore_killed_before_its_first_commit_is_refused_then_resumed(tmp_path: Path) -> None:
+    """SIGKILL right after the copy: the target then holds the source's chain id and forgets not yet
+    replayed. Opening it must be refused (it would fork the source's audit anchors and serve what
+    was forgotten); running the same restore again must finish it."""
+    live, backup, a, b = _backup_with_a_forget_after_it(tmp_path)
+    keyring = live / "keyring"
     target = tmp_path / "restored"
     script = (
         "import sys, cenotaph; cenotaph.restore(sys.argv[1], sys.argv[2], "
         "key_provider=cenotaph.LocalKeyring(sys.argv[3]))"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", script, info.path, str(target), str(keyring)],
+        [sys.executable, "-c", script, str(backup), str(target), str(keyring)],
         env={**os.environ, FAULT_ENV: "restore.copied"},
         capture_output=True,
         timeout=120,
@@ -209,7 +214,7 @@ def test_a_restore_killed_before_its_first_commit_is_refused_then_resumed(tmp_pa
         cenotaph.open(target, key_provider=provider)
     assert _chain_id(target / DB) == _chain_id(live / DB)  # the refused open changed nothing
 
-    with cenotaph.restore(info.path, target, key_provider=provider) as restored:
+    with cenotaph.restore(backup, target, key_provider=provider) as restored:
         assert_gone(restored, a)
         assert_write_refused(restored, a)
         assert_readable(restored, b)
@@ -234,16 +239,6 @@ def test_restore_still_refuses_a_target_with_other_files_even_when_marked(tmp_pa
     with pytest.raises(InvalidValueError, match="new or empty"):
         cenotaph.restore(info.path, target, key_provider=cenotaph.LocalKeyring(live / "keyring"))
     assert (target / "precious").read_text() == "keep me"
-
-
-def _backup_with_a_forget_after_it(tmp_path: Path) -> tuple[Path, Path, Written, Written]:
-    live = tmp_path / "data"
-    with cenotaph.open(live) as store:
-        a = populate(store, A, "A", short=3, long=0)
-        b = populate(store, B, "B", short=3, long=0)
-        info = store.backup(tmp_path / "backup")
-        store.forget(A, mode="compliance")
-    return live, Path(info.path), a, b
 
 
 def test_a_second_restore_into_a_target_being_restored_is_refused_and_touches_nothing(
