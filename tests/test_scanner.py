@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cenotaph.erasure import scanner as scanner_module
+from cenotaph.erasure.scan_worker import scan_in_child
 from cenotaph.erasure.scanner import (
     PROBE_MIN,
     ResidueScanner,
@@ -423,3 +424,41 @@ def test_unreadable_file_raises_storage_error_naming_it(
 def test_root_must_be_a_directory(tmp_path: Path) -> None:
     with pytest.raises(InvalidValueError):
         ResidueScanner([PROBE]).scan(tmp_path / "missing")
+
+
+class _Cancelled(Exception):
+    pass
+
+
+@pytest.mark.parametrize("interrupt", [_Cancelled, KeyboardInterrupt])
+def test_a_scan_cut_short_never_hands_its_answer_to_the_next_scan(tmp_path: Path, interrupt: type) -> None:
+    """A progress callback that raises (a Cancel button) or a KeyboardInterrupt stops waiting for
+    the scan child mid-request. The next scan must get its own answer, not the stale one (which
+    said 0 matches, and once produced a signed certificate over residue on disk)."""
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    for i in range(8):
+        (clean / f"f{i}").write_bytes(os.urandom(1 << 20))
+    dirty = tmp_path / "dirty"
+    dirty.mkdir()
+    probe = os.urandom(32)
+    (dirty / "residue").write_bytes(os.urandom(1000) + probe + os.urandom(1000))
+
+    def cancel(done: int, total: int) -> None:
+        raise interrupt
+
+    with pytest.raises(interrupt):
+        scan_in_child([clean], [os.urandom(32)], cancel)
+    result = scan_in_child([dirty], [probe])
+    assert (result.matches, result.files, result.matched_files) == (1, 1, ("residue",))
+
+
+def test_a_progress_callback_cannot_start_another_scan(tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(os.urandom(4096))
+
+    def nested(done: int, total: int) -> None:
+        scan_in_child([tmp_path], [os.urandom(32)])
+
+    with pytest.raises(StorageError, match="progress callback started another scan"):
+        scan_in_child([tmp_path], [os.urandom(32)], nested)
+    assert scan_in_child([tmp_path], [os.urandom(32)]).matches == 0  # and the next scan works

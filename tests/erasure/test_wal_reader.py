@@ -210,3 +210,37 @@ def _verified_after_release(
     clean = residue(data, texts=[a.canary], blobs=a_cells)
     assert clean["text_hits"] == [] and clean["window_hits"] == []
     assert_readable(store, b)
+
+
+def test_a_purged_request_is_not_verified_while_a_reader_blocks_the_wal(tmp_path: Path) -> None:
+    """A purge cut short during its scan (here its progress callback raises) leaves the request
+    purged. If a reader then blocks the next purge's WAL truncation, that purge must not verify
+    it: the certificate would be signed over a pending layer."""
+    data = tmp_path / "data"
+    store = cenotaph.open(data, auto_purge=False)
+    reader: Reader | None = None
+    try:
+        a = populate(store, A, "A", short=6, long=1)
+        b = populate(store, B, "B", short=6, long=1)
+        a_cells = cells(data / DB, a.ids)
+        request = store.forget_subject(A)
+
+        def cancel(done: int, total: int) -> None:
+            raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            store.purge(progress=cancel)
+        assert request.status().state == "purged"
+        reader = Reader(data / DB)
+        store.write("tenant:t/user:c", "k", "a frame after the reader's snapshot")
+        report = store.purge()
+        assert report.wal_truncated is False
+        assert report.requests[request.id] == "purged"
+        _refused_for_the_wal(store, request)
+
+        reader.release()
+        _verified_after_release(store, request, data, a, a_cells, b)
+    finally:
+        if reader is not None:
+            reader.kill()
+        store.close()

@@ -7,8 +7,10 @@ would silently release that process's SQLite locks and let two writers in at onc
 tests caught exactly this). The child has no SQLite connection, so its reads disturb no lock.
 
 One child serves every store of a process (started on first use, ended at exit). Protocol: one
-JSON line per request on its stdin (``roots``, ``probes`` as hex); JSON lines back on stdout
-(``{"progress": [done, total]}`` ... then ``{"result": {...}}`` or ``{"error": "..."}``).
+JSON line per request on its stdin (``id``, ``roots``, ``probes`` as hex); JSON lines back on
+stdout, each carrying the request's ``id`` (``{"progress": [done, total]}`` ... then
+``{"result": {...}}`` or ``{"error": "..."}``). A reply with another id is never taken, and a
+request cut short (its progress callback raised, KeyboardInterrupt) kills the child.
 Probes travel only through the pipe, never through a file.
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -32,6 +35,7 @@ __all__ = ["scan_in_child"]
 _CHUNK = 1 << 20  # the positive control writes about one chunk, so keep it small
 _lock = threading.Lock()
 _child: subprocess.Popen[bytes] | None = None
+_owner: int | None = None  # the thread inside scan_in_child (its progress callback may not re-enter)
 
 
 def _start() -> subprocess.Popen[bytes]:
@@ -64,16 +68,33 @@ def _stop() -> None:
 atexit.register(_stop)
 
 
+def _kill() -> None:
+    """End a child in the middle of a request: its pending answer must never reach another scan."""
+    global _child
+    if _child is not None:
+        _child.kill()
+        _child.wait()
+        for pipe in (_child.stdin, _child.stdout):
+            if pipe is not None:
+                pipe.close()
+        _child = None
+
+
 def _exchange(
-    child: subprocess.Popen[bytes], request: bytes, progress: Callable[[int, int], None] | None
+    child: subprocess.Popen[bytes], request: dict[str, Any], progress: Callable[[int, int], None] | None
 ) -> Any:
     stdin: IO[bytes] | None = child.stdin
     stdout: IO[bytes] | None = child.stdout
     assert stdin is not None and stdout is not None
-    stdin.write(request)
+    stdin.write((json.dumps(request) + "\n").encode())
     stdin.flush()
     for line in stdout:
-        message = json.loads(line)
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return None
+        if message.get("id") != request["id"]:
+            continue  # never another request's answer, whatever happened before
         if "progress" in message:
             if progress is not None:
                 progress(*message["progress"])
@@ -85,20 +106,37 @@ def _exchange(
 def scan_in_child(
     roots: Sequence[Path], probes: Sequence[bytes], progress: Callable[[int, int], None] | None = None
 ) -> ScanResult:
-    """Scan every file under ``roots`` for ``probes`` in the child; returns the combined result."""
-    request = (
-        json.dumps({"roots": [str(r) for r in roots], "probes": [p.hex() for p in probes]}) + "\n"
-    ).encode()
+    """Scan every file under ``roots`` for ``probes`` in the child; returns the combined result.
+
+    If anything interrupts the wait (the progress callback raised, KeyboardInterrupt), the child is
+    killed: a child left running would hand its answer to the next scan."""
+    global _owner
+    if _owner == threading.get_ident():
+        raise StorageError(
+            "a scan's progress callback started another scan (purge or forget); do that after it returns"
+        )
+    request = {
+        "id": os.urandom(8).hex(),
+        "roots": [str(r) for r in roots],
+        "probes": [p.hex() for p in probes],
+    }
     with _lock:
-        message = None
-        for _ in range(2):  # a child that died (e.g. killed) is restarted once
-            try:
-                message = _exchange(_start(), request, progress)
-            except (BrokenPipeError, ValueError, OSError):
-                message = None
-            if message is not None:
-                break
-            _stop()
+        _owner = threading.get_ident()
+        try:
+            message = None
+            for _ in range(2):  # a child that died (e.g. killed) is restarted once
+                try:
+                    message = _exchange(_start(), request, progress)
+                except (BrokenPipeError, OSError):
+                    message = None
+                except BaseException:
+                    _kill()
+                    raise
+                if message is not None:
+                    break
+                _kill()
+        finally:
+            _owner = None
     if message is None or "error" in message:
         reason = "the scanner process died" if message is None else message["error"]
         raise StorageError(f"the residue scan failed ({reason}); check the data directory is readable")
@@ -106,8 +144,7 @@ def scan_in_child(
     return ScanResult(**{**result, "matched_files": tuple(result["matched_files"])})
 
 
-def _serve_one(line: bytes) -> dict[str, Any]:
-    request = json.loads(line)
+def _serve_one(request: dict[str, Any]) -> dict[str, Any]:
     scanner = ResidueScanner((bytes.fromhex(p) for p in request["probes"]), chunk_size=_CHUNK)
     last = 0.0
 
@@ -115,7 +152,7 @@ def _serve_one(line: bytes) -> dict[str, Any]:
         nonlocal last
         if time.monotonic() - last > 0.1 or done == total:
             last = time.monotonic()
-            print(json.dumps({"progress": [done, total]}), flush=True)
+            print(json.dumps({"id": request["id"], "progress": [done, total]}), flush=True)
 
     results = [scanner.scan(Path(root), progress=report) for root in request["roots"]]
     return {
@@ -130,10 +167,11 @@ def _serve_one(line: bytes) -> dict[str, Any]:
 
 def _main() -> None:
     for line in sys.stdin.buffer:
+        request = json.loads(line)
         try:
-            reply: dict[str, Any] = {"result": _serve_one(line)}
+            reply: dict[str, Any] = {"id": request["id"], "result": _serve_one(request)}
         except CenotaphError as exc:
-            reply = {"error": str(exc)}
+            reply = {"id": request["id"], "error": str(exc)}
         print(json.dumps(reply), flush=True)
 
 

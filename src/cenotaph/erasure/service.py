@@ -119,7 +119,7 @@ class ErasureService:
         if self.row(request_id).mode == "operational":
             raise ErasureNotProvableError(OPERATIONAL_GAP, [OPERATIONAL_GAP])
         status = self.status(request_id)
-        if status.state != "verified":
+        if status.state != "verified" or status.gaps:  # verified, and no layer short of done
             gaps = list(status.gaps) or [f"the request is {status.state}, not verified"]
             raise ErasureNotProvableError(
                 "erasure is not provable yet: " + "; ".join(gaps) + ". Run store.purge() and retry.", gaps
@@ -176,10 +176,12 @@ class ErasureService:
                     if left == 0
                     else _pending(entries_left_in_memory=left, gap="vectors are still in the in-memory index")
                 )
-                state = "purged" if all(layers[n]["state"] == "done" for n in PURGE_LAYERS) else row.state
+                state = "purged" if _purge_layers_done(layers) else row.state
                 txn.update_erasure(row.id, layers=json.dumps(layers), state=state)
         with self._backend.read() as txn:
-            to_verify = txn.erasures(["purged"])
+            # a request purged earlier is verified only while every purge layer is done now (a
+            # reader may block this purge's WAL truncation): no certificate over a pending layer
+            to_verify = [r for r in txn.erasures(["purged"]) if _purge_layers_done(r)]
         if to_verify:
             scan = self._verify(to_verify, progress)
         with self._backend.read() as txn:
@@ -414,6 +416,11 @@ class ErasureService:
         self._provider.release_backup(backup_id)
         with self._backend.write() as txn:
             anchor_audit(self._provider, txn, "release_backup", {"backup_id": backup_id})
+
+
+def _purge_layers_done(row: ErasureRow | dict[str, Any]) -> bool:
+    layers = json.loads(row.layers) if isinstance(row, ErasureRow) else row
+    return all(layers[name]["state"] == "done" for name in PURGE_LAYERS)
 
 
 def _check_forgets_audited(provider: KeyProvider, entries: Sequence[AuditEntry]) -> None:
