@@ -23,7 +23,7 @@ from .erasure.forget import ForgetPlan
 from .erasure.ledger import AUDIT_CHAIN, KEK_EPOCH, Ledger, anchor_audit, start_audit_chain
 from .erasure.plan import ForgetPlanner, check_postcondition
 from .erasure.probes import sample_probes, seal_probes
-from .erasure.restoring import check_not_restoring, restoring
+from .erasure.restoring import check_not_restoring, check_outside_stores, restoring
 from .erasure.service import ErasureService, Progress
 from .errors import (
     InvalidValueError,
@@ -630,14 +630,10 @@ class Store:
 
     def backup(self, dest: str | os.PathLike[str]) -> BackupInfo:
         """A consistent copy holding ciphertext only, registered with the key provider. ``dest``
-        must be a new or empty directory outside the data directory (a copy inside it would be
-        one of the files every erasure scan must find clean)."""
+        must be a new or empty directory outside any data directory (a copy inside one would be
+        a file that store's erasure scans must find clean)."""
         path = check_path(dest, "the backup destination").resolve()
-        location = self._backend.location
-        if location is not None and path.is_relative_to(location.resolve()):
-            raise InvalidValueError(
-                "the backup destination is inside the data directory; choose a directory outside it"
-            )
+        check_outside_stores(path, "the backup destination")
         return self._erasure.backup(path)
 
     def release_backup(self, backup_id: str) -> None:

@@ -284,3 +284,18 @@ def test_a_restore_whose_purge_is_cut_short_leaves_a_whole_store_that_purges_lat
         assert store.verify_audit()["entries"] >= 1
         report = store.purge()
         assert report.requests and set(report.requests.values()) == {"verified"}
+
+
+def test_a_restore_or_backup_inside_a_data_directory_is_refused(tmp_path: Path) -> None:
+    """A copy inside a data directory is a file that store owns: its scans would find the copy's
+    bytes for ever (or, worse, a restore there could be served by the outer store's files)."""
+    live, backup, _, _ = _backup_with_a_forget_after_it(tmp_path)
+    provider = cenotaph.LocalKeyring(live / "keyring")
+    for inside in (live / "restored", live / "nested" / "deeper"):
+        with pytest.raises(InvalidValueError, match="inside a store's data directory"):
+            cenotaph.restore(backup, inside, key_provider=provider)
+        assert not inside.exists()
+    with cenotaph.open(tmp_path / "other") as other:
+        with pytest.raises(InvalidValueError, match="inside a store's data directory"):
+            other.backup(live / "bk")
+    assert not (live / "bk").exists()

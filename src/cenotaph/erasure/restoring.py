@@ -28,7 +28,7 @@ from ..errors import InvalidValueError, StorageError
 from ..faults import fault_point
 from .service import BACKUP_MANIFEST
 
-__all__ = ["RESTORE_MARKER", "check_not_restoring", "restore_committed", "restoring"]
+__all__ = ["RESTORE_MARKER", "check_not_restoring", "check_outside_stores", "restore_committed", "restoring"]
 
 RESTORE_MARKER = ".restore-incomplete"
 KEYRING_DIR = "keyring"  # a target may hold the source's keyring directory, and keeps it
@@ -47,6 +47,13 @@ def check_not_restoring(directory: Path) -> None:
         )
 
 
+def check_outside_stores(path: Path, what: str) -> None:
+    """Refuse a backup or restore target inside a data directory: its copy of the database would
+    be a file that store owns, and every later erasure scan there would find its bytes."""
+    if any((parent / DB_NAME).exists() for parent in path.resolve().parents):
+        raise InvalidValueError(f"{what} is inside a store's data directory; choose a directory outside it")
+
+
 def restore_committed(target: Path) -> bool:
     """Whether ``target`` holds a restored store that committed (it may serve; keep it)."""
     return (target / DB_NAME).exists() and not (target / RESTORE_MARKER).exists()
@@ -57,6 +64,7 @@ def restoring(src: Path, target: Path) -> Iterator[dict[str, Any]]:
     """Copy the backup ``src`` into ``target`` and yield its manifest; the body opens the copy
     and commits its first transaction. The marker is removed only if the body returns."""
     manifest = _manifest(src)
+    check_outside_stores(target, "the restore target")
     if target.exists() and not target.is_dir():
         raise InvalidValueError("the restore target must be a new or empty directory")
     created = not target.exists()
