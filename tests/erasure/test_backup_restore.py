@@ -295,7 +295,9 @@ def test_a_restore_or_backup_inside_a_data_directory_is_refused(tmp_path: Path) 
         with pytest.raises(InvalidValueError, match="inside a store's data directory"):
             cenotaph.restore(backup, inside, key_provider=provider)
         assert not inside.exists()
-    with cenotaph.open(tmp_path / "other") as other:
-        with pytest.raises(InvalidValueError, match="inside a store's data directory"):
-            other.backup(live / "bk")
+    with (
+        cenotaph.open(tmp_path / "other") as other,
+        pytest.raises(InvalidValueError, match="inside a store's data directory"),
+    ):
+        other.backup(live / "bk")
     assert not (live / "bk").exists()

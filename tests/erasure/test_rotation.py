@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -192,3 +194,35 @@ def test_deleting_the_last_audit_row_stays_detected_after_later_operations(audit
             store.forget(f"tenant:t/user:z{n}", "k", mode="operational")
             with pytest.raises(StorageError):
                 store.verify_audit()
+
+
+class _SlowRegistry(cenotaph.LocalKeyring):
+    """A keyring whose register_backup is slow (a remote KMS call), so a rotation lands inside it."""
+
+    def register_backup(self, backup_id: str, epochs: list[int]) -> None:
+        time.sleep(0.3)
+        super().register_backup(backup_id, epochs)
+
+
+def test_a_backup_racing_a_rotation_registers_the_epochs_its_copy_needs(tmp_path: Path) -> None:
+    """S5: the backup's copy may hold keys wrapped under an epoch a concurrent rotation created;
+    it must be registered, or the next rotation destroys it and the backup is lost."""
+    provider = _SlowRegistry(tmp_path / "keyring")
+    with cenotaph.open(tmp_path / "data", key_provider=provider) as store:
+        for i in range(20):
+            store.write("tenant:t/user:u", f"k{i}", f"value {i}")
+
+        def rotate() -> None:
+            time.sleep(0.1)  # inside backup()'s first register_backup
+            store.rotate_keys()
+
+        racer = threading.Thread(target=rotate)
+        racer.start()
+        info = store.backup(tmp_path / "bk")
+        racer.join()
+        assert store.backups()[info.id] == list(info.epochs)
+        store.rotate_keys()  # must keep every epoch the backup's copy uses
+        assert set(info.epochs) <= set(provider.live_epochs())
+    with cenotaph.restore(tmp_path / "bk", tmp_path / "restored", key_provider=provider) as restored:
+        values = sorted(str(r.value) for r in restored.list("tenant:t/user:u"))
+        assert values == sorted(f"value {i}" for i in range(20))

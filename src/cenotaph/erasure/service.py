@@ -391,10 +391,7 @@ class ErasureService:
         dest.mkdir(parents=True, exist_ok=True, mode=0o700)
         fsync(dest.parent)
         backup_id = "bk_" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "_" + os.urandom(4).hex()
-        with self._backend.read() as txn:
-            epochs = sorted(txn.epochs_in_use() | {self._keys.refresh_epoch()})
-        self._provider.register_backup(backup_id, epochs)
-        self._backend.vacuum_into(dest / DB_NAME)
+        epochs = self._copy_for_backup(backup_id, dest / DB_NAME)
         fsync(dest / DB_NAME)
         info = BackupInfo(
             id=backup_id,
@@ -409,6 +406,23 @@ class ErasureService:
         with self._backend.write() as txn:
             anchor_audit(self._provider, txn, "backup", {"backup_id": backup_id, "epochs": epochs})
         return info
+
+    def _copy_for_backup(self, backup_id: str, target: Path) -> list[int]:
+        """Copy the database and register the KEK epochs the copy needs, race-free with a
+        rotation in any process: register what is in use, copy, register what the copy itself
+        uses, then check none of it was destroyed before that registration (else copy again)."""
+        for _ in range(3):
+            with self._backend.read() as txn:
+                epochs = txn.epochs_in_use() | {self._keys.refresh_epoch()}
+            self._provider.register_backup(backup_id, sorted(epochs))
+            target.unlink(missing_ok=True)
+            epochs |= self._backend.vacuum_into(target)
+            self._provider.register_backup(backup_id, sorted(epochs))  # no rotation destroys these now
+            if epochs <= set(self._provider.live_epochs()):
+                return sorted(epochs)
+        self._provider.release_backup(backup_id)
+        target.unlink(missing_ok=True)
+        raise StorageError("key rotations kept racing this backup; nothing was kept, run backup again")
 
     def release_backup(self, backup_id: str) -> None:
         if backup_id not in self._provider.backups():

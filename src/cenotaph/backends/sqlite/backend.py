@@ -101,6 +101,15 @@ def translate(exc: sqlite3.Error) -> StorageError:
     return StorageError(f"the database failed ({type(exc).__name__}); check disk space and permissions")
 
 
+def _epochs_in_use(conn: sqlite3.Connection) -> set[int]:
+    found: set[int] = set()
+    for table, _ in _WRAPPED_TABLES:
+        found.update(
+            int(r[0]) for r in conn.execute(f"SELECT DISTINCT epoch FROM {table} WHERE epoch IS NOT NULL")
+        )
+    return found
+
+
 class SQLiteTxn:
     """A transaction on one connection. Every method is plain SQL over tokens and ciphertext."""
 
@@ -445,13 +454,7 @@ class SQLiteTxn:
             )
 
     def epochs_in_use(self) -> set[int]:
-        found: set[int] = set()
-        for table, _ in _WRAPPED_TABLES:
-            found.update(
-                int(r[0])
-                for r in self._c.execute(f"SELECT DISTINCT epoch FROM {table} WHERE epoch IS NOT NULL")
-            )
-        return found
+        return _epochs_in_use(self._c)
 
     # -- erasure requests and audit ----------------------------------------------------
     def insert_erasure(self, row: ErasureRow) -> None:
@@ -648,11 +651,15 @@ class SQLiteBackend:
             time.sleep(min(0.005 * (attempt + 1), 0.05))
         return False, wal.stat().st_size if wal.exists() else 0
 
-    def vacuum_into(self, target: Path) -> None:
-        """A consistent, compact copy with no freelist residue (HINTS)."""
+    def vacuum_into(self, target: Path) -> set[int]:
+        """A consistent, compact copy with no freelist residue (HINTS); returns the KEK epochs
+        the copy's wrapped keys use (read from the copy itself: a rotation may have committed
+        since anyone last looked)."""
         with self._lock:
             try:
                 self._conn.execute("VACUUM INTO ?", (str(target),))
+                with contextlib.closing(sqlite3.connect(f"{target.as_uri()}?mode=ro", uri=True)) as copy:
+                    return _epochs_in_use(copy)
             except sqlite3.Error as exc:
                 raise translate(exc) from exc
 
