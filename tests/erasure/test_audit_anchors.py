@@ -177,3 +177,101 @@ def test_wiping_the_chain_id_and_the_whole_log_is_refused(tmp_path: Path) -> Non
     _edit(tmp_path, ("DELETE FROM meta WHERE name='audit_chain'", ()), ("DELETE FROM audit", ()))
     with pytest.raises(StorageError, match="already has history"):
         cenotaph.open(tmp_path, auto_purge=False)
+
+
+def _entries(directory: Path) -> list[dict[str, object]]:
+    conn = sqlite3.connect(directory / "cenotaph.db")
+    try:
+        return [json.loads(e) for (e,) in conn.execute("SELECT entry FROM audit ORDER BY seq")]
+    finally:
+        conn.close()
+
+
+def _append_forged(directory: Path, events: list[tuple[str, dict[str, object]]]) -> None:
+    """Append well-formed, correctly chained entries: what someone who can write only the
+    database can do without breaking the hash chain."""
+    entries = _entries(directory)
+    seq, head = int(entries[-1]["seq"]), str(entries[-1]["head"])  # type: ignore[call-overload]
+    rows = []
+    for event, fields in events:
+        seq += 1
+        entry = chain_entry(head, seq, "2026-11-30T00:00:00Z", event, fields)
+        head = entry.head
+        rows.append(
+            ("INSERT INTO audit VALUES (?, ?)", (seq, json.dumps(entry_to_dict(entry), sort_keys=True)))
+        )
+    _edit(directory, *rows)
+
+
+def _verify_fails(directory: Path, match: str) -> None:
+    with cenotaph.open(directory, auto_purge=False) as store, pytest.raises(StorageError, match=match):
+        store.verify_audit()
+
+
+FORGED_TAILS = {
+    "a purge and a rotation": [("purge", {"request_count": 0}), ("rotate", {"epoch": 9, "rewrapped": 0})],
+    "a verify saying verified": [
+        ("verify", {"request_id": "er_x", "verified": True, "matches": 0, "probes": 9})
+    ],
+    "a forget": [("forget", {"request_id": "er_fake", "mode": "compliance", "replayed": False})],
+    "a replayed forget": [("forget", {"request_id": "er_fake", "mode": "compliance", "replayed": True})],
+}
+
+
+@pytest.mark.parametrize("events", FORGED_TAILS.values(), ids=FORGED_TAILS.keys())
+def test_entries_appended_past_the_newest_anchor_are_detected(
+    tmp_path: Path, events: list[tuple[str, dict[str, object]]]
+) -> None:
+    """No crash, every entry anchored; then correctly chained entries are appended in the
+    database. They were never announced to the key provider: verify_audit must say so."""
+    _two_forgets(tmp_path)
+    _append_forged(tmp_path, events)
+    _verify_fails(tmp_path, "never announced|never recorded")
+
+
+def test_an_entry_whose_anchor_was_lost_is_vouched_for_and_still_cannot_be_rewritten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The anchor after COMMIT fails (a crash there, a full ledger): the entry's intent, written
+    before COMMIT, still vouches for it, so verify passes; rewriting that entry is detected."""
+    with cenotaph.open(tmp_path, auto_purge=False) as store:
+        store.write(SCOPE, "k", "secret")
+        request = store.forget(SCOPE, "k")
+        provider = store._provider
+        real_append = provider.append_ledger
+
+        def no_anchors(entry: dict[str, object]) -> None:
+            if entry.get("kind") == "anchor":
+                raise KeyProviderError("the key provider's ledger is full")
+            real_append(entry)
+
+        monkeypatch.setattr(provider, "append_ledger", no_anchors)
+        store.purge()  # verify and purge entries: announced, not anchored
+        monkeypatch.undo()
+        audit = store.verify_audit()
+        assert audit["anchored_seq"] == 1 and audit["entries"] == 3
+        assert request.status().state == "verified"
+    entries = _entries(tmp_path)
+    _edit(tmp_path, ("DELETE FROM audit WHERE seq > 1", ()))
+    _append_forged(tmp_path, [(str(e["event"]), {**e["fields"], "matches": 0}) for e in entries[1:]])  # type: ignore[dict-item]
+    _verify_fails(tmp_path, "never announced")
+
+
+def test_a_database_that_says_verified_without_a_verify_entry_is_not_attested(tmp_path: Path) -> None:
+    """The request's row is set to verified in the database; no scan ever said so in the audit
+    log, so attest must refuse to sign it."""
+    with cenotaph.open(tmp_path, auto_purge=False) as store:
+        store.write(SCOPE, "k", "secret")
+        request = store.forget(SCOPE, "k")
+    verified_layers = json.dumps(
+        {n: {"state": "done", "evidence": {}} for n in ("tombstone", "keys", "rows", "wal", "index", "scan")}
+    )
+    _edit(
+        tmp_path,
+        (
+            "UPDATE erasures SET state='verified', verified_at='2026-01-01T00:00:00Z', layers=? WHERE id=?",
+            (verified_layers, request.id),
+        ),
+    )
+    with cenotaph.open(tmp_path, auto_purge=False) as store, pytest.raises(StorageError, match="scan"):
+        store.attest(request.id)

@@ -23,9 +23,18 @@ from ..faults import fault_point
 from .audit import GENESIS, chain_entry, entry_from_dict, entry_to_dict
 from .forget import ForgetPlan, apply_plan
 
-__all__ = ["Ledger", "all_anchors", "anchor_audit", "append_audit", "initial_layers", "start_audit_chain"]
+__all__ = [
+    "Ledger",
+    "all_anchors",
+    "all_intents",
+    "anchor_audit",
+    "append_audit",
+    "initial_layers",
+    "start_audit_chain",
+]
 
 AUDIT_CHAIN = "audit_chain"
+INTENT_KIND = "audit-intent"  # an audit entry announced before its COMMIT (see anchor_audit)
 KEK_EPOCH = "kek_epoch"  # meta: the current KEK epoch, bumped by rotation so writers re-read it
 
 ENTRY_KIND = "forget"
@@ -143,7 +152,7 @@ class Ledger:
         fault_point("forget.applied")
         # the plan must be durable before COMMIT (W7); its audit anchor only after it, like every
         # anchor (a forget that never commits is replayed, and its replay is anchored instead)
-        self._provider.append_ledger(self._entry(plan.to_entry()))
+        self._provider.append_ledger(self._entry(plan.to_entry(), intent=anchor))
         anchor_after_commit(self._provider, txn, anchor)
         mark = self._provider.ledger_mark()
         txn.after_commit(lambda: self._seen(mark, replayed=False))  # uncommitted: replay it later
@@ -187,16 +196,23 @@ class Ledger:
         )
 
     @staticmethod
-    def _entry(plan: dict[str, Any]) -> dict[str, Any]:
-        return {"kind": ENTRY_KIND, "request_id": plan["request_id"], "plan": plan}
+    def _entry(plan: dict[str, Any], intent: dict[str, Any] | None = None) -> dict[str, Any]:
+        entry = {"kind": ENTRY_KIND, "request_id": plan["request_id"], "plan": plan}
+        return entry if intent is None else {**entry, "intent": intent}
 
 
 def anchor_audit(provider: KeyProvider, txn: Txn, event: str, fields: dict[str, Any]) -> None:
-    """Append an audit entry and anchor its head in the provider's ledger (S7) once it commits.
+    """Append an audit entry, announce it to the provider's ledger before COMMIT (an *intent*),
+    and anchor its head there once it commits (S7).
 
-    Never before COMMIT: an anchor that outlives a transaction which never committed names a head
-    the chain never had, and every later ``audit verify`` would report tampering."""
-    anchor_after_commit(provider, txn, append_audit(txn, event, fields))
+    The anchor never comes before COMMIT: one that outlived a transaction which never committed
+    would name a head the chain never had, and every later ``audit verify`` would report
+    tampering. The intent may outlive such a transaction harmlessly -- verification never asks
+    for an intent's entry -- and it is what lets verification tell an entry whose anchor a crash
+    lost from one appended by someone who can write only the database."""
+    anchor = append_audit(txn, event, fields)
+    provider.append_ledger({"kind": INTENT_KIND, **anchor})
+    anchor_after_commit(provider, txn, anchor)
 
 
 def anchor_after_commit(provider: KeyProvider, txn: Txn, anchor: dict[str, Any]) -> None:
@@ -227,6 +243,18 @@ def all_anchors(provider: KeyProvider, chain: int | None) -> dict[int, set[str]]
         return None
     anchors: dict[int, set[str]] = {}
     for entry in entries:
-        if "audit_head" in entry and entry.get("chain") == chain:
+        if "audit_head" in entry and entry.get("chain") == chain and entry.get("kind") != INTENT_KIND:
             anchors.setdefault(int(entry["audit_seq"]), set()).add(str(entry["audit_head"]))
     return anchors
+
+
+def all_intents(provider: KeyProvider, chain: int | None) -> set[tuple[int, str]]:
+    """Every (seq, head) announced before a COMMIT for ``chain``: by :func:`anchor_audit`, and by
+    each forget's own ledger entry. An intent whose transaction never committed names an entry
+    that does not exist, which is fine: it only ever vouches for an entry that does."""
+    found: set[tuple[int, str]] = set()
+    for entry in provider.ledger():
+        intent = entry if entry.get("kind") == INTENT_KIND else entry.get("intent")
+        if isinstance(intent, dict) and intent.get("chain") == chain and "audit_head" in intent:
+            found.add((int(intent["audit_seq"]), str(intent["audit_head"])))
+    return found

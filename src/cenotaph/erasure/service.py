@@ -30,7 +30,7 @@ from ..validation import check_token_text
 from .audit import AuditEntry, entry_from_dict, verify_chain
 from .certificate import Signer
 from .forget import ForgetPlan
-from .ledger import AUDIT_CHAIN, KEK_EPOCH, all_anchors, anchor_audit
+from .ledger import AUDIT_CHAIN, KEK_EPOCH, all_anchors, all_intents, anchor_audit
 from .probes import open_probes
 from .scan_worker import scan_in_child
 from .scanner import ScanResult
@@ -276,6 +276,7 @@ class ErasureService:
         if row.mode == "operational":
             raise ErasureNotProvableError(OPERATIONAL_GAP, [OPERATIONAL_GAP])
         status = self.confirm(request_id)
+        self._check_scan_audited(request_id)
         row = self.row(request_id)
         horizon, reason = self._horizon(row)
         fields = {
@@ -300,6 +301,11 @@ class ErasureService:
 
     # -- audit -------------------------------------------------------------------------
     def verify_audit(self) -> dict[str, Any]:
+        entries, head, anchored = self._verified_audit()
+        return {"entries": len(entries), "head": head, "anchored_seq": anchored}
+
+    def _verified_audit(self) -> tuple[list[AuditEntry], str, int]:
+        """The audit log, checked against the provider's ledger (S7): entries, head, newest anchor."""
         with self._backend.read() as txn:
             raw = txn.audit_entries()
         try:
@@ -321,6 +327,7 @@ class ErasureService:
         _check_forgets_audited(self._provider, entries)
         by_seq = {e.seq: e.head for e in entries}
         last = max(by_seq, default=0)
+        _check_tail_announced(entries, anchors, all_intents(self._provider, chain))
         for seq, heads in sorted(anchors.items()):
             if seq > last:
                 raise StorageError(
@@ -332,7 +339,22 @@ class ErasureService:
                     f"audit entry {seq} does not match the head anchored in the key provider's ledger: the "
                     "audit log was altered; restore it from a trusted copy and investigate"
                 )
-        return {"entries": len(entries), "head": head, "anchored_seq": max(anchors, default=0)}
+        return entries, head, max(anchors, default=0)
+
+    def _check_scan_audited(self, request_id: str) -> None:
+        """A certificate needs more than the request's row saying verified: the (verified) audit
+        log must hold the scan that verified it, so editing the database cannot mint one."""
+        entries, _, _ = self._verified_audit()
+        if not any(
+            e.event == "verify"
+            and e.fields.get("request_id") == request_id
+            and e.fields.get("verified") is True
+            for e in entries
+        ):
+            raise StorageError(
+                "the audit log holds no scan that verified this request, although its row says "
+                "verified: the database was altered; no certificate was issued, investigate"
+            )
 
     # -- rotation ----------------------------------------------------------------------
     def rotate(self, progress: Progress | None = None) -> RotationReport:
@@ -438,19 +460,48 @@ def _purge_layers_done(row: ErasureRow | dict[str, Any]) -> bool:
 
 
 def _check_forgets_audited(provider: KeyProvider, entries: Sequence[AuditEntry]) -> None:
-    """Every forget in the provider's ledger must have its audit entry, saying the same thing.
+    """The forgets of the audit log and of the provider's ledger are the same, saying the same.
 
     Anchors cover the log only up to the newest one; a replayed forget's entry, or one whose
     anchor was lost to a crash after COMMIT, may lie beyond it. The ledger itself is trusted and
-    every store on this keyring applies every forget in it, so it pins those entries instead."""
-    audited = {str(e.fields.get("request_id")): e.fields for e in entries if e.event == "forget"}
-    for logged in provider.ledger():
-        if logged.get("kind") != "forget":
-            continue
-        plan = logged["plan"]
-        fields = audited.get(str(plan["request_id"]))
+    every store on this keyring applies every forget in it, so it pins those entries instead:
+    each ledger forget has exactly one audit entry, and no audit forget lacks a ledger forget."""
+    forgets = [e for e in entries if e.event == "forget"]
+    audited = {str(e.fields.get("request_id")): e.fields for e in forgets}
+    logged = {
+        str(entry["plan"]["request_id"]): entry["plan"]
+        for entry in provider.ledger()
+        if entry.get("kind") == "forget"
+    }
+    for request_id, plan in logged.items():
+        fields = audited.get(request_id)
         if fields is None or any(fields.get(k) != plan[k] for k in ("mode", "target_kind", "target")):
             raise StorageError(
                 "the audit log lacks or misstates a forget recorded in the key provider's ledger: the "
                 "audit log was altered; restore it from a trusted copy and investigate"
+            )
+    if len(audited) != len(forgets) or not audited.keys() <= logged.keys():
+        raise StorageError(
+            "the audit log holds a forget the key provider's ledger never recorded (or one twice): "
+            "the audit log was altered; restore it from a trusted copy and investigate"
+        )
+
+
+def _check_tail_announced(
+    entries: Sequence[AuditEntry], anchors: dict[int, set[str]], intents: set[tuple[int, str]]
+) -> None:
+    """Entries past the newest anchor must have been announced before their COMMIT.
+
+    An entry is vouched for by the newest anchor at or after it, or by an intent naming it or a
+    later entry (the hash chain covers everything before a vouched-for entry). Beyond that, only
+    a replayed forget may appear (replays are pinned by the ledger, see
+    :func:`_check_forgets_audited`): any other entry there was written by someone who can write
+    the database but not the key provider."""
+    heads = {e.seq: e.head for e in entries}
+    vouched = max([0, *anchors, *(seq for seq, head in intents if heads.get(seq) == head)])
+    for entry in entries:
+        if entry.seq > vouched and not (entry.event == "forget" and entry.fields.get("replayed") is True):
+            raise StorageError(
+                f"audit entry {entry.seq} was never announced to the key provider's ledger: the audit "
+                "log was altered (an entry was appended); restore it from a trusted copy and investigate"
             )
