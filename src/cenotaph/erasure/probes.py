@@ -43,37 +43,67 @@ def _texts(value: object) -> Iterable[str]:
 def sample_probes(
     txn: Txn, plan: ForgetPlan, open_record: Callable[[Txn, str], tuple[Record, bytes | None] | None]
 ) -> list[bytes]:
-    """Probes of everything ``plan`` will destroy; call before the keys are destroyed."""
-    probes: list[bytes] = []
+    """Probes of everything ``plan`` will destroy; call before the keys are destroyed.
+
+    At most :data:`MAX_PROBES_PER_REQUEST` (the scan's cost grows with the count): the wrapped
+    scope and subject keys always, then wrapped record keys and content windows in equal shares,
+    each spread evenly over every record the plan destroys (not the first records only)."""
+    pinned: list[bytes] = []  # destroyed scope and subject keys: few, and each guards many records
+    keys: list[bytes] = []  # wrapped record and lineage keys
+    windows: list[bytes] = []  # ciphertext, plaintext and vector windows
     ids = plan.destroy_records
     for record_id in ids:
         row = txn.record(record_id)
         if row is not None:
             for blob in (row.ciphertext, row.vector):
                 if blob:
-                    probes.extend(probe_windows(blob))
+                    windows.extend(probe_windows(blob))
             if row.wrapped:
-                probes.append(bytes(row.wrapped))
+                keys.append(bytes(row.wrapped))
         opened = open_record(txn, record_id)
         if opened is not None:
             record, vector = opened
             for text in _texts(record.value):
-                probes.extend(_text_windows(text))
+                windows.extend(_text_windows(text))
             if vector:
-                probes.extend(_vector_windows(vector))
+                windows.extend(_vector_windows(vector))
     for lineage in txn.lineage(ids).values():
         for blob in (lineage.wrapped, lineage.subjects):
             if blob:
-                probes.append(bytes(blob))
+                keys.append(bytes(blob))
     for scope in txn.scope_rows(plan.destroy_scopes).values():
         if scope.wrapped:
-            probes.append(bytes(scope.wrapped))
+            pinned.append(bytes(scope.wrapped))
     for wrapped, _ in txn.subject_rows(plan.destroy_subjects).values():
         if wrapped:
-            probes.append(bytes(wrapped))
-    # a probe that is one byte repeated would match any zeroed page: it proves nothing
-    unique = list(dict.fromkeys(p for p in probes if len(p) >= PROBE_MIN and len(set(p)) > 1))
-    return unique[:MAX_PROBES_PER_REQUEST]
+            pinned.append(bytes(wrapped))
+    pinned, keys, windows = (_usable(group) for group in (pinned, keys, windows))
+    budget = MAX_PROBES_PER_REQUEST - min(len(pinned), MAX_PROBES_PER_REQUEST)
+    take_keys = min(len(keys), max(budget // 2, budget - len(windows)))
+    return list(
+        dict.fromkeys(
+            [
+                *_evenly(pinned, MAX_PROBES_PER_REQUEST),
+                *_evenly(keys, take_keys),
+                *_evenly(windows, budget - take_keys),
+            ]
+        )
+    )
+
+
+def _usable(probes: list[bytes]) -> list[bytes]:
+    """Distinct probes that can prove something: a probe that is one byte repeated would match
+    any zeroed page."""
+    return list(dict.fromkeys(p for p in probes if len(p) >= PROBE_MIN and len(set(p)) > 1))
+
+
+def _evenly(items: list[bytes], count: int) -> list[bytes]:
+    """``count`` of ``items`` spread evenly from first to last (all of them if there are fewer)."""
+    if len(items) <= count:
+        return items
+    if count <= 0:
+        return []
+    return [items[int(i)] for i in np.linspace(0, len(items) - 1, num=count)]
 
 
 def _vector_windows(vector: bytes, count: int = 4) -> list[bytes]:
