@@ -430,7 +430,7 @@ class _Cancelled(Exception):
     pass
 
 
-@pytest.mark.parametrize("interrupt", [_Cancelled, KeyboardInterrupt])
+@pytest.mark.parametrize("interrupt", [_Cancelled, KeyboardInterrupt, BrokenPipeError])
 def test_a_scan_cut_short_never_hands_its_answer_to_the_next_scan(tmp_path: Path, interrupt: type) -> None:
     """A progress callback that raises (a Cancel button) or a KeyboardInterrupt stops waiting for
     the scan child mid-request. The next scan must get its own answer, not the stale one (which

@@ -315,3 +315,16 @@ def test_cascade_reaches_records_derived_from_an_overwritten_version(stores) -> 
         assert_unreadable(store, record)
     with pytest.raises(DerivedFromForgottenError):
         store.write(BOB, "late", "derived from the first version", derived_from=[a1.id])
+
+
+def test_repeated_operational_forgets_of_one_key_do_not_relist_its_history(stores) -> None:
+    """Each operational forget marks only the versions no forget marked yet: the plan (which
+    goes into the key provider's ledger) grows with the forgotten data, not the key's history."""
+    store = stores()
+    sizes = []
+    for i in range(5):
+        token = store.reauthorize(A_SCOPE, "note") if i else None
+        store.write(A_SCOPE, "note", f"version {i}", reauthorization=token)
+        request = store.forget(A_SCOPE, "note", mode="operational")
+        sizes.append(len(json.loads(store._erasure.row(request.id).plan)["hide"]))
+    assert sizes == [1, 1, 1, 1, 1]

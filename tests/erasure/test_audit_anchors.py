@@ -147,7 +147,7 @@ def _crashed_forget(directory: Path) -> None:
     assert proc.returncode == -signal.SIGKILL
 
 
-@pytest.mark.parametrize("forge", ["delete", "misstate"])
+@pytest.mark.parametrize("forge", ["delete", "mode", "version", "records"])
 def test_an_unanchored_replayed_forget_is_still_pinned_by_the_ledger(tmp_path: Path, forge: str) -> None:
     """A replayed forget's audit entry is not anchored; the ledger's forget entry pins it."""
     with cenotaph.open(tmp_path, auto_purge=False) as store:
@@ -161,7 +161,11 @@ def test_an_unanchored_replayed_forget_is_still_pinned_by_the_ledger(tmp_path: P
         conn = sqlite3.connect(tmp_path / "cenotaph.db")
         doc = json.loads(conn.execute("SELECT entry FROM audit").fetchone()[0])
         conn.close()
-        doc["fields"]["mode"] = "operational" if doc["fields"]["mode"] == "compliance" else "compliance"
+        fields = doc["fields"]
+        if forge == "mode":
+            fields["mode"] = "operational" if fields["mode"] == "compliance" else "compliance"
+        else:
+            fields[forge] += 1000
         entry = chain_entry("0" * 64, 1, doc["at"], "forget", doc["fields"])
         _edit(
             tmp_path,
@@ -275,3 +279,84 @@ def test_a_database_that_says_verified_without_a_verify_entry_is_not_attested(tm
     )
     with cenotaph.open(tmp_path, auto_purge=False) as store, pytest.raises(StorageError, match="scan"):
         store.attest(request.id)
+
+
+def _honest_verified_forget(directory: Path) -> str:
+    with cenotaph.open(directory) as store:
+        store.write(SCOPE, "k", "secret")
+        request = store.forget(SCOPE, "k")
+        assert request.status().state == "verified"
+        return request.id
+
+
+def test_a_request_planted_in_the_database_is_never_ledgered_nor_certified(tmp_path: Path) -> None:
+    """A request row someone wrote into the database (no forget ledgered it) used to be copied
+    into the ledger on open, then purged, verified and certified like a real one."""
+    honest = _honest_verified_forget(tmp_path)
+    planted = "er_" + "f" * 24
+    _edit(
+        tmp_path,
+        (
+            "INSERT INTO erasures SELECT ?, mode, target_kind, target, version, requested_at, 'shredded', "
+            "layers, plan, probes, NULL, NULL, NULL, NULL FROM erasures WHERE id=?",
+            (planted, honest),
+        ),
+    )
+    with cenotaph.open(tmp_path) as store:
+        assert planted not in {e.get("request_id") for e in store._provider.ledger()}
+        store.purge()
+        with pytest.raises(StorageError, match="not in the key provider's ledger"):
+            store.attest(planted)
+        store.attest(honest)  # the real one still is
+
+
+def test_a_certificate_states_the_ledger_and_the_audited_scan_not_the_row(tmp_path: Path) -> None:
+    honest = _honest_verified_forget(tmp_path)
+    with cenotaph.open(tmp_path) as store:
+        before = json.loads(store.attest(honest).to_json())
+    _edit(
+        tmp_path,
+        (
+            "UPDATE erasures SET target=?, version=1002, requested_at='2020-01-01T00:00:00+00:00', "
+            "verified_at='2020-01-02T00:00:00+00:00', scan=? WHERE id=?",
+            (b"\xee" * 32, json.dumps({"files": 42, "bytes": 10**9, "probes": 999, "matches": 0}), honest),
+        ),
+    )
+    with cenotaph.open(tmp_path) as store:
+        after = json.loads(store.attest(honest).to_json())
+    for field in ("target", "forget_version", "requested_at", "verified_at", "scan"):
+        assert after[field] == before[field], field
+
+
+WORKER = """
+import sys, time, cenotaph
+store = cenotaph.open(sys.argv[1], auto_purge=False)
+end, i = time.time() + float(sys.argv[2]), 0
+while time.time() < end:
+    i += 1
+    store.write("tenant:acme/user:alice", f"k{i}", "v")
+    store.forget("tenant:acme/user:alice", f"k{i}")
+    if i % 5 == 0:
+        store.purge()
+store.close()
+"""
+
+
+def test_verify_audit_raises_no_false_alarm_while_another_process_works(tmp_path: Path) -> None:
+    """The log and the ledger are read under the write lock, so another process can never be
+    between its ledger append and its COMMIT: an honest neighbour is never reported as tampering
+    (reading them apart once flagged ~1 check in 20)."""
+    with cenotaph.open(tmp_path, auto_purge=False) as store:
+        store.write(SCOPE, "k0", "v")
+    worker = subprocess.Popen([sys.executable, "-c", WORKER, str(tmp_path), "4"])
+    checks, alarms = 0, []
+    with cenotaph.open(tmp_path, auto_purge=False) as store:
+        while worker.poll() is None:
+            checks += 1
+            try:
+                store.verify_audit()
+            except StorageError as exc:
+                alarms.append(str(exc)[:80])
+        assert worker.wait() == 0
+        assert store.verify_audit()["entries"] > 10  # the worker really worked
+    assert checks > 20 and alarms == [], alarms[:3]

@@ -226,3 +226,17 @@ def test_a_backup_racing_a_rotation_registers_the_epochs_its_copy_needs(tmp_path
     with cenotaph.restore(tmp_path / "bk", tmp_path / "restored", key_provider=provider) as restored:
         values = sorted(str(r.value) for r in restored.list("tenant:t/user:u"))
         assert values == sorted(f"value {i}" for i in range(20))
+
+
+def test_the_keyring_never_destroys_an_epoch_a_registered_backup_needs(tmp_path: Path) -> None:
+    """Deciding and destroying is one step under the keyring's lock, so a rotation that read the
+    registry before a backup registered cannot destroy what that backup now needs."""
+    keyring = cenotaph.LocalKeyring(tmp_path / "keyring")
+    old = keyring.current_epoch()
+    keyring.new_epoch()
+    keyring.register_backup("bk_x", [old])
+    assert keyring.destroy_epoch(old) is False
+    assert old in keyring.live_epochs()
+    keyring.release_backup("bk_x")
+    assert keyring.destroy_epoch(old) is True
+    assert old not in keyring.live_epochs()

@@ -57,7 +57,11 @@ class KeyProvider(Protocol):
 
     def new_epoch(self) -> int: ...
 
-    def destroy_epoch(self, epoch: int) -> None: ...
+    def destroy_epoch(self, epoch: int) -> bool:
+        """Destroy a KEK epoch unless a registered backup needs it; return whether it was.
+        Deciding and destroying must be one atomic step with respect to ``register_backup``:
+        a backup registering an epoch at the same moment must never lose it."""
+        ...
 
     def erasure_secret(self) -> bytes: ...
 
@@ -220,14 +224,17 @@ class LocalKeyring:
             self._save()
         return epoch
 
-    def destroy_epoch(self, epoch: int) -> None:
+    def destroy_epoch(self, epoch: int) -> bool:
         with self._locked():
             self._load()
             if epoch == int(self._state["current"]):
                 raise KeyProviderError("cannot destroy the current KEK epoch; rotate first")
+            if any(epoch in epochs for epochs in self._state["backups"].values()):
+                return False  # decided under the same lock register_backup takes
             if self._state["epochs"].pop(str(epoch), None) is not None:
                 self._state["destroyed"].append(epoch)
                 self._save()
+            return True
 
     def erasure_secret(self) -> bytes:
         return bytes.fromhex(self._state["erasure_secret"])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -116,7 +116,13 @@ class Ledger:
         return self.reconcile(txn) if self.changed() else 0
 
     def reconcile(self, txn: Txn) -> int:
-        """Apply every ledger entry the database lacks, and mirror back what the ledger lacks."""
+        """Apply every ledger forget the database lacks.
+
+        Nothing flows the other way: a request row the ledger lacks was never ledgered by a
+        forget (which ledgers before it commits), so it was written into the database by someone
+        else. Copying it into the ledger would let whoever can edit the database plant a forget
+        plan every restore then applies, and have a purge verify and certify it. ``verify_audit``
+        reports such a row's audit entry instead."""
         mark = self._provider.ledger_mark()
         entries = [e for e in self._provider.ledger() if e.get("kind") == ENTRY_KIND]
         known = txn.erasure_ids()
@@ -127,10 +133,6 @@ class Ledger:
                 # would otherwise fork this chain's anchors; the next anchor covers the entry
                 self._record(txn, ForgetPlan.from_entry(entry["plan"]), replayed=True)
                 applied += 1
-        in_ledger = {e["request_id"] for e in entries}
-        for row in txn.erasures():
-            if row.id not in in_ledger:
-                self._provider.append_ledger(self._entry(json.loads(row.plan)))
         # Seen: the ledger as it was read above, not as it is now (an entry appended since, by a
         # process that does not share this database's lock, is still unseen; our own appends
         # cost one extra `missing` check). And only once the replay is committed: a caller's
@@ -235,10 +237,9 @@ def anchor_after_commit(provider: KeyProvider, txn: Txn, anchor: dict[str, Any])
     txn.after_commit(append)
 
 
-def all_anchors(provider: KeyProvider, chain: int | None) -> dict[int, set[str]] | None:
+def all_anchors(entries: Sequence[dict[str, Any]], chain: int | None) -> dict[int, set[str]] | None:
     """Every head the ledger anchored for ``chain``, by sequence number (two heads for one seq =
     a rewrite); ``None`` if the chain id was never registered (the id itself was tampered with)."""
-    entries = provider.ledger()
     if not any(e.get("kind") == "chain" and e.get("chain") == chain for e in entries):
         return None
     anchors: dict[int, set[str]] = {}
@@ -248,12 +249,12 @@ def all_anchors(provider: KeyProvider, chain: int | None) -> dict[int, set[str]]
     return anchors
 
 
-def all_intents(provider: KeyProvider, chain: int | None) -> set[tuple[int, str]]:
+def all_intents(entries: Sequence[dict[str, Any]], chain: int | None) -> set[tuple[int, str]]:
     """Every (seq, head) announced before a COMMIT for ``chain``: by :func:`anchor_audit`, and by
     each forget's own ledger entry. An intent whose transaction never committed names an entry
     that does not exist, which is fine: it only ever vouches for an entry that does."""
     found: set[tuple[int, str]] = set()
-    for entry in provider.ledger():
+    for entry in entries:
         intent = entry if entry.get("kind") == INTENT_KIND else entry.get("intent")
         if isinstance(intent, dict) and intent.get("chain") == chain and "audit_head" in intent:
             found.add((int(intent["audit_seq"]), str(intent["audit_head"])))

@@ -45,22 +45,25 @@ class ForgetPlanner:
         scope_token = self._tokens.scope(scope)
         subtree = txn.subtree_tokens(scope_token)
         kind = "scope" if key is None else "key"
+        # compliance destroys every version whose keys still exist; operational only marks the
+        # versions no forget marked yet (re-marking them would grow each plan with the history)
+        unforgotten = mode != "compliance"
         plan = ForgetPlan(request_id, mode, kind, scope_token, version, _now_iso())
         if key is None:
             plan.tombstones.append((scope_token, "scope"))
             live = txn.records_in_scopes(subtree)
-            affected = txn.lineage_ids(subtree, None)
+            affected = txn.lineage_ids(subtree, None, unforgotten=unforgotten)
             plan.destroy_scopes = subtree if mode == "compliance" else []
         else:
             key_token = self._tokens.key(key)
             plan.target = self._tokens.key_subtree(scope_token, key_token)
             plan.tombstones.append((plan.target, "key"))
             live = [r for r in txn.records_in_scopes(subtree) if r.key_token == key_token]
-            affected = txn.lineage_ids(subtree, key_token)
+            affected = txn.lineage_ids(subtree, key_token, unforgotten=unforgotten)
             for token, row in self._ancestor_holders(txn, scope, key_token, include_ancestors):
                 plan.tombstones.append((self._tokens.key_exact(token, key_token), "key-exact"))
                 live.append(row)
-                affected.extend(txn.lineage_ids([token], key_token))
+                affected.extend(txn.lineage_ids([token], key_token, unforgotten=unforgotten))
         # every version of the target ever written is forgotten, not only the live one: hiding
         # marks the lineage too, so no overwritten or expired version can be derived from (W3)
         plan.hide = sorted({*(r.id for r in live), *affected})

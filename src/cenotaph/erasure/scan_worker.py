@@ -68,6 +68,14 @@ def _stop() -> None:
 atexit.register(_stop)
 
 
+class _CallbackFailed(Exception):
+    """The progress callback raised ``error`` (carried through the pipe-reading code intact)."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__()
+        self.error = error
+
+
 def _kill() -> None:
     """End a child in the middle of a request: its pending answer must never reach another scan."""
     global _child
@@ -97,7 +105,10 @@ def _exchange(
             continue  # never another request's answer, whatever happened before
         if "progress" in message:
             if progress is not None:
-                progress(*message["progress"])
+                try:
+                    progress(*message["progress"])
+                except BaseException as exc:  # the caller's own error, never "the child died"
+                    raise _CallbackFailed(exc) from exc
             continue
         return message
     return None
@@ -121,12 +132,15 @@ def scan_in_child(
         "probes": [p.hex() for p in probes],
     }
     with _lock:
-        _owner = threading.get_ident()
         try:
+            _owner = threading.get_ident()
             message = None
             for _ in range(2):  # a child that died (e.g. killed) is restarted once
                 try:
                     message = _exchange(_start(), request, progress)
+                except _CallbackFailed as failed:
+                    _kill()
+                    raise failed.error from None
                 except (BrokenPipeError, OSError):
                     message = None
                 except BaseException:

@@ -255,8 +255,9 @@ class ErasureService:
             "evidence": evidence | ({"gap": gap} if gap else {}),
         }
         fields: dict[str, Any] = {"layers": json.dumps(layers), "scan": json.dumps(evidence)}
+        verified_at = None if gap else _now()
         if gap is None:
-            fields |= {"state": "verified", "verified_at": _now(), "probes": None}
+            fields |= {"state": "verified", "verified_at": verified_at, "probes": None}
             horizon, reason = self._horizon(row)
             fields |= {"horizon": horizon.isoformat() if horizon else None, "horizon_reason": reason}
         txn.update_erasure(row.id, **fields)
@@ -264,7 +265,14 @@ class ErasureService:
             self._provider,
             txn,
             "verify",
-            {"request_id": row.id, "verified": gap is None, "matches": result.matches, "probes": probe_count},
+            {
+                "request_id": row.id,
+                "verified": gap is None,
+                "matches": result.matches,
+                "probes": probe_count,
+                "scan": evidence,  # what a certificate states is what this audited entry says
+                "verified_at": verified_at,
+            },
         )
 
     # -- certificates ------------------------------------------------------------------
@@ -275,20 +283,23 @@ class ErasureService:
         row = self.row(request_id)
         if row.mode == "operational":
             raise ErasureNotProvableError(OPERATIONAL_GAP, [OPERATIONAL_GAP])
+        plan = self._ledgered_plan(request_id)
         status = self.confirm(request_id)
-        self._check_scan_audited(request_id)
+        verified = self._audited_verification(request_id)
         row = self.row(request_id)
         horizon, reason = self._horizon(row)
+        # what the certificate states comes from the ledger (the request) and from the verified
+        # audit log (the scan), not from the request's row, which the database holds
         fields = {
-            "request_id": row.id,
-            "target": row.target.hex(),
-            "target_kind": row.target_kind,
-            "mode": row.mode,
-            "requested_at": row.requested_at,
-            "verified_at": row.verified_at,
-            "forget_version": row.version,
+            "request_id": plan["request_id"],
+            "target": plan["target"],
+            "target_kind": plan["target_kind"],
+            "mode": plan["mode"],
+            "requested_at": plan["requested_at"],
+            "verified_at": verified.get("verified_at") or row.verified_at,
+            "forget_version": plan["version"],
             "layers": {name: layer.to_dict() for name, layer in status.layers.items()},
-            "scan": json.loads(row.scan or "{}"),
+            "scan": verified.get("scan") or json.loads(row.scan or "{}"),
             "horizon": horizon.isoformat() if horizon else None,
             "horizon_reason": reason,
             "root_of_trust": self._provider.root_of_trust,
@@ -305,9 +316,28 @@ class ErasureService:
         return {"entries": len(entries), "head": head, "anchored_seq": anchored}
 
     def _verified_audit(self) -> tuple[list[AuditEntry], str, int]:
-        """The audit log, checked against the provider's ledger (S7): entries, head, newest anchor."""
-        with self._backend.read() as txn:
+        """The audit log, checked against the provider's ledger (S7): entries, head, newest anchor.
+
+        The log and the ledger cannot be read in one snapshot, and another process's operation
+        appends to the ledger before its COMMIT and after it. A failed check is therefore retried
+        after a pause and a sync: an honest race resolves, tampering does not."""
+        for attempt in range(3):
+            try:
+                return self._check_audit_once()
+            except StorageError:
+                if attempt == 2:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
+                self._sync()
+        raise AssertionError("unreachable")
+
+    def _check_audit_once(self) -> tuple[list[AuditEntry], str, int]:
+        # under the write lock, with the ledger read inside it: no other process can be between
+        # its ledger append and its COMMIT, so the log and the ledger agree unless altered
+        with self._backend.write() as txn:
             raw = txn.audit_entries()
+            chain = txn.meta(AUDIT_CHAIN)
+            ledger = self._provider.ledger()
         try:
             entries = [entry_from_dict(json.loads(e)) for e in raw]
         except ValueError as exc:
@@ -316,18 +346,16 @@ class ErasureService:
                 "and investigate"
             ) from exc
         head = verify_chain(entries)
-        with self._backend.read() as txn:
-            chain = txn.meta(AUDIT_CHAIN)
-        anchors = all_anchors(self._provider, chain)
+        anchors = all_anchors(ledger, chain)
         if anchors is None:
             raise StorageError(
                 "the audit chain id is not registered in the key provider's ledger: the audit log was "
                 "altered; restore it from a trusted copy and investigate"
             )
-        _check_forgets_audited(self._provider, entries)
+        _check_forgets_audited(ledger, entries)
         by_seq = {e.seq: e.head for e in entries}
         last = max(by_seq, default=0)
-        _check_tail_announced(entries, anchors, all_intents(self._provider, chain))
+        _check_tail_announced(entries, anchors, all_intents(ledger, chain))
         for seq, heads in sorted(anchors.items()):
             if seq > last:
                 raise StorageError(
@@ -341,20 +369,35 @@ class ErasureService:
                 )
         return entries, head, max(anchors, default=0)
 
-    def _check_scan_audited(self, request_id: str) -> None:
-        """A certificate needs more than the request's row saying verified: the (verified) audit
-        log must hold the scan that verified it, so editing the database cannot mint one."""
+    def _ledgered_plan(self, request_id: str) -> dict[str, Any]:
+        """The request's plan as the provider's ledger holds it (a forget ledgers it before it
+        commits): a request row the ledger lacks was written into the database by someone else."""
+        for entry in self._provider.ledger():
+            if entry.get("kind") == "forget" and entry.get("request_id") == request_id:
+                plan: dict[str, Any] = entry["plan"]
+                return plan
+        raise StorageError(
+            "this request is not in the key provider's ledger: the database was altered; no "
+            "certificate was issued, investigate"
+        )
+
+    def _audited_verification(self, request_id: str) -> dict[str, Any]:
+        """The fields of the newest audit entry whose scan verified the request, from the verified
+        log: a certificate needs more than the request's row saying verified."""
         entries, _, _ = self._verified_audit()
-        if not any(
-            e.event == "verify"
+        found = [
+            e.fields
+            for e in entries
+            if e.event == "verify"
             and e.fields.get("request_id") == request_id
             and e.fields.get("verified") is True
-            for e in entries
-        ):
+        ]
+        if not found:
             raise StorageError(
                 "the audit log holds no scan that verified this request, although its row says "
                 "verified: the database was altered; no certificate was issued, investigate"
             )
+        return dict(found[-1])
 
     # -- rotation ----------------------------------------------------------------------
     def rotate(self, progress: Progress | None = None) -> RotationReport:
@@ -379,12 +422,14 @@ class ErasureService:
             anchor_audit(self._provider, txn, "rotate", {"epoch": new_epoch, "rewrapped": len(rewrapped)})
         # old wrapped bytes must leave the WAL before old epochs can be said to be gone
         self._backend.checkpoint_truncate()
+        destroyed = [
+            epoch
+            for epoch in self._provider.live_epochs()
+            # the provider decides "no registered backup needs it" and destroys in one step: a
+            # backup registering at this moment (another thread or process) never loses its epoch
+            if epoch != new_epoch and self._provider.destroy_epoch(epoch)
+        ]
         retained = {e for epochs in self._provider.backups().values() for e in epochs}
-        destroyed = []
-        for epoch in self._provider.live_epochs():
-            if epoch != new_epoch and epoch not in retained:
-                self._provider.destroy_epoch(epoch)
-                destroyed.append(epoch)
         self._keys.forget_epoch_sealers()
         self._record_horizons()
         if progress is not None:
@@ -459,7 +504,7 @@ def _purge_layers_done(row: ErasureRow | dict[str, Any]) -> bool:
     return all(layers[name]["state"] == "done" for name in PURGE_LAYERS)
 
 
-def _check_forgets_audited(provider: KeyProvider, entries: Sequence[AuditEntry]) -> None:
+def _check_forgets_audited(ledger: Sequence[dict[str, Any]], entries: Sequence[AuditEntry]) -> None:
     """The forgets of the audit log and of the provider's ledger are the same, saying the same.
 
     Anchors cover the log only up to the newest one; a replayed forget's entry, or one whose
@@ -469,13 +514,15 @@ def _check_forgets_audited(provider: KeyProvider, entries: Sequence[AuditEntry])
     forgets = [e for e in entries if e.event == "forget"]
     audited = {str(e.fields.get("request_id")): e.fields for e in forgets}
     logged = {
-        str(entry["plan"]["request_id"]): entry["plan"]
-        for entry in provider.ledger()
-        if entry.get("kind") == "forget"
+        str(entry["plan"]["request_id"]): entry["plan"] for entry in ledger if entry.get("kind") == "forget"
     }
     for request_id, plan in logged.items():
         fields = audited.get(request_id)
-        if fields is None or any(fields.get(k) != plan[k] for k in ("mode", "target_kind", "target")):
+        expected = {
+            **{k: plan[k] for k in ("mode", "target_kind", "target", "version")},
+            "records": len(plan["destroy_records"]) or len(plan["hide"]),
+        }
+        if fields is None or any(fields.get(k) != v for k, v in expected.items()):
             raise StorageError(
                 "the audit log lacks or misstates a forget recorded in the key provider's ledger: the "
                 "audit log was altered; restore it from a trusted copy and investigate"

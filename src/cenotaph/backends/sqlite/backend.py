@@ -326,7 +326,9 @@ class SQLiteTxn:
                 found[row[0]] = _lineage(row)
         return found
 
-    def lineage_ids(self, scope_tokens: Sequence[bytes], key_token: bytes | None) -> list[str]:
+    def lineage_ids(
+        self, scope_tokens: Sequence[bytes], key_token: bytes | None, *, unforgotten: bool = False
+    ) -> list[str]:
         ids: list[str] = []
         for part in _chunks(list(scope_tokens)):
             sql = f"SELECT record_id FROM lineage WHERE scope_token IN ({_marks(len(part))})"
@@ -334,6 +336,8 @@ class SQLiteTxn:
             if key_token is not None:
                 sql += " AND key_token=?"
                 args.append(key_token)
+            if unforgotten:
+                sql += " AND forgotten_version IS NULL"
             ids.extend(r[0] for r in self._c.execute(sql + " AND destroyed_version IS NULL", args))
         return ids
 
