@@ -35,6 +35,20 @@ def _edit(directory: Path, *statements: tuple[str, tuple[object, ...]]) -> None:
         conn.close()
 
 
+def _fail_anchors(monkeypatch: pytest.MonkeyPatch, store: cenotaph.Store) -> None:
+    """Until ``monkeypatch.undo()``: every anchor append (after COMMIT) fails, as a full ledger
+    or a crash right after COMMIT would make it; everything else reaches the ledger."""
+    provider = store._provider
+    real_append = provider.append_ledger
+
+    def no_anchors(entry: dict[str, object]) -> None:
+        if entry.get("kind") == "anchor":
+            raise KeyProviderError("the key provider's ledger is full")
+        real_append(entry)
+
+    monkeypatch.setattr(provider, "append_ledger", no_anchors)
+
+
 def _forged_entry() -> str:
     entry = chain_entry("0" * 64, 1, "2020-01-01T00:00:00Z", "forget", {"request_id": "fake"})
     return json.dumps(entry_to_dict(entry), sort_keys=True)
@@ -85,15 +99,7 @@ def test_a_failing_ledger_after_commit_leaves_the_forget_done_and_forgotten(
     with cenotaph.open(tmp_path, auto_purge=False) as store:
         store.write(SCOPE, "k", "secret")
         assert store.read(SCOPE, "k") is not None  # cached
-        provider = store._provider
-        real_append = provider.append_ledger
-
-        def no_anchors(entry: dict[str, object]) -> None:
-            if entry.get("kind") == "anchor":
-                raise KeyProviderError("the key provider's ledger is full")
-            real_append(entry)
-
-        monkeypatch.setattr(provider, "append_ledger", no_anchors)
+        _fail_anchors(monkeypatch, store)
         request = store.forget(SCOPE, "k", mode="compliance")
         monkeypatch.undo()
         assert store.read(SCOPE, "k") is None
@@ -241,15 +247,7 @@ def test_an_entry_whose_anchor_was_lost_is_vouched_for_and_still_cannot_be_rewri
     with cenotaph.open(tmp_path, auto_purge=False) as store:
         store.write(SCOPE, "k", "secret")
         request = store.forget(SCOPE, "k")
-        provider = store._provider
-        real_append = provider.append_ledger
-
-        def no_anchors(entry: dict[str, object]) -> None:
-            if entry.get("kind") == "anchor":
-                raise KeyProviderError("the key provider's ledger is full")
-            real_append(entry)
-
-        monkeypatch.setattr(provider, "append_ledger", no_anchors)
+        _fail_anchors(monkeypatch, store)
         store.purge()  # verify and purge entries: announced, not anchored
         monkeypatch.undo()
         audit = store.verify_audit()
