@@ -301,3 +301,20 @@ def test_a_restore_or_backup_inside_a_data_directory_is_refused(tmp_path: Path) 
     ):
         other.backup(live / "bk")
     assert not (live / "bk").exists()
+
+
+def test_a_backup_that_fails_keeps_no_epoch_registered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with cenotaph.open(tmp_path / "data") as store:
+        store.write(A, "k", "v")
+
+        def full_disk(target: Path) -> set[int]:
+            target.write_bytes(b"half a copy")
+            raise StorageError("database or disk is full")
+
+        monkeypatch.setattr(store._backend, "vacuum_into", full_disk)
+        with pytest.raises(StorageError):
+            store.backup(tmp_path / "bk")
+        assert store.backups() == {}  # nothing pins the epochs of a backup that does not exist
+        assert not (tmp_path / "bk" / DB).exists()

@@ -478,18 +478,23 @@ class ErasureService:
         """Copy the database and register the KEK epochs the copy needs, race-free with a
         rotation in any process: register what is in use, copy, register what the copy itself
         uses, then check none of it was destroyed before that registration (else copy again)."""
-        for _ in range(3):
-            with self._backend.read() as txn:
-                epochs = txn.epochs_in_use() | {self._keys.refresh_epoch()}
-            self._provider.register_backup(backup_id, sorted(epochs))
+        try:
+            for _ in range(3):
+                with self._backend.read() as txn:
+                    epochs = txn.epochs_in_use() | {self._keys.refresh_epoch()}
+                self._provider.register_backup(backup_id, sorted(epochs))
+                target.unlink(missing_ok=True)
+                epochs |= self._backend.vacuum_into(target)
+                self._provider.register_backup(backup_id, sorted(epochs))  # no rotation destroys these now
+                if epochs <= set(self._provider.live_epochs()):
+                    return sorted(epochs)
+            raise StorageError("key rotations kept racing this backup; nothing was kept, run backup again")
+        except BaseException:
+            # a backup that failed keeps no epoch alive and leaves no half copy
+            if backup_id in self._provider.backups():
+                self._provider.release_backup(backup_id)
             target.unlink(missing_ok=True)
-            epochs |= self._backend.vacuum_into(target)
-            self._provider.register_backup(backup_id, sorted(epochs))  # no rotation destroys these now
-            if epochs <= set(self._provider.live_epochs()):
-                return sorted(epochs)
-        self._provider.release_backup(backup_id)
-        target.unlink(missing_ok=True)
-        raise StorageError("key rotations kept racing this backup; nothing was kept, run backup again")
+            raise
 
     def release_backup(self, backup_id: str) -> None:
         if backup_id not in self._provider.backups():
