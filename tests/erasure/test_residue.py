@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from _erasure_data import DB, A, B, assert_gone, assert_readable, assert_write_refused, cells, populate
-from _erasure_kit import WINDOW, copy_file, forms, residue, sql
+from _erasure_kit import WINDOW, copy_file, forms, residue, sql, write_sql
 
 import cenotaph
 
@@ -213,3 +213,34 @@ def test_erasing_a_long_low_entropy_value_takes_about_as_long_as_a_random_one(tm
             assert store.forget_subject(A).status().state == "verified"
             timings[name] = time.monotonic() - started
     assert timings["one-char"] < 1.0 + 2 * timings["random"], timings
+
+
+def test_a_stale_fragment_in_free_space_is_rewritten_away_before_verifying(tmp_path: Path) -> None:
+    """Free space can hold bytes secure_delete never zeroed: a page SQLite reorganized, or (here)
+    a connection that ran with secure_delete OFF and dropped a table holding a copy of a cell.
+    The scan finds them in the database; purge then rewrites it (VACUUM + TRUNCATE) and scans
+    again, so the request is verified with nothing left rather than stuck."""
+    data = tmp_path / "data"
+    with cenotaph.open(data, auto_purge=False) as store:
+        a = populate(store, A, "A", short=6, long=1)
+        b = populate(store, B, "B", short=6, long=1)
+    a_cells = cells(data / DB, a.ids, immutable=True)
+    stale = max(a_cells, key=len)
+    write_sql(
+        data / DB,
+        [
+            ("PRAGMA secure_delete=OFF", []),
+            ("CREATE TABLE junk(b BLOB)", []),
+            ("INSERT INTO junk VALUES (?)", [stale]),
+        ],
+    )
+    write_sql(data / DB, [("PRAGMA secure_delete=OFF", []), ("DROP TABLE junk", [])])
+    assert residue(data, blobs=[stale])["window_hits"], "the stale copy must be on disk first"
+    with cenotaph.open(data) as store:
+        request = store.forget_subject(A)
+        status = request.status()
+        assert status.state == "verified", status.gaps
+        assert_gone(store, a)
+        assert_readable(store, b)
+    found = residue(data, texts=[a.canary], blobs=a_cells)
+    assert found["text_hits"] == [] and found["window_hits"] == []

@@ -655,6 +655,16 @@ class SQLiteBackend:
             time.sleep(min(0.005 * (attempt + 1), 0.05))
         return False, wal.stat().st_size if wal.exists() else 0
 
+    def rewrite(self) -> bool:
+        """``VACUUM`` (every page rebuilt from live cells only), then a TRUNCATE checkpoint so the
+        old pages leave the WAL too. False if an open reader keeps the WAL."""
+        with self._lock:
+            try:
+                self._conn.execute("VACUUM")
+            except sqlite3.Error as exc:
+                raise translate(exc) from exc
+        return self.checkpoint_truncate()[0]
+
     def vacuum_into(self, target: Path) -> set[int]:
         """A consistent, compact copy with no freelist residue (HINTS); returns the KEK epochs
         the copy's wrapped keys use (read from the copy itself: a rotation may have committed
