@@ -35,6 +35,7 @@ from _erasure_data import (
 from _erasure_kit import residue, sql
 
 import cenotaph
+from cenotaph.erasure import service as service_module
 from cenotaph.errors import InvalidValueError, StorageError
 from cenotaph.faults import FAULT_ENV
 
@@ -303,18 +304,23 @@ def test_a_restore_or_backup_inside_a_data_directory_is_refused(tmp_path: Path) 
     assert not (live / "bk").exists()
 
 
+@pytest.mark.parametrize("step", ["copy", "manifest"])
 def test_a_backup_that_fails_keeps_no_epoch_registered(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str
 ) -> None:
+    """A registered backup holds back every erasure horizon; one that failed (disk full while
+    copying, or while writing its manifest) must not stay registered, nor look like a backup."""
     with cenotaph.open(tmp_path / "data") as store:
         store.write(A, "k", "v")
 
-        def full_disk(target: Path) -> set[int]:
-            target.write_bytes(b"half a copy")
-            raise StorageError("database or disk is full")
+        def full_disk(*args: object, **kwargs: object) -> set[int]:
+            raise OSError(28, "No space left on device")
 
-        monkeypatch.setattr(store._backend, "vacuum_into", full_disk)
-        with pytest.raises(StorageError):
+        if step == "copy":
+            monkeypatch.setattr(store._backend, "vacuum_into", full_disk)
+        else:
+            monkeypatch.setattr(service_module, "write_atomically", full_disk)
+        with pytest.raises(OSError):
             store.backup(tmp_path / "bk")
         assert store.backups() == {}  # nothing pins the epochs of a backup that does not exist
-        assert not (tmp_path / "bk" / DB).exists()
+        assert list((tmp_path / "bk").iterdir()) == []

@@ -244,3 +244,28 @@ def test_a_stale_fragment_in_free_space_is_rewritten_away_before_verifying(tmp_p
         assert_readable(store, b)
     found = residue(data, texts=[a.canary], blobs=a_cells)
     assert found["text_hits"] == [] and found["window_hits"] == []
+
+
+def test_a_match_in_live_data_costs_one_rewrite_not_one_per_purge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A value that quotes text the store keeps live (here an erasure request id) leaves a probe
+    that matches live cells: no rewrite can remove it, so the request honestly stays unverified,
+    and the whole-database rewrite must run once for it, not on every purge after."""
+    with cenotaph.open(tmp_path / "data") as store:
+        store.write(B, "k", "v")
+        first = store.forget(B, "k")
+        store.write(A, "filed", {"filed": first.id, "note": "the agent kept the request id"})
+        rewrites = []
+        real = store._backend.rewrite
+
+        def counted() -> bool:
+            rewrites.append(1)
+            return real()
+
+        monkeypatch.setattr(store._backend, "rewrite", counted)
+        request = store.forget_subject(A)
+        for _ in range(4):
+            store.purge()
+        assert request.status().state == "purged"  # the match is real: never verified
+        assert len(rewrites) == 1

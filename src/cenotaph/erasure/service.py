@@ -228,7 +228,11 @@ class ErasureService:
         every = [p for probes in per_request.values() for p in probes]
         combined = self._scan(every, progress)
         in_database = any(Path(f).name.startswith(DB_NAME) for f in combined.matched_files)
-        if in_database and self._backend.rewrite():
+        # once per request: a match in live cells (a value quoting text the store keeps, say)
+        # survives any rewrite, and must not cost the store's size on every purge after
+        untried = any(not _scan_evidence(r).get("rewritten") for r in rows)
+        rewritten = in_database and untried and self._backend.rewrite()
+        if rewritten:
             # secure_delete zeroes what is deleted, but a page SQLite reorganized earlier can keep
             # a stale fragment of a cell in its unallocated space; rewriting the whole database
             # (VACUUM, then a TRUNCATE checkpoint) leaves none. Costs the store's size, only then.
@@ -239,15 +243,19 @@ class ErasureService:
         fault_point("purge.scanned")
         with self._backend.write() as txn:
             for row in rows:
-                self._conclude(txn, row, results[row.id], len(per_request[row.id]))
+                self._conclude(txn, row, results[row.id], len(per_request[row.id]), rewritten)
         # the sealed probes were just deleted: push that out of the WAL too
         self._backend.checkpoint_truncate()
         return combined.to_dict()
 
-    def _conclude(self, txn: Txn, row: ErasureRow, result: ScanResult, probe_count: int) -> None:
+    def _conclude(
+        self, txn: Txn, row: ErasureRow, result: ScanResult, probe_count: int, rewritten: bool
+    ) -> None:
         layers = json.loads(row.layers)
         removed = int(layers["rows"]["evidence"].get("records", 0))
         evidence = {**result.to_dict(), "probes": probe_count}
+        if rewritten or _scan_evidence(row).get("rewritten"):
+            evidence["rewritten"] = True  # the database was rewritten for this request already
         gap = None
         if result.matches:
             gap = f"{result.matches} probe match(es) in {list(result.matched_files)}; purge again or investigate"
@@ -465,43 +473,45 @@ class ErasureService:
         dest.mkdir(parents=True, exist_ok=True, mode=0o700)
         fsync(dest.parent)
         backup_id = "bk_" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "_" + os.urandom(4).hex()
-        epochs = self._copy_for_backup(backup_id, dest / DB_NAME)
-        fsync(dest / DB_NAME)
-        info = BackupInfo(
-            id=backup_id,
-            path=str(dest),
-            created_at=datetime.now(UTC),
-            epochs=tuple(epochs),
-            bytes=(dest / DB_NAME).stat().st_size,
-        )
-        # the manifest last, atomically: a backup with a manifest is whole and durable
-        manifest = json.dumps({"format": "cenotaph-backup/1", **info.to_dict()})
-        write_atomically(dest / BACKUP_MANIFEST, manifest.encode())
-        with self._backend.write() as txn:
-            anchor_audit(self._provider, txn, "backup", {"backup_id": backup_id, "epochs": epochs})
+        try:
+            epochs = self._copy_for_backup(backup_id, dest / DB_NAME)
+            fsync(dest / DB_NAME)
+            info = BackupInfo(
+                id=backup_id,
+                path=str(dest),
+                created_at=datetime.now(UTC),
+                epochs=tuple(epochs),
+                bytes=(dest / DB_NAME).stat().st_size,
+            )
+            # the manifest last, atomically: a backup with a manifest is whole and durable
+            manifest = json.dumps({"format": "cenotaph-backup/1", **info.to_dict()})
+            write_atomically(dest / BACKUP_MANIFEST, manifest.encode())
+            with self._backend.write() as txn:
+                anchor_audit(self._provider, txn, "backup", {"backup_id": backup_id, "epochs": epochs})
+        except BaseException:
+            # a backup that failed keeps no epoch alive (it would hold back every horizon) and
+            # leaves nothing that looks like a backup
+            if backup_id in self._provider.backups():
+                self._provider.release_backup(backup_id)
+            for name in (BACKUP_MANIFEST, DB_NAME):
+                (dest / name).unlink(missing_ok=True)
+            raise
         return info
 
     def _copy_for_backup(self, backup_id: str, target: Path) -> list[int]:
         """Copy the database and register the KEK epochs the copy needs, race-free with a
         rotation in any process: register what is in use, copy, register what the copy itself
         uses, then check none of it was destroyed before that registration (else copy again)."""
-        try:
-            for _ in range(3):
-                with self._backend.read() as txn:
-                    epochs = txn.epochs_in_use() | {self._keys.refresh_epoch()}
-                self._provider.register_backup(backup_id, sorted(epochs))
-                target.unlink(missing_ok=True)
-                epochs |= self._backend.vacuum_into(target)
-                self._provider.register_backup(backup_id, sorted(epochs))  # no rotation destroys these now
-                if epochs <= set(self._provider.live_epochs()):
-                    return sorted(epochs)
-            raise StorageError("key rotations kept racing this backup; nothing was kept, run backup again")
-        except BaseException:
-            # a backup that failed keeps no epoch alive and leaves no half copy
-            if backup_id in self._provider.backups():
-                self._provider.release_backup(backup_id)
+        for _ in range(3):
+            with self._backend.read() as txn:
+                epochs = txn.epochs_in_use() | {self._keys.refresh_epoch()}
+            self._provider.register_backup(backup_id, sorted(epochs))
             target.unlink(missing_ok=True)
-            raise
+            epochs |= self._backend.vacuum_into(target)
+            self._provider.register_backup(backup_id, sorted(epochs))  # no rotation destroys these now
+            if epochs <= set(self._provider.live_epochs()):
+                return sorted(epochs)
+        raise StorageError("key rotations kept racing this backup; nothing was kept, run backup again")
 
     def release_backup(self, backup_id: str) -> None:
         if backup_id not in self._provider.backups():
@@ -509,6 +519,11 @@ class ErasureService:
         self._provider.release_backup(backup_id)
         with self._backend.write() as txn:
             anchor_audit(self._provider, txn, "release_backup", {"backup_id": backup_id})
+
+
+def _scan_evidence(row: ErasureRow) -> dict[str, Any]:
+    evidence: dict[str, Any] = json.loads(row.layers).get("scan", {}).get("evidence", {})
+    return evidence
 
 
 def _purge_layers_done(row: ErasureRow | dict[str, Any]) -> bool:
