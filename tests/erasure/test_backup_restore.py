@@ -324,3 +324,22 @@ def test_a_backup_that_fails_keeps_no_epoch_registered(
             store.backup(tmp_path / "bk")
         assert store.backups() == {}  # nothing pins the epochs of a backup that does not exist
         assert list((tmp_path / "bk").iterdir()) == []
+
+
+def test_a_restored_store_certifies_a_replayed_forget_of_records_it_never_held(tmp_path: Path) -> None:
+    """Written after the backup, then forgotten: the restored copy replays the forget, removes
+    nothing and takes no probes (there is nothing of them), and its clean scan proves it."""
+    live = tmp_path / "data"
+    with cenotaph.open(live) as store:
+        store.write(B, "k", "kept")
+        info = store.backup(tmp_path / "backup")
+        store.write(A, "late", "written after the backup")
+        request = store.forget(A, "late")
+        assert request.status().state == "verified"
+    with cenotaph.restore(
+        info.path, tmp_path / "restored", key_provider=cenotaph.LocalKeyring(live / "keyring")
+    ) as restored:
+        assert restored.erasure(request.id).status().state == "verified"
+        certificate = restored.attest(request.id)
+        cenotaph.verify_certificate(certificate.to_json(), restored.public_key)
+        assert restored.read(A, "late") is None

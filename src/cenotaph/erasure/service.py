@@ -252,7 +252,10 @@ class ErasureService:
         self, txn: Txn, row: ErasureRow, result: ScanResult, probe_count: int, rewritten: bool
     ) -> None:
         layers = json.loads(row.layers)
-        removed = int(layers["rows"]["evidence"].get("records", 0))
+        # rows this purge really removed: a replayed forget of records this copy never held (a
+        # restore from an older backup) removes none, and its clean scan needs no probes
+        evidence_rows = layers["rows"]["evidence"]
+        removed = int(evidence_rows.get("rows_removed", evidence_rows.get("records", 0)))
         evidence = {**result.to_dict(), "probes": probe_count}
         if rewritten or _scan_evidence(row).get("rewritten"):
             evidence["rewritten"] = True  # the database was rewritten for this request already
