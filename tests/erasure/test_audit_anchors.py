@@ -316,13 +316,15 @@ def test_a_certificate_states_the_ledger_and_the_audited_scan_not_the_row(tmp_pa
         tmp_path,
         (
             "UPDATE erasures SET target=?, version=1002, requested_at='2020-01-01T00:00:00+00:00', "
-            "verified_at='2020-01-02T00:00:00+00:00', scan=? WHERE id=?",
+            "verified_at='2020-01-02T00:00:00+00:00', scan=?, "
+            "plan=json_set(plan, '$.epochs', json('[]')) WHERE id=?",
             (b"\xee" * 32, json.dumps({"files": 42, "bytes": 10**9, "probes": 999, "matches": 0}), honest),
         ),
     )
     with cenotaph.open(tmp_path) as store:
         after = json.loads(store.attest(honest).to_json())
-    for field in ("target", "forget_version", "requested_at", "verified_at", "scan"):
+    # the row's plan now claims no epoch wrapped its keys: the horizon must not follow it
+    for field in ("target", "forget_version", "requested_at", "verified_at", "scan", "horizon"):
         assert after[field] == before[field], field
 
 

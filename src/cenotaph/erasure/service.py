@@ -98,12 +98,14 @@ class ErasureService:
             layers["horizon"] = LayerStatus("pending", {"reason": reason})
         return ErasureStatus(row.state, layers, horizon, tuple(gaps))
 
-    def _horizon(self, row: ErasureRow) -> tuple[datetime | None, str]:
-        """S5: reached once every KEK epoch live at the forget is destroyed."""
+    def _horizon(self, row: ErasureRow, epochs: Sequence[int] | None = None) -> tuple[datetime | None, str]:
+        """S5: reached once every KEK epoch live at the forget (``epochs``; by default the row's
+        plan's) is destroyed."""
         if row.mode != "compliance":
             return None, "operational forgets have no erasure horizon"
-        plan = ForgetPlan.from_entry(json.loads(row.plan))
-        live = set(self._provider.live_epochs()) & set(plan.epochs)
+        if epochs is None:
+            epochs = ForgetPlan.from_entry(json.loads(row.plan)).epochs
+        live = set(self._provider.live_epochs()) & set(epochs)
         if not live:
             stamp = row.horizon or _now()
             return datetime.fromisoformat(stamp), "every KEK epoch that wrapped a destroyed key is destroyed"
@@ -302,10 +304,12 @@ class ErasureService:
         if row.mode == "operational":
             raise ErasureNotProvableError(OPERATIONAL_GAP, [OPERATIONAL_GAP])
         plan = self._ledgered_plan(request_id)
+        if plan["mode"] != "compliance":  # the ledger's word, not the row's
+            raise ErasureNotProvableError(OPERATIONAL_GAP, [OPERATIONAL_GAP])
         status = self.confirm(request_id)
         verified = self._audited_verification(request_id)
         row = self.row(request_id)
-        horizon, reason = self._horizon(row)
+        horizon, reason = self._horizon(row, plan.get("epochs"))
         # what the certificate states comes from the ledger (the request) and from the verified
         # audit log (the scan), not from the request's row, which the database holds
         fields = {
