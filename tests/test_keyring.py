@@ -114,3 +114,18 @@ def test_two_stores_never_share_tokens_or_signing_keys(tmp_path: Path) -> None:
         assert ca["target"] != cb["target"]
         with pytest.raises(cenotaph.CertificateError):
             cenotaph.verify_certificate(ca.to_json(), b.public_key)
+
+
+def test_a_short_ledger_write_is_completed_not_torn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """os.write may write fewer bytes than asked (a nearly full disk); the ledger append must
+    write the rest rather than leave a torn line that ledger() then skips."""
+    keyring = cenotaph.LocalKeyring(tmp_path / "keyring")
+    real_write = os.write
+
+    def short_write(fd: int, data: bytes) -> int:
+        return real_write(fd, bytes(data[: max(1, len(data) // 3)]))
+
+    monkeypatch.setattr(os, "write", short_write)
+    keyring.append_ledger({"kind": "test", "payload": "x" * 300})
+    monkeypatch.undo()
+    assert keyring.ledger()[-1] == {"kind": "test", "payload": "x" * 300}

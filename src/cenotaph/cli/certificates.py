@@ -18,6 +18,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 import cenotaph
+from cenotaph.durable import write_all
 from cenotaph.errors import CertificateError, ErasureNotProvableError
 
 from .options import data_option, open_existing_store
@@ -85,7 +86,7 @@ def attest(request_id: str, out: Path | None, data: Path, table: bool) -> None:
         return
     fd, tmp = staged
     try:
-        os.write(fd, text.encode("utf-8"))
+        write_all(fd, text.encode("utf-8"))
         os.fsync(fd)
         os.close(fd)
         os.replace(tmp, out)  # FILE is replaced only by a whole certificate

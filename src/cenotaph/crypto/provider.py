@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from ..durable import write_atomically
+from ..durable import write_all, write_atomically
 from ..errors import KeyProviderError
 from .aead import KEY_BYTES, new_key, open_sealed, seal
 
@@ -251,7 +251,7 @@ class LocalKeyring:
                     size = os.fstat(fd).st_size
                     if size and os.pread(fd, 1, size - 1) != b"\n":
                         line = b"\n" + line  # close a line torn by a crash, keep this entry whole
-                    os.write(fd, line)
+                    write_all(fd, line)  # a short write (a full disk) must not pass for a whole one
                     os.fsync(fd)
                 finally:
                     os.close(fd)
