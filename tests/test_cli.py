@@ -273,7 +273,7 @@ def test_status_of_one_request_and_of_the_store(data: Path) -> None:
     assert summary["erasures"]["total"] == 1
     assert [r["id"] for r in summary["requests"]] == [request["id"]]
     assert summary["requests"][0]["state"] == one["status"]["state"]
-    assert_one_line_error(run("status", "er_nonexistent", *d), 2)
+    assert_one_line_error(run("status", "er_nonexistent", *d), 1)  # not found
 
 
 # -- doctor --------------------------------------------------------------------------------
@@ -385,7 +385,6 @@ BAD_INPUT = [
     ("list", ""),
     ("forget", USER, "k", "--mode", "sometimes"),
     ("forget-subject", ""),
-    ("status", "er_unknown"),
     ("search", USER, ""),
     ("search", USER, "q", "-k", "0"),
     ("search", USER, "q", "-k", "many"),
@@ -394,10 +393,8 @@ BAD_INPUT = [
     ("search", USER, "q", "--filter", '{"topic": {"$regex": "x"}}'),
     ("search", "not a scope", "q"),
     ("export", ""),
-    ("attest", "er_unknown"),
     ("attest",),
     ("backup",),
-    ("release-backup", "bk_unknown"),
     ("restore", "/no/such/backup"),
     ("audit", "bogus"),
     ("no-such-command",),
@@ -411,6 +408,16 @@ def test_bad_input_exits_2_with_one_line(data: Path, args: tuple[str, ...]) -> N
     assert result.stdout == ""
 
 
+NOT_FOUND = [("status", "er_unknown"), ("attest", "er_unknown"), ("release-backup", "bk_unknown")]
+
+
+@pytest.mark.parametrize("args", NOT_FOUND, ids=lambda a: " ".join(a))
+def test_an_id_nothing_has_exits_1_not_found_as_the_help_says(data: Path, args: tuple[str, ...]) -> None:
+    result = run(*args, "--data", str(data))
+    line = assert_one_line_error(result, 1)
+    assert "no " in line and "with that id" in line and result.stdout == ""
+
+
 def test_bad_json_names_the_position_not_the_text(data: Path) -> None:
     line = assert_one_line_error(
         run("write", USER, "k", '{"secret": oops}', "--json", "--data", str(data)), 2
@@ -420,6 +427,8 @@ def test_bad_json_names_the_position_not_the_text(data: Path) -> None:
         run("write", USER, "k", '{"a": {"x": 1, "x": 2}}', "--json", "--data", str(data)), 2
     )
     assert "same key twice" in line
+    line = assert_one_line_error(run("search", USER, "q", "--filter", "{bad", "--data", str(data)), 2)
+    assert "--filter" in line and "--filter_" not in line  # the option's name, not the variable's
     assert run("read", USER, "k", "--data", str(data)).exit_code == 1  # nothing was written
 
 
@@ -886,7 +895,7 @@ def test_backup_retains_epochs_until_released(data: Path, tmp_path: Path) -> Non
     assert ok_json("status", *d)["backups"] == {}
     assert 1 in ok_json("rotate-keys", *d)["destroyed_epochs"]
     assert ok_json("status", request["id"], *d)["status"]["horizon"] is not None
-    assert_one_line_error(run("release-backup", info["id"], *d), 2)  # released already
+    assert_one_line_error(run("release-backup", info["id"], *d), 1)  # released already: not found
 
 
 def test_backup_into_a_non_empty_directory_is_bad_input(data: Path, tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ Every error the library raises on purpose is a :class:`CenotaphError`::
     CenotaphError
     ├── InvalidScopeError          (also ValueError)   malformed scope path
     ├── InvalidValueError          (also ValueError)   bad value, key, option or argument
+    │   └── NotFoundError          no erasure request or backup has that id
     ├── ForgottenError             the target is covered by a tombstone (.version = v_f)
     │   └── DerivedFromForgottenError   a derived_from source was forgotten
     ├── StaleWriteError            base_version is older than the record or a forget
@@ -32,6 +33,7 @@ __all__ = [
     "InvalidScopeError",
     "InvalidValueError",
     "KeyProviderError",
+    "NotFoundError",
     "ScopeClosureError",
     "StaleWriteError",
     "StorageError",
@@ -48,6 +50,10 @@ class InvalidScopeError(CenotaphError, ValueError):
 
 class InvalidValueError(CenotaphError, ValueError):
     """A value, key, option or argument is not acceptable."""
+
+
+class NotFoundError(InvalidValueError):
+    """No erasure request or backup has the given id (the CLI exits 1, "not found")."""
 
 
 class ForgottenError(CenotaphError):

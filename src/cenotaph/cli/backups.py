@@ -20,6 +20,7 @@ from rich.text import Text
 import cenotaph
 from cenotaph.crypto.provider import KEYRING_ENV, MASTER_KEY_ENV
 from cenotaph.erasure.restoring import restore_committed
+from cenotaph.errors import NotFoundError
 
 from .forgetting import erasure_counts, registered_backups, request_rows
 from .options import data_option, open_existing_store
@@ -72,9 +73,7 @@ def release_backup(backup_id: str, data: Path, table: bool) -> None:
     with open_existing_store(data) as store:
         backups = registered_backups(data)
         if backup_id not in backups:
-            raise click.BadParameter(
-                "no backup with that id is registered; `cenotaph status` lists them", param_hint="BACKUP_ID"
-            )
+            raise NotFoundError("no backup with that id is registered; `cenotaph status` lists them")
         store.release_backup(backup_id)
     doc = {
         "released": backup_id,

@@ -1,7 +1,7 @@
 """The ``cenotaph`` command group, its exit codes, and the list of commands.
 
 Exit codes: 0 success; 1 the store refused or failed (forgotten target, stale write, scope
-closure, storage or key-provider failure) or the answer is "no" (``read`` found nothing,
+closure, storage or key-provider failure) or the answer is "no" (``read`` found nothing, no request or backup has the id,
 ``doctor`` found a failing check); 2 bad input (usage errors, malformed scope or value).
 Every error is one line on stderr, ``error: <reason>``, never a traceback.
 """
@@ -21,6 +21,7 @@ from cenotaph.errors import (
     ForgottenError,
     InvalidScopeError,
     InvalidValueError,
+    NotFoundError,
     ScopeClosureError,
 )
 
@@ -52,7 +53,10 @@ CLI_HINTS: dict[type[CenotaphError], str] = {
 
 
 def exit_code_for(exc: CenotaphError) -> int:
-    """2 for bad input (a malformed scope, value or option), 1 for everything the store refused."""
+    """2 for bad input (a malformed scope, value or option), 1 for everything the store refused
+    and for an id nothing has (not found)."""
+    if isinstance(exc, NotFoundError):
+        return EXIT_REFUSED
     return EXIT_BAD_INPUT if isinstance(exc, InvalidScopeError | InvalidValueError) else EXIT_REFUSED
 
 

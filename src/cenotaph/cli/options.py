@@ -105,7 +105,8 @@ def open_existing_store(data: Path) -> Iterator[cenotaph.Store]:
 
 def json_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
     """Click callback for an option holding JSON text (e.g. ``--metadata``); None stays None."""
-    return None if value is None else parse_json(value, f"--{param.name}")
+    hint = max(param.opts, key=len) if param.opts else f"--{param.name}"  # "--filter", not "--filter_"
+    return None if value is None else parse_json(value, hint)
 
 
 def parse_json(text: str, param_hint: str) -> Any:

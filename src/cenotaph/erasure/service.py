@@ -23,7 +23,7 @@ from ..backends.sqlite.backend import DB_NAME
 from ..crypto.keys import KeyChain
 from ..crypto.provider import KeyProvider, LocalKeyring
 from ..durable import fsync, write_atomically
-from ..errors import ErasureNotProvableError, InvalidValueError, StorageError
+from ..errors import ErasureNotProvableError, InvalidValueError, NotFoundError, StorageError
 from ..faults import fault_point
 from ..model import BackupInfo, Certificate, ErasureStatus, LayerStatus, PurgeReport, RotationReport
 from ..validation import check_token_text
@@ -77,7 +77,7 @@ class ErasureService:
         with self._backend.read() as txn:
             row = txn.erasure(checked)
         if row is None:
-            raise InvalidValueError("no erasure request with that id; list them with `cenotaph status`")
+            raise NotFoundError("no erasure request with that id; list them with `cenotaph status`")
         return row
 
     def status(self, request_id: str) -> ErasureStatus:
@@ -522,7 +522,7 @@ class ErasureService:
 
     def release_backup(self, backup_id: str) -> None:
         if backup_id not in self._provider.backups():
-            raise InvalidValueError("no backup with that id is registered; list them with `cenotaph status`")
+            raise NotFoundError("no backup with that id is registered; list them with `cenotaph status`")
         self._provider.release_backup(backup_id)
         with self._backend.write() as txn:
             anchor_audit(self._provider, txn, "release_backup", {"backup_id": backup_id})
