@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,22 +109,27 @@ class Held:
     a: Written
     b: Written
     a_cells: list[bytes]
+    before: object = None  # what the ``before`` step returned
 
 
 @contextlib.contextmanager
-def _held_reader(data: Path, *, auto_purge: bool) -> Iterator[Held]:
-    """Populate, start the reader, then write once more (WAL frames after its snapshot). The
-    reader is killed (if still holding) and the store closed whatever the test does."""
+def _held_reader(
+    data: Path, *, auto_purge: bool, before: Callable[[cenotaph.Store], object] | None = None
+) -> Iterator[Held]:
+    """Populate, run ``before`` (its result is ``Held.before``), start the reader, then write once
+    more (WAL frames after its snapshot). The reader is killed (if still holding) and the store
+    closed whatever the test does."""
     store = cenotaph.open(data, auto_purge=auto_purge)
     reader: Reader | None = None
     try:
         a = populate(store, A, "A", short=6, long=1)
         b = populate(store, B, "B", short=6, long=1)
         a_cells = cells(data / DB, a.ids)
+        prepared = None if before is None else before(store)
         reader = Reader(data / DB)
-        assert reader.count == len(a.ids) + len(b.ids)
+        assert reader.count == len(store.list("tenant:t", include_descendants=True))
         store.write("tenant:t/user:c", "k", "other data")
-        yield Held(store, reader, a, b, a_cells)
+        yield Held(store, reader, a, b, a_cells, prepared)
     finally:
         if reader is not None:
             reader.kill()
@@ -217,12 +222,8 @@ def test_a_purged_request_is_not_verified_while_a_reader_blocks_the_wal(tmp_path
     purged. If a reader then blocks the next purge's WAL truncation, that purge must not verify
     it: the certificate would be signed over a pending layer."""
     data = tmp_path / "data"
-    store = cenotaph.open(data, auto_purge=False)
-    reader: Reader | None = None
-    try:
-        a = populate(store, A, "A", short=6, long=1)
-        b = populate(store, B, "B", short=6, long=1)
-        a_cells = cells(data / DB, a.ids)
+
+    def forget_then_cut_the_purge_short(store: cenotaph.Store) -> cenotaph.ErasureRequest:
         request = store.forget_subject(A)
 
         def cancel(done: int, total: int) -> None:
@@ -231,16 +232,15 @@ def test_a_purged_request_is_not_verified_while_a_reader_blocks_the_wal(tmp_path
         with pytest.raises(KeyboardInterrupt):
             store.purge(progress=cancel)
         assert request.status().state == "purged"
-        reader = Reader(data / DB)
-        store.write("tenant:t/user:c", "k", "a frame after the reader's snapshot")
+        return request
+
+    with _held_reader(data, auto_purge=False, before=forget_then_cut_the_purge_short) as held:
+        store, request = held.store, held.before
+        assert isinstance(request, cenotaph.ErasureRequest)
         report = store.purge()
         assert report.wal_truncated is False
         assert report.requests[request.id] == "purged"
         _refused_for_the_wal(store, request)
 
-        reader.release()
-        _verified_after_release(store, request, data, a, a_cells, b)
-    finally:
-        if reader is not None:
-            reader.kill()
-        store.close()
+        held.reader.release()
+        _verified_after_release(store, request, data, held.a, held.a_cells, held.b)
