@@ -178,6 +178,12 @@ def test_the_longest_key_is_accepted(fresh: Store) -> None:
 
 
 # -- values -------------------------------------------------------------------------------
+def _self_containing() -> list[Any]:
+    loop: list[Any] = [CANARY]
+    loop.append(loop)
+    return loop
+
+
 def _deep(depth: int) -> list[Any]:
     value: list[Any] = [CANARY]
     for _ in range(depth):
@@ -202,6 +208,7 @@ BAD_VALUES: dict[str, Any] = {
     "over 1 MiB": CANARY + "x" * (1 << 20),
     "over 1 MiB nested": {"a": [CANARY, "x" * (1 << 20)]},
     "nested too deeply": _deep(100_000),
+    "contains itself": _self_containing(),
 }
 
 

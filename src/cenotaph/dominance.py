@@ -32,7 +32,7 @@ class WriteTargets:
     def build(
         cls, tokens: TokenMaker, scope: Scope, key: str, subject_tokens: tuple[bytes, ...]
     ) -> WriteTargets:
-        prefixes = tuple(tokens.scope(p) for p in scope.prefixes())
+        prefixes = tokens.scope_chain(scope)
         key_token = tokens.key(key)
         key_targets = tuple(tokens.key_subtree(p, key_token) for p in prefixes)
         return cls(

@@ -20,12 +20,13 @@ from typing import Any
 from .backends.base import LineageRow, RecordRow, Txn
 from .crypto.aead import KEY_BYTES, Sealer
 from .crypto.keys import KeyChain, content_key, lineage_key
+from .jsoncodec import compact_encoder
 from .model import Record
 
 __all__ = ["OpenedRecord", "RecordCrypto", "SealedRecord", "is_visible"]
 
 _SUBJECTS_AAD = b"cenotaph-subjects/1"
-_COMPACT = json.JSONEncoder(separators=(",", ":"))  # one encoder: json.dumps with options builds one a call
+_COMPACT = compact_encoder(ensure_ascii=True, allow_nan=True)
 
 
 def is_visible(row: RecordRow, now: float) -> bool:
@@ -64,12 +65,19 @@ class OpenedRecord:
 
     __slots__ = ("_template", "expires_at", "id", "payload", "version")
 
-    def __init__(self, record_id: str, version: int, expires_at: float | None, payload: bytes) -> None:
+    def __init__(
+        self,
+        record_id: str,
+        version: int,
+        expires_at: float | None,
+        payload: bytes,
+        template: Record | None = None,
+    ) -> None:
         self.id = record_id
         self.version = version
         self.expires_at = expires_at
         self.payload = payload
-        self._template: Record | None = None  # parsed once; its value and metadata never leave
+        self._template = template  # parsed once; its value and metadata never leave
 
     def record(self) -> Record:
         t = self._template
@@ -222,7 +230,7 @@ class RecordCrypto:
             "c": created_at,
             "x": expires_at,
         }
-        payload = b'{"v":' + value_json + b',"r":' + _COMPACT.encode(rest).encode() + b"}"
+        payload = b'{"v":' + value_json + b',"r":' + _COMPACT(rest).encode() + b"}"
         aad = record_id.encode()
         sealer = Sealer(ckey)
         row = RecordRow(
@@ -244,10 +252,30 @@ class RecordCrypto:
             wrapped=wrapped_lineage,
             epoch=epoch,
             subject_tokens=b"".join(subject_tokens),
-            subjects=Sealer(lin_key).seal(_COMPACT.encode(list(subjects)).encode(), _SUBJECTS_AAD + aad),
+            subjects=Sealer(lin_key).seal(_COMPACT(list(subjects)).encode(), _SUBJECTS_AAD + aad),
             sources=tuple(derived_from),
         )
-        return SealedRecord(row, lineage, lin_key, OpenedRecord(record_id, version, expires_at, payload))
+        # the template from what was sealed, without parsing the payload back: the value from
+        # its own JSON (so it is exactly what a read returns); metadata only when empty (a
+        # caller's nested metadata must not be shared), else parsed on first use
+        template = (
+            None
+            if metadata
+            else Record(
+                id=record_id,
+                scope=scope_path,
+                key=key,
+                value=json.loads(value_json),
+                version=version,
+                subjects=tuple(subjects),
+                created_at=datetime.fromtimestamp(created_at, UTC),
+                expires_at=_ts(expires_at),
+                derived_from=tuple(derived_from),
+                metadata={},
+            )
+        )
+        opened = OpenedRecord(record_id, version, expires_at, payload, template)
+        return SealedRecord(row, lineage, lin_key, opened)
 
     def _content_sealer(self, txn: Txn, row: RecordRow, lineage: LineageRow | None = None) -> Sealer | None:
         """The AEAD of a row's content key; ``None`` if any key it depends on was destroyed (S2)."""

@@ -337,8 +337,8 @@ class Store:
                 return hit.record()
         parsed = Scope.parse(scope)
         key_token = self._tokens.key(check_key(key))
-        chain = list(reversed(parsed.prefixes())) if check_flag(fallthrough, "fallthrough") else [parsed]
-        tokens = [self._tokens.scope(p) for p in chain]
+        chain = self._tokens.scope_chain(parsed)
+        tokens = chain[::-1] if check_flag(fallthrough, "fallthrough") else chain[-1:]
         if not cacheable:
             self._sync()
         generation = self._resolved_gen

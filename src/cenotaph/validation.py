@@ -6,7 +6,6 @@ at most ``MAX_VALUE_BYTES``; keys are 1..``MAX_KEY_LENGTH`` printable characters
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Iterable, Mapping
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InvalidValueError
+from .jsoncodec import compact_encoder
 
 __all__ = [
     "MAX_KEY_LENGTH",
@@ -52,16 +52,17 @@ def check_key(key: object) -> str:
     return key
 
 
-# one encoder for every value: json.dumps with options builds a new one per call
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_ENCODE = compact_encoder(ensure_ascii=False, allow_nan=False)
 
 
 def encode_json(value: object, what: str = "value", limit: int = MAX_VALUE_BYTES) -> bytes:
     """Compact UTF-8 JSON of ``value``; rejects NaN, non-JSON types and oversized values."""
     try:
-        text = _ENCODER.encode(value)
+        text = _ENCODE(value)
     except RecursionError:
-        raise InvalidValueError(f"{what} is nested too deeply; use a flatter structure") from None
+        raise InvalidValueError(
+            f"{what} is nested too deeply or contains itself; use a flatter structure"
+        ) from None
     except (TypeError, ValueError) as exc:
         raise InvalidValueError(
             f"{what} must be a JSON value (dict, list, str, int, float, bool or None, no NaN): {exc}"

@@ -301,7 +301,8 @@ class RecordWriter:
         txn.insert_scopes(new_rows)
 
     def _scope_keys_for(self, scope: Scope) -> list[bytes]:
-        return [self._keys.scope_keys[self._tokens.scope(p)] for p in scope.prefixes()]
+        keys = self._keys.scope_keys
+        return [keys[t] for t in self._tokens.scope_chain(scope)]
 
     def _ensure_subject_keys(self, txn: Txn, tokens: set[bytes]) -> dict[bytes, bytes]:
         missing = [t for t in tokens if t not in self._keys.subject_keys]

@@ -22,6 +22,7 @@ class TokenMaker:
     def __init__(self, secret: bytes) -> None:
         self._secret = secret
         self._cached = lru_cache(maxsize=65536)(self._mac)
+        self._chains = lru_cache(maxsize=4096)(self._chain)
 
     def _mac(self, label: bytes, data: bytes) -> bytes:
         return hmac.digest(self._secret, label + b"\0" + data, "sha256")  # one-shot C HMAC
@@ -29,6 +30,14 @@ class TokenMaker:
     def scope(self, scope: Scope) -> bytes:
         """Token of one scope path; also the target of a scope tombstone (covers its subtree)."""
         return self._cached(b"scope", scope.path.encode())
+
+    def scope_chain(self, scope: Scope) -> tuple[bytes, ...]:
+        """Tokens of every prefix of ``scope``, root first (cached per path: every write and
+        read needs them)."""
+        return self._chains(scope.path)
+
+    def _chain(self, path: str) -> tuple[bytes, ...]:
+        return tuple(self.scope(p) for p in Scope.parse(path).prefixes())
 
     def key(self, key: str) -> bytes:
         return self._cached(b"key", key.encode())
