@@ -225,9 +225,17 @@ def test_reauthorize_lets_one_write_through(data: Path) -> None:
     assert ok_json("read", SESSION, "note", *d)["id"] == rec["id"]
 
 
-def test_reauthorize_takes_key_or_subject_not_both(data: Path) -> None:
-    result = run("reauthorize", USER, "k", "--subject", "s", "--data", str(data))
-    assert "not both" in assert_one_line_error(result, 2)
+def test_one_reauthorization_with_key_and_subject_reopens_a_key_forgotten_both_ways(data: Path) -> None:
+    d = ("--data", str(data))
+    ok_json("write", USER, "k", "old", *d)
+    ok_json("forget", USER, "k", *d)
+    ok_json("forget-subject", USER, *d)
+    token = ok_json("reauthorize", USER, "k", *d)["token"]  # the key alone: the subject still blocks
+    refused = run("write", USER, "k", "new", "--reauthorization", token, *d)
+    assert "does not cover" in assert_one_line_error(refused, 1)
+    token = ok_json("reauthorize", USER, "k", "--subject", USER, *d)["token"]
+    ok_json("write", USER, "k", "new", "--reauthorization", token, *d)
+    assert ok_json("read", USER, "k", *d)["value"] == "new"
 
 
 def test_forget_refuses_a_scope_leak_and_names_no_value(data: Path) -> None:

@@ -7,6 +7,13 @@ A *lift* is recorded when a reauthorization token is consumed, at the token's *i
 it un-blocks the tombstones older than the token for writes inside its target. A tombstone newer
 than the token -- a later forget, or one between the token's issue and its use elsewhere in a
 scope token's subtree -- stays in force.
+
+A token names a scope (its subtree) or a key in one scope, and optionally a subject
+(``reauthorize(scope[, key], subject=...)``). It can be used only by a write inside what it
+names, and it lifts what blocks that write: the scope's or key's tombstones, and the named
+subject's. So one token reopens a target forgotten both by a scope forget and by a subject
+erasure, and a subject token is no longer usable outside its scope. Tokens of kind ``subject``
+were issued before tokens named a scope (schema 3); they still lift only their subject, anywhere.
 """
 
 from __future__ import annotations
@@ -58,10 +65,30 @@ class WriteTargets:
 class Reauth:
     """A presented reauthorization token as stored: kind, target, issue and use versions."""
 
-    kind: str  # "scope" | "key" | "subject"
+    kind: str  # "scope" | "key"; "subject" for a token issued before tokens named a scope
     target: bytes
     issued_version: int
     consumed_version: int | None
+    subject: bytes | None = None  # the subject token it also lifts, if it names one
+
+    def lifts(self, general: bool, subject: bool) -> list[bytes]:
+        """The targets a consumed token lifts: its scope or key target if a general tombstone
+        blocked the write, its subject if the subject's tombstone did."""
+        if self.kind == "subject":
+            return [self.target] if subject else []
+        named = [self.target] if general else []
+        return [*named, self.subject] if subject and self.subject is not None else named
+
+    def covers(self, targets: WriteTargets, general: bool, subjects: set[bytes]) -> bool:
+        """May this token unblock a write to ``targets`` blocked by general tombstones
+        (``general``) and by the tombstones of ``subjects``?"""
+        if self.kind == "subject":
+            return not general and subjects == {self.target}
+        if self.kind == "scope":
+            inside = self.target in targets.prefix_tokens
+        else:
+            inside = self.target == targets.exact_key_target
+        return inside and (not subjects or subjects == {self.subject})
 
 
 def decide(
@@ -70,13 +97,14 @@ def decide(
     lifts: dict[bytes, int],
     base_version: int | None,
     reauth: Reauth | None,
-) -> bytes | None:
-    """Raise if the write is dominated; return the lift target to record if a token is consumed."""
+) -> list[bytes]:
+    """Raise if the write is dominated; return the lift targets to record if a token is consumed
+    (empty if the write needs no token)."""
     general = [tombstones[t] for t in (*targets.prefix_tokens, *targets.key_targets) if t in tombstones]
     by_subject = {t: tombstones[t] for t in targets.subject_tokens if t in tombstones}
     newest = max([*general, *by_subject.values()], default=None)
     if newest is None:
-        return None
+        return []
     if base_version is not None and base_version < newest:
         raise StaleWriteError(
             f"base_version {base_version} predates a forget at version {newest}; re-read the target "
@@ -86,7 +114,7 @@ def decide(
     blocked = [v for v in general if v > lifted]
     blocked_subjects = {t: v for t, v in by_subject.items() if v > lifts.get(t, 0)}
     if not blocked and not blocked_subjects:
-        return None
+        return []
     top = max([*blocked, *blocked_subjects.values()])
     if reauth is None:
         raise ForgottenError(
@@ -96,20 +124,15 @@ def decide(
         )
     if reauth.consumed_version is not None:
         raise ForgottenError("that reauthorization token was already used; request a new one", top)
-    if reauth.kind == "subject":
-        covers = reauth.target in by_subject and not blocked and set(blocked_subjects) == {reauth.target}
-    elif reauth.kind == "scope":
-        covers = reauth.target in targets.prefix_tokens and not blocked_subjects
-    else:
-        covers = reauth.target == targets.exact_key_target and not blocked_subjects
-    if not covers:
+    if not reauth.covers(targets, bool(blocked), set(blocked_subjects)):
         raise ForgottenError(
-            "the reauthorization token does not cover this write (a subject forget needs a token naming "
-            "that subject; a scope or key token covers only its own target)",
+            "the reauthorization token does not cover this write: a token is good only inside the scope "
+            "(or for the key) it names, and a subject's erasure needs a token naming that subject "
+            "(store.reauthorize(scope, subject=...))",
             top,
         )
     if reauth.issued_version < top:
         raise ForgottenError(
             f"the reauthorization token predates the forget at version {top}; request a new one", top
         )
-    return reauth.target
+    return reauth.lifts(bool(blocked), bool(blocked_subjects))

@@ -307,12 +307,12 @@ class Store:
         """A one-time token that lets the next write to a forgotten target land (W1).
 
         ``reauthorize(scope)`` covers the scope's subtree; ``reauthorize(scope, key)`` that key in
-        that scope; ``reauthorize(scope, subject=...)`` lifts a subject's tombstone.
+        that scope. Adding ``subject=...`` also lifts that subject's tombstone, for a write inside
+        the same scope (or key): one token reopens a target forgotten both ways.
         """
         parsed = Scope.parse(scope)
-        if subject is not None:
-            kind, target = "subject", self._tokens.subject(check_subject(subject))
-        elif key is not None:
+        subject_token = None if subject is None else self._tokens.subject(check_subject(subject))
+        if key is not None:
             key_token = self._tokens.key(check_key(key))
             kind, target = "key", self._tokens.key_exact(self._tokens.scope(parsed), key_token)
         else:
@@ -322,7 +322,7 @@ class Store:
         with self._backend.write() as txn:
             self._ledger.reconcile_if_changed(txn)  # a token must postdate every logged forget
             version = txn.clock() + 1
-            txn.insert_reauth(self._tokens.reauth(token), kind, target, version)
+            txn.insert_reauth(self._tokens.reauth(token), kind, target, version, subject_token)
             txn.set_clock(version)
         return token
 

@@ -179,13 +179,14 @@ class RecordWriter:
         }
         for i, (p, targets, _, _) in enumerate(plans, start=version + 1):
             reauth = self._reauth(txn, p.reauthorization)
-            lift = decide(targets, tombstones, lifts, p.base_version, reauth)
-            if lift is not None and reauth is not None and p.reauthorization is not None:
+            lifted = decide(targets, tombstones, lifts, p.base_version, reauth)
+            if lifted and reauth is not None and p.reauthorization is not None:
                 txn.consume_reauth(self._tokens.reauth(p.reauthorization), i)
                 # the lift reaches back to the token's issue, not to its use: a tombstone newer
                 # than the token anywhere in a scope token's subtree stays in force (W1)
-                txn.insert_lift(lift, reauth.issued_version)
-                lifts[lift] = max(lifts.get(lift, 0), reauth.issued_version)
+                for lift in lifted:
+                    txn.insert_lift(lift, reauth.issued_version)
+                    lifts[lift] = max(lifts.get(lift, 0), reauth.issued_version)
         self._ensure_scope_keys(txn, [p.scope for p in prepared])
         subject_keys = self._ensure_subject_keys(txn, {t for _, w, _, _ in plans for t in w.subject_tokens})
         sealed: dict[tuple[bytes, bytes], SealedRecord] = {}

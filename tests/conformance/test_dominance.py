@@ -252,6 +252,66 @@ def test_a_subject_tombstone_is_lifted_only_by_a_subject_token(store: Store) -> 
     assert _value(store, S1, "k") == 3
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_one_token_reopens_a_target_forgotten_by_a_scope_forget_and_a_subject_erasure(
+    store: Store, mode: str
+) -> None:
+    """A write into S1 carries subject U: after forget(S1) and forget_subject(U) both block it,
+    and a token naming S1 and U lifts both (before, no single token could, so the write was
+    impossible without first landing some other write with a subject token)."""
+    store.write(S1, "k", 1)
+    scope_forget = store.forget(S1, mode=mode)
+    early = store.reauthorize(S1, subject=U)  # issued between the two forgets
+    subject_forget = store.forget_subject(U)
+    assert scope_forget.version < subject_forget.version
+
+    for token in (store.reauthorize(S1), store.reauthorize(T, subject="idp:other")):
+        with pytest.raises(ForgottenError) as info:
+            store.write(S1, "k", 2, reauthorization=token)
+        assert info.value.version == subject_forget.version
+    with pytest.raises(ForgottenError) as info:  # a token older than the subject's erasure
+        store.write(S1, "k", 2, reauthorization=early)
+    assert info.value.version == subject_forget.version
+    token = store.reauthorize(S1, subject=U)
+    store.write(S1, "k", 2, reauthorization=token)
+    assert _value(store, S1, "k") == 2
+
+    # both lifts are recorded: S1 and U's other scopes take writes with no token again
+    store.write(S1, "other", 3)
+    store.write(S2, "k", 4)
+    assert (_value(store, S1, "other"), _value(store, S2, "k")) == (3, 4)
+    store.forget(S1, "k")
+    with pytest.raises(ForgottenError, match="already used"):  # and the token is spent
+        store.write(S1, "k", 5, reauthorization=token)
+
+
+def test_a_subject_token_is_good_only_inside_the_scope_it_names(store: Store) -> None:
+    request = store.forget_subject(U)
+    token = store.reauthorize(S2, subject=U)
+    with pytest.raises(ForgottenError) as info:
+        store.write(S1, "k", 1, reauthorization=token)  # S1 is outside S2
+    assert info.value.version == request.version
+    with pytest.raises(ForgottenError):
+        store.write(U, "k", 1, reauthorization=token)  # and so is S2's parent
+    store.write(S2, "k", 1, reauthorization=token)  # not consumed by the refusals above
+    store.write(S1, "k", 2)  # the subject's lift holds everywhere until its next erasure
+    assert (_value(store, S2, "k"), _value(store, S1, "k")) == (1, 2)
+
+
+def test_a_key_and_subject_token_covers_that_key_only(store: Store) -> None:
+    store.forget(U, "k")
+    store.forget_subject(U)
+    token = store.reauthorize(U, "k", subject=U)
+    with pytest.raises(ForgottenError):
+        store.write(U, "other", 1, reauthorization=token)
+    with pytest.raises(ForgottenError):
+        store.write(S1, "k", 1, reauthorization=token)  # a key token is not a subtree token
+    store.write(U, "k", 1, reauthorization=token)
+    assert _value(store, U, "k") == 1
+    with pytest.raises(ForgottenError):  # the key's lift covers (U, k) only
+        store.write(S1, "k", 2)
+
+
 def test_default_subjects_are_per_tenant(store: Store) -> None:
     a = store.write("tenant:a/user:alice/session:1", "k", "a")
     b = store.write("tenant:b/user:alice", "k", "b")

@@ -56,9 +56,10 @@ class Mark:
 @dataclass
 class Token:
     secret: str
-    kind: str  # "scope" | "key" | "subject"
-    target: object  # scope | (scope, key) | subject
+    kind: str  # "scope" | "key"
+    target: object  # scope | (scope, key)
     issued: int  # seq
+    subject: str | None = None  # the subject it also lifts (reauthorize(..., subject=...))
     consumed: bool = False
 
 
@@ -92,8 +93,8 @@ class Model:
 
     def decide(
         self, scope: str, key: str, subjects: set[str], token: Token | None
-    ) -> tuple[str, Mark | None, bool]:
-        """('ok' | 'forgotten', the blocking tombstone, whether the token is consumed)."""
+    ) -> tuple[str, Mark | None, list[tuple[str, object]]]:
+        """('ok' | 'forgotten', the blocking tombstone, the lifts a consumed token records)."""
         general, by_subject = self.covering(scope, key, subjects)
         lifted = max(
             [self.lifts.get(("scope", p), -1) for p in prefixes(scope)]
@@ -102,19 +103,16 @@ class Model:
         blocked = [m for m in general if m.seq > lifted]
         blocked_subjects = {x: m for x, m in by_subject.items() if m.seq > self.lifts.get(("subject", x), -1)}
         if not blocked and not blocked_subjects:
-            return "ok", None, False
+            return "ok", None, []
         top = max([*blocked, *blocked_subjects.values()], key=lambda m: m.seq)
         if token is None or token.consumed:
-            return "forgotten", top, False
-        if token.kind == "subject":
-            covers = token.target in by_subject and not blocked and set(blocked_subjects) == {token.target}
-        elif token.kind == "scope":
-            covers = token.target in prefixes(scope) and not blocked_subjects
-        else:
-            covers = token.target == (scope, key) and not blocked_subjects
+            return "forgotten", top, []
+        inside = token.target in prefixes(scope) if token.kind == "scope" else token.target == (scope, key)
+        covers = inside and (not blocked_subjects or set(blocked_subjects) == {token.subject})
         if not covers or token.issued < top.seq:
-            return "forgotten", top, False
-        return "ok", None, True
+            return "forgotten", top, []
+        lifts: list[tuple[str, object]] = [(token.kind, token.target)] if blocked else []
+        return "ok", None, lifts + ([("subject", token.subject)] if blocked_subjects else [])
 
     def newest_covering(self, scope: str, key: str, subjects: set[str]) -> Mark | None:
         general, by_subject = self.covering(scope, key, subjects)
@@ -146,7 +144,7 @@ def make_machine(open_store, reopen_store):  # type: ignore[no-untyped-def]
         ) -> None:
             value = next(self.values)
             subjects = default_subjects(scope) | ({IDP} if with_idp else set())
-            outcome, top, consumes = self.model.decide(scope, key, subjects, token)
+            outcome, top, lifts = self.model.decide(scope, key, subjects, token)
             kwargs: dict[str, object] = {"subjects": [IDP] if with_idp else None}
             if token is not None:
                 kwargs["reauthorization"] = token.secret
@@ -162,13 +160,13 @@ def make_machine(open_store, reopen_store):  # type: ignore[no-untyped-def]
             assert (rec.scope, rec.key, rec.value) == (scope, key, value)
             assert set(rec.subjects) == subjects
             next(self.seq)  # the write takes a clock tick, as in the store
-            if consumes:
+            if lifts:
                 assert token is not None
                 token.consumed = True
                 # a lift reaches back to the token's issue, not its use (W1): a tombstone newer
                 # than the token elsewhere in a scope token's subtree stays in force
-                lift = (token.kind, token.target)
-                self.model.lifts[lift] = max(self.model.lifts.get(lift, -1), token.issued)
+                for lift in lifts:
+                    self.model.lifts[lift] = max(self.model.lifts.get(lift, -1), token.issued)
             self.model.data[(scope, key)] = (value, frozenset(subjects))
             self.last = (scope, key, with_idp)
 
@@ -190,33 +188,35 @@ def make_machine(open_store, reopen_store):  # type: ignore[no-untyped-def]
             self.write(scope, key, with_idp, token)
 
         @rule(
-            kind=st.sampled_from(["scope", "key", "subject"]),
+            kind=st.sampled_from(["scope", "key"]),
             target_scope=st.sampled_from(SCOPES),
             target_key=st.sampled_from(KEYS),
-            target_subject=st.sampled_from(SUBJECTS),
+            target_subject=st.one_of(st.none(), st.sampled_from(SUBJECTS)),
         )
-        def reauthorize(self, kind: str, target_scope: str, target_key: str, target_subject: str) -> None:
+        def reauthorize(
+            self, kind: str, target_scope: str, target_key: str, target_subject: str | None
+        ) -> None:
             if kind == "scope":
-                secret, target = self.store.reauthorize(target_scope), target_scope
-            elif kind == "key":
-                secret = self.store.reauthorize(target_scope, target_key)
-                target = (target_scope, target_key)  # type: ignore[assignment]
+                secret = self.store.reauthorize(target_scope, subject=target_subject)
+                target: object = target_scope
             else:
-                secret, target = self.store.reauthorize(target_scope, subject=target_subject), target_subject
-            self.tokens.append(Token(secret, kind, target, next(self.seq)))
+                secret = self.store.reauthorize(target_scope, target_key, subject=target_subject)
+                target = (target_scope, target_key)
+            self.tokens.append(Token(secret, kind, target, next(self.seq), target_subject))
 
         def _issue(self, kind: str, scope: str, key: str, subjects: set[str], depth: int) -> Token:
-            """A fresh token aimed at this write: a prefix scope, the exact key, or a subject."""
-            if kind == "subject" and subjects:
-                subject = sorted(subjects)[depth % len(subjects)]
-                token = Token(
-                    self.store.reauthorize(scope, subject=subject), "subject", subject, next(self.seq)
-                )
-            elif kind == "scope":
-                target = prefixes(scope)[depth % len(prefixes(scope))]
-                token = Token(self.store.reauthorize(target), "scope", target, next(self.seq))
+            """A fresh token aimed at this write: a prefix scope or the exact key, naming one of
+            its subjects too for kind "subject" (at a prefix) and "key+subject"."""
+            subject = (
+                sorted(subjects)[depth % len(subjects)] if kind.endswith("subject") and subjects else None
+            )
+            if kind.startswith("key"):
+                secret = self.store.reauthorize(scope, key, subject=subject)
+                token = Token(secret, "key", (scope, key), next(self.seq), subject)
             else:
-                token = Token(self.store.reauthorize(scope, key), "key", (scope, key), next(self.seq))
+                target = prefixes(scope)[depth % len(prefixes(scope))]
+                secret = self.store.reauthorize(target, subject=subject)
+                token = Token(secret, "scope", target, next(self.seq), subject)
             self.tokens.append(token)
             return token
 
@@ -236,7 +236,7 @@ def make_machine(open_store, reopen_store):  # type: ignore[no-untyped-def]
         @rule(
             pick=st.integers(min_value=0),
             with_idp=st.booleans(),
-            token_kind=st.sampled_from([None, "scope", "key", "subject"]),
+            token_kind=st.sampled_from([None, "scope", "key", "subject", "key+subject"]),
             depth=st.integers(min_value=0, max_value=3),
         )
         def write_where_forgotten(

@@ -82,18 +82,17 @@ def forget_subject(subject: str, data: Path, table: bool) -> None:
 @click.command()
 @click.argument("scope")
 @click.argument("key", required=False)
-@click.option("--subject", help="Lift a subject's tombstone instead (a token naming that subject).")
+@click.option("--subject", help="Also lift this subject's erasure, for writes inside SCOPE (or to KEY).")
 @data_option
 @table_option
 def reauthorize(scope: str, key: str | None, subject: str | None, data: Path, table: bool) -> None:
     """Issue a token to rewrite a forgotten target.
 
     The token is good for one write. Without KEY it covers SCOPE's subtree; with KEY that key in
-    SCOPE; with --subject that subject. Pass it to `cenotaph write --reauthorization TOKEN`. It
-    never revives a stale write (one whose --base-version predates the forget).
+    SCOPE; --subject adds that subject's erasure, for a write inside SCOPE (or to KEY). Pass it
+    to `cenotaph write --reauthorization TOKEN`. It never revives a stale write (one whose
+    --base-version predates the forget).
     """
-    if key is not None and subject is not None:
-        raise click.UsageError("give KEY or --subject, not both")
     with open_existing_store(data) as store:
         token = store.reauthorize(scope, key, subject=subject)
     emit({"token": token}, table=table)

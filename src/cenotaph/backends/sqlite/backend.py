@@ -15,7 +15,7 @@ from typing import Any
 
 from ...errors import StorageError
 from ..base import ErasureRow, LineageRow, RecordRow, ScopeKeyRow
-from .schema import MIGRATIONS
+from .schema import MIGRATIONS, statements
 
 __all__ = ["SQLiteBackend", "SQLITE_SETTINGS", "DB_NAME"]
 
@@ -174,15 +174,22 @@ class SQLiteTxn:
     def insert_lift(self, target: bytes, version: int) -> None:
         self._c.execute("INSERT OR IGNORE INTO lifts VALUES (?,?)", (target, version))
 
-    def insert_reauth(self, digest: bytes, kind: str, target: bytes, version: int) -> None:
-        self._c.execute("INSERT INTO reauth_tokens VALUES (?,?,?,?,NULL)", (digest, kind, target, version))
+    def insert_reauth(
+        self, digest: bytes, kind: str, target: bytes, version: int, subject: bytes | None = None
+    ) -> None:
+        self._c.execute(
+            "INSERT INTO reauth_tokens (digest, kind, target, issued_version, subject) VALUES (?,?,?,?,?)",
+            (digest, kind, target, version, subject),
+        )
 
-    def reauth(self, digest: bytes) -> tuple[str, bytes, int, int | None] | None:
+    def reauth(self, digest: bytes) -> tuple[str, bytes, int, int | None, bytes | None] | None:
         row = self._c.execute(
-            "SELECT kind, target, issued_version, consumed_version FROM reauth_tokens WHERE digest=?",
+            "SELECT kind, target, issued_version, consumed_version, subject FROM reauth_tokens WHERE digest=?",
             (digest,),
         ).fetchone()
-        return None if row is None else (row[0], bytes(row[1]), int(row[2]), row[3])
+        if row is None:
+            return None
+        return row[0], bytes(row[1]), int(row[2]), row[3], None if row[4] is None else bytes(row[4])
 
     def consume_reauth(self, digest: bytes, version: int) -> None:
         self._c.execute("UPDATE reauth_tokens SET consumed_version=? WHERE digest=?", (version, digest))
@@ -557,9 +564,8 @@ class SQLiteBackend:
                 current = int(self._conn.execute("PRAGMA user_version").fetchone()[0])
                 for number, script in MIGRATIONS:
                     if number > current:
-                        for statement in script.split(";"):
-                            if statement.strip():
-                                self._conn.execute(statement)
+                        for statement in statements(script):
+                            self._conn.execute(statement)
                         self._conn.execute(f"PRAGMA user_version={number}")
                 self._conn.execute("COMMIT")
             except BaseException:

@@ -3,6 +3,14 @@ content column holds AES-GCM ciphertext (S1); nothing here is plaintext personal
 
 from __future__ import annotations
 
+
+def statements(script: str) -> list[str]:
+    """The statements of a migration script, in order; ``--`` comment lines are dropped first,
+    so a comment may hold any text (a ';' in one would otherwise cut a statement)."""
+    code = "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("--"))
+    return [part.strip() for part in code.split(";") if part.strip()]
+
+
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (
         1,
@@ -88,6 +96,14 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         -- any forget (operational too) marks the lineage row, so a write derived from a
         -- forgotten record is refused even after purge reclaimed the record row
         ALTER TABLE lineage ADD COLUMN forgotten_version INTEGER;
+        """,
+    ),
+    (
+        4,
+        """
+        -- a token from reauthorize(scope[, key], subject=...) names its scope (or key) as kind and
+        -- target and the subject here (rows of kind 'subject' predate it and name no scope)
+        ALTER TABLE reauth_tokens ADD COLUMN subject BLOB;
         """,
     ),
 )
