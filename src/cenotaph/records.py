@@ -97,7 +97,7 @@ class OpenedRecord:
         )
 
     def _parse(self) -> Record:
-        doc = json.loads(self.payload)
+        doc = json.loads(self.payload.decode())  # str: json.loads(bytes) sniffs the encoding first
         rest = doc["r"]
         return Record(
             id=self.id,
@@ -265,7 +265,7 @@ class RecordCrypto:
                 id=record_id,
                 scope=scope_path,
                 key=key,
-                value=json.loads(value_json),
+                value=json.loads(value_json.decode()),
                 version=version,
                 subjects=tuple(subjects),
                 created_at=datetime.fromtimestamp(created_at, UTC),
