@@ -10,7 +10,7 @@ import pytest
 import cenotaph
 from cenotaph.backends.sqlite.backend import DB_NAME
 from cenotaph.backends.sqlite.schema import MIGRATIONS, statements
-from cenotaph.errors import ForgottenError
+from cenotaph.errors import ForgottenError, StorageError
 
 U = "tenant:t/user:u"
 S1 = "tenant:t/user:u/session:s1"
@@ -71,5 +71,29 @@ def test_a_schema_3_store_migrates_and_its_outstanding_subject_tokens_keep_their
         assert store.read(S1, "other") is not None
         with pytest.raises(ForgottenError):
             store.write(S1, "k", 5)
+    finally:
+        store.close()
+
+
+def test_a_store_from_a_newer_cenotaph_is_refused_and_left_as_it_is(tmp_path: Path) -> None:
+    store = cenotaph.open(tmp_path)
+    store.write(U, "k", 1)
+    store.close()
+    newer = len(MIGRATIONS) + 1
+    with sqlite3.connect(tmp_path / DB_NAME) as db:
+        db.execute(f"PRAGMA user_version={newer}")
+    db.close()
+
+    with pytest.raises(StorageError, match=f"schema {newer}, newer than this cenotaph knows"):
+        cenotaph.open(tmp_path)
+    with sqlite3.connect(tmp_path / DB_NAME) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == newer
+    db.close()
+    with sqlite3.connect(tmp_path / DB_NAME) as db:  # once the newer code's mark is gone, it opens
+        db.execute(f"PRAGMA user_version={len(MIGRATIONS)}")
+    db.close()
+    store = cenotaph.open(tmp_path)
+    try:
+        assert store.read(U, "k") is not None
     finally:
         store.close()

@@ -9,11 +9,13 @@ than the token -- a later forget, or one between the token's issue and its use e
 scope token's subtree -- stays in force.
 
 A token names a scope (its subtree) or a key in one scope, and optionally a subject
-(``reauthorize(scope[, key], subject=...)``). It can be used only by a write inside what it
-names, and it lifts what blocks that write: the scope's or key's tombstones, and the named
-subject's. So one token reopens a target forgotten both by a scope forget and by a subject
-erasure, and a subject token is no longer usable outside its scope. Tokens of kind ``subject``
-were issued before tokens named a scope (schema 3); they still lift only their subject, anywhere.
+(``reauthorize(scope[, key], subject=...)``). It is accepted only by a write inside what it
+names, and it lifts what blocked that write: its scope or key target if a scope or key tombstone
+did, the named subject if that subject's did. So one token reopens a target forgotten both by a
+scope forget and by a subject erasure. A subject lift, like the subject tombstone it lifts,
+covers every record carrying the subject, in any scope (SPEC W1: after the token's write, writes
+to that target need no token). Tokens of kind ``subject`` were issued before tokens named a
+scope (schema 3); they are accepted in any scope and lift only their subject.
 """
 
 from __future__ import annotations

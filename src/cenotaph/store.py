@@ -307,8 +307,9 @@ class Store:
         """A one-time token that lets the next write to a forgotten target land (W1).
 
         ``reauthorize(scope)`` covers the scope's subtree; ``reauthorize(scope, key)`` that key in
-        that scope. Adding ``subject=...`` also lifts that subject's tombstone, for a write inside
-        the same scope (or key): one token reopens a target forgotten both ways.
+        that scope. With ``subject=...`` the token also lifts that subject's tombstone (for every
+        record carrying it, as the tombstone covered), and is still accepted only by a write
+        inside the scope or key it names: one token reopens a target forgotten both ways.
         """
         parsed = Scope.parse(scope)
         subject_token = None if subject is None else self._tokens.subject(check_subject(subject))

@@ -82,16 +82,18 @@ def forget_subject(subject: str, data: Path, table: bool) -> None:
 @click.command()
 @click.argument("scope")
 @click.argument("key", required=False)
-@click.option("--subject", help="Also lift this subject's erasure, for writes inside SCOPE (or to KEY).")
+@click.option(
+    "--subject", help="Also lift this subject's erasure (the token is used by a write inside SCOPE)."
+)
 @data_option
 @table_option
 def reauthorize(scope: str, key: str | None, subject: str | None, data: Path, table: bool) -> None:
     """Issue a token to rewrite a forgotten target.
 
     The token is good for one write. Without KEY it covers SCOPE's subtree; with KEY that key in
-    SCOPE; --subject adds that subject's erasure, for a write inside SCOPE (or to KEY). Pass it
-    to `cenotaph write --reauthorization TOKEN`. It never revives a stale write (one whose
-    --base-version predates the forget).
+    SCOPE; --subject adds that subject's erasure (lifted everywhere once the token's write, inside
+    SCOPE or to KEY, lands). Pass it to `cenotaph write --reauthorization TOKEN`. It never
+    revives a stale write (one whose --base-version predates the forget).
     """
     with open_existing_store(data) as store:
         token = store.reauthorize(scope, key, subject=subject)

@@ -532,9 +532,15 @@ class SQLiteBackend:
         self._data_version: int | None = None
         try:
             self._conn = self.connect(self.path)
-            self._migrate()
         except sqlite3.Error as exc:
             raise translate(exc) from exc
+        try:
+            self._migrate()
+        except BaseException as exc:
+            self._conn.close()
+            if isinstance(exc, sqlite3.Error):
+                raise translate(exc) from exc
+            raise
 
     @property
     def location(self) -> Path:
@@ -562,6 +568,12 @@ class SQLiteBackend:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 current = int(self._conn.execute("PRAGMA user_version").fetchone()[0])
+                if current > MIGRATIONS[-1][0]:
+                    # its rows may mean what this code cannot know (a token kind, a column)
+                    raise StorageError(
+                        f"this data directory has schema {current}, newer than this cenotaph knows "
+                        f"({MIGRATIONS[-1][0]}); open it with the newer cenotaph that wrote it"
+                    )
                 for number, script in MIGRATIONS:
                     if number > current:
                         for statement in statements(script):
