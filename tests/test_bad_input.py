@@ -9,8 +9,11 @@ the records, the rows of every table and the logical clock are exactly as before
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -26,6 +29,7 @@ from cenotaph.errors import (
     InvalidScopeError,
     InvalidValueError,
 )
+from cenotaph.validation import MAX_JSON_DEPTH
 
 T = "tenant:t"
 U = "tenant:t/user:u"
@@ -184,6 +188,12 @@ def _self_containing() -> list[Any]:
     return loop
 
 
+def _dict_containing_itself() -> dict[str, Any]:
+    loop: dict[str, Any] = {"note": CANARY}
+    loop["again"] = [loop]
+    return loop
+
+
 def _deep(depth: int) -> list[Any]:
     value: list[Any] = [CANARY]
     for _ in range(depth):
@@ -208,7 +218,10 @@ BAD_VALUES: dict[str, Any] = {
     "over 1 MiB": CANARY + "x" * (1 << 20),
     "over 1 MiB nested": {"a": [CANARY, "x" * (1 << 20)]},
     "nested too deeply": _deep(100_000),
+    "one level too deep": _deep(MAX_JSON_DEPTH),  # MAX_JSON_DEPTH lists around the canary's list
     "contains itself": _self_containing(),
+    "a dict that contains itself": _dict_containing_itself(),
+    "an integer too long to read back": [CANARY, 10**4300],
 }
 
 
@@ -223,6 +236,67 @@ def test_a_value_just_under_the_limit_is_accepted(fresh: Store) -> None:
     fresh.write(U, "big", value)
     got = fresh.read(U, "big")
     assert got is not None and got.value == value
+
+
+def test_the_deepest_value_and_a_long_integer_are_accepted(fresh: Store) -> None:
+    deepest = _deep(MAX_JSON_DEPTH - 1)
+    fresh.write(U, "deep", deepest)
+    fresh.write(U, "int", 10**4000)
+    got = fresh.read(U, "deep")
+    assert got is not None and got.value == deepest
+    got = fresh.read(U, "int")
+    assert got is not None and got.value == 10**4000
+
+
+def test_a_value_that_contains_itself_is_refused_even_with_a_raised_recursion_limit(tmp_path: Path) -> None:
+    """The C encoder recurses on the C stack: with the limit raised, a cycle used to be stopped
+    only by the stack running out, which kills the process. Run in a child so a crash shows."""
+    script = (
+        "import sys, cenotaph\n"
+        "sys.setrecursionlimit(1_000_000)\n"
+        "from cenotaph.errors import InvalidValueError\n"
+        f"s = cenotaph.open({str(tmp_path / 'data')!r})\n"
+        "v = {'a': []}; v['a'].append(v)\n"
+        "try:\n"
+        "    s.write('tenant:t/user:u', 'k', v)\n"
+        "except InvalidValueError as exc:\n"
+        "    print('refused:', exc)\n"
+        "s.close()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CENOTAPH_")}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "refused:" in done.stdout and "contains itself" in done.stdout
+
+
+class _LyingStr(str):
+    """A str subclass whose checks say yes to anything."""
+
+    def isprintable(self) -> bool:
+        return True
+
+    def isalnum(self) -> bool:
+        return True
+
+
+def test_str_subclasses_are_checked_as_str_and_never_kept(fresh: Store) -> None:
+    source = fresh.write(U, "src", 1)
+    key, subject, source_id = _LyingStr("k"), _LyingStr("idp:1"), _LyingStr(source.id)
+    rec = fresh.write(_LyingStr(U), key, 2, subjects=[subject], derived_from=[source_id])
+    for got in (rec, fresh.get(rec.id), fresh.read(U, "k")):
+        assert got is not None
+        assert type(got.key) is str and got.key is not key
+        assert all(type(x) is str for x in (got.scope, *got.subjects, *got.derived_from))
+    with pytest.raises(InvalidValueError):
+        fresh.write(U, _LyingStr("bad\x00key"), 1)
+    with pytest.raises(InvalidValueError):
+        fresh.write(U, "k2", 1, subjects=[_LyingStr("idp:\x00")])
+    with pytest.raises(InvalidValueError):
+        fresh.write(U, "k3", 1, derived_from=[_LyingStr("not-an-id!")])
+    with pytest.raises(InvalidScopeError):
+        fresh.write(_LyingStr("tenant:t/user:\x00"), "k4", 1)
 
 
 def test_a_dict_value_with_non_string_keys_is_rejected(store: Store, data_dir: Path) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from .errors import InvalidScopeError
+from .validation import exact_str
 
 __all__ = ["Scope", "default_subjects", "MAX_ID_LENGTH", "MAX_DEPTH"]
 
@@ -40,7 +41,7 @@ class Scope:
         if isinstance(path, Scope):
             return path
         if isinstance(path, str):
-            return _parse_cached(path)
+            return _parse_cached(exact_str(path))
         return cls._parse(path)
 
     @classmethod

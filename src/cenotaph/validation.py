@@ -6,6 +6,7 @@ at most ``MAX_VALUE_BYTES``; keys are 1..``MAX_KEY_LENGTH`` printable characters
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Iterable, Mapping
@@ -23,6 +24,7 @@ __all__ = [
     "MAX_SUBJECT_LENGTH",
     "MAX_VALUE_BYTES",
     "check_key",
+    "exact_str",
     "check_callback",
     "check_flag",
     "check_metadata",
@@ -42,11 +44,20 @@ MAX_SUBJECTS = 64
 MAX_SUBJECT_LENGTH = 512
 MAX_TTL_SECONDS = 100 * 365 * 86400.0
 MAX_DERIVED_FROM = 1024
+MAX_JSON_DEPTH = 256  # levels of nesting in a value or metadata; a value that contains itself has no end
+MAX_INT_BITS = 14_000  # ~4,200 digits: a default Python (int_max_str_digits 4300) can read it back
+
+
+def exact_str(text: str) -> str:
+    """A ``str`` subclass (``numpy.str_``, a caller's own class) as a plain ``str``: checks then run
+    on ``str``'s own methods, and nothing the store keeps or returns is the caller's object."""
+    return text if type(text) is str else str.__str__(text)
 
 
 def check_key(key: object) -> str:
     if not isinstance(key, str):
         raise InvalidValueError(f"key must be a string, got {type(key).__name__}")
+    key = exact_str(key)
     if not 1 <= len(key) <= MAX_KEY_LENGTH or not key.isprintable():
         raise InvalidValueError(f"key must be 1..{MAX_KEY_LENGTH} printable characters")
     return key
@@ -57,17 +68,15 @@ _ENCODE = compact_encoder(ensure_ascii=False, allow_nan=False)
 
 def encode_json(value: object, what: str = "value", limit: int = MAX_VALUE_BYTES) -> bytes:
     """Compact UTF-8 JSON of ``value``; rejects NaN, non-JSON types and oversized values."""
+    _check_tree(value, what)  # first: the encoder recurses in C, so depth must be bounded before
     try:
         text = _ENCODE(value)
-    except RecursionError:
-        raise InvalidValueError(
-            f"{what} is nested too deeply or contains itself; use a flatter structure"
-        ) from None
+    except RecursionError:  # a container whose items() lies to the walk above
+        raise InvalidValueError(f"{what} is nested too deeply; use a flatter structure") from None
     except (TypeError, ValueError) as exc:
         raise InvalidValueError(
             f"{what} must be a JSON value (dict, list, str, int, float, bool or None, no NaN): {exc}"
         ) from None
-    _check_keys(value, what)
     try:
         data = text.encode("utf-8")
     except UnicodeEncodeError:
@@ -79,19 +88,33 @@ def encode_json(value: object, what: str = "value", limit: int = MAX_VALUE_BYTES
     return data
 
 
-def _check_keys(value: object, what: str) -> None:
-    """json.dumps silently turns non-string object keys into strings; refuse them instead."""
-    stack = [value]
+def _check_tree(value: object, what: str) -> None:
+    """What the encoder would not refuse, or not safely: nesting deeper than ``MAX_JSON_DEPTH``
+    (a value that contains itself never ends; the C encoder would exhaust the C stack when the
+    recursion limit is raised), object keys that are not strings (the encoder silently turns
+    them into strings), and integers too long for a default Python to read back."""
+    stack: list[tuple[object, int]] = [(value, 1)]
     while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            if not all(isinstance(k, str) for k in item):
+        item, depth = stack.pop()
+        if isinstance(item, dict | list | tuple):
+            if depth > MAX_JSON_DEPTH:
                 raise InvalidValueError(
-                    f"{what} has an object key that is not a string; JSON keys must be strings"
+                    f"{what} is nested more than {MAX_JSON_DEPTH} levels deep, or contains itself; "
+                    "use a flatter structure"
                 )
-            stack.extend(item.values())
-        elif isinstance(item, list | tuple):
-            stack.extend(item)
+            if isinstance(item, dict):
+                pairs = list(item.items())  # what the encoder iterates for a dict subclass too
+                if not all(isinstance(k, str) for k, _ in pairs):
+                    raise InvalidValueError(
+                        f"{what} has an object key that is not a string; JSON keys must be strings"
+                    )
+                stack.extend((v, depth + 1) for _, v in pairs)
+            else:
+                stack.extend((v, depth + 1) for v in item)
+        elif isinstance(item, int) and not isinstance(item, bool) and item.bit_length() > MAX_INT_BITS:
+            raise InvalidValueError(
+                f"{what} holds an integer of more than ~4,200 digits; encode it as a string"
+            )
 
 
 def check_subjects(subjects: object) -> list[str]:
@@ -102,19 +125,14 @@ def check_subjects(subjects: object) -> list[str]:
     items = list(subjects)
     if len(items) > MAX_SUBJECTS:
         raise InvalidValueError(f"at most {MAX_SUBJECTS} subjects per record")
-    for item in items:
-        check_subject(item)
-    return items
+    return [check_subject(item) for item in items]
 
 
 def check_subject(subject: object) -> str:
-    if (
-        not isinstance(subject, str)
-        or not 1 <= len(subject) <= MAX_SUBJECT_LENGTH
-        or not subject.isprintable()
-    ):
+    text = exact_str(subject) if isinstance(subject, str) else None
+    if text is None or not 1 <= len(text) <= MAX_SUBJECT_LENGTH or not text.isprintable():
         raise InvalidValueError(f"a subject must be a string of 1..{MAX_SUBJECT_LENGTH} printable characters")
-    return subject
+    return text
 
 
 def check_ttl(ttl: object) -> float | None:
@@ -136,8 +154,11 @@ def check_metadata(metadata: object) -> dict[str, Any]:
         return {}
     if not isinstance(metadata, Mapping) or not all(isinstance(k, str) for k in metadata):
         raise InvalidValueError("metadata must be a JSON object with string keys")
-    encode_json(dict(metadata), "metadata", MAX_METADATA_BYTES)
-    return dict(metadata)
+    if not metadata:
+        return {}
+    # the store keeps its own copy, made of plain JSON types: what was checked is what is sealed
+    copy: dict[str, Any] = json.loads(encode_json(dict(metadata), "metadata", MAX_METADATA_BYTES))
+    return copy
 
 
 def check_record_ids(ids: object) -> tuple[str, ...]:
@@ -148,10 +169,13 @@ def check_record_ids(ids: object) -> tuple[str, ...]:
     items = tuple(ids)
     if len(items) > MAX_DERIVED_FROM:
         raise InvalidValueError(f"derived_from may name at most {MAX_DERIVED_FROM} records")
+    found: list[str] = []
     for item in items:
-        if not isinstance(item, str) or not 1 <= len(item) <= 64 or not item.isalnum():
+        text = exact_str(item) if isinstance(item, str) else None
+        if text is None or not 1 <= len(text) <= 64 or not text.isalnum():
             raise InvalidValueError("derived_from must hold record ids as returned by write()")
-    return tuple(dict.fromkeys(items))
+        found.append(text)
+    return tuple(dict.fromkeys(found))
 
 
 def check_flag(value: object, name: str) -> bool:
