@@ -348,3 +348,29 @@ def test_compare_and_set_ignores_an_expired_record(store: Store) -> None:
     assert store.read(U, "k") is None
     store.write(U, "k", "fresh", base_version=0)
     assert _value(store, U, "k") == "fresh"
+
+
+def test_write_many_across_many_scopes_overwrites_exactly_the_slots_it_names(store: Store) -> None:
+    scopes = [f"{T}/user:w{i}" for i in range(12)]
+    first = {(s, k): store.write(s, k, "old") for s in scopes for k in ("a", "b", "c")}
+    batch = [{"scope": s, "key": "abc"[i % 3], "value": f"new{i}"} for i, s in enumerate(scopes)]
+    batch += [{"scope": s, "key": "fresh", "value": "f"} for s in scopes]
+    written = store.write_many(batch)
+    assert [r.value for r in written[: len(scopes)]] == [f"new{i}" for i in range(len(scopes))]
+    for i, s in enumerate(scopes):
+        for k in ("a", "b", "c"):
+            got = store.read(s, k, fallthrough=False)
+            assert got is not None
+            if k == "abc"[i % 3]:
+                assert (got.value, got.id != first[(s, k)].id) == (f"new{i}", True)
+            else:
+                assert (got.value, got.id) == ("old", first[(s, k)].id)
+        assert sorted(r.key for r in store.list(s)) == ["a", "b", "c", "fresh"]
+    # compare-and-set sees each slot's own current version, whatever else the batch names
+    stale = [{"scope": scopes[0], "key": "b", "value": 1, "base_version": first[(scopes[0], "b")].version}]
+    stale.append(
+        {"scope": scopes[1], "key": "b", "value": 2, "base_version": first[(scopes[1], "b")].version}
+    )
+    with pytest.raises(StaleWriteError):
+        store.write_many(stale)  # scopes[1]/b was overwritten by the batch above
+    assert _value(store, scopes[0], "b") == "old"

@@ -244,19 +244,19 @@ class SQLiteTxn:
             sql = f"SELECT {_RECORD_COLS} FROM records WHERE scope_token=? AND key_token=?"
             row = self._c.execute(sql, slots[0]).fetchone()
             return [] if row is None else [_record(row)]
-        wanted = set(slots)
-        scopes = sorted({s for s, _ in wanted})
-        keys = sorted({k for _, k in wanted})
+        # one statement per scope, its keys in an IN list: one index probe per slot (an IN list of
+        # scopes times one of keys probes every pair, 500 x 500 for a batch over many scopes)
+        by_scope: dict[bytes, set[bytes]] = {}
+        for scope_token, key_token in slots:
+            by_scope.setdefault(scope_token, set()).add(key_token)
         rows: list[RecordRow] = []
-        for scope_part in _chunks(scopes):
-            for key_part in _chunks(keys):
+        for scope_token, keys in by_scope.items():
+            for part in _chunks(sorted(keys)):
                 sql = (
-                    f"SELECT {_RECORD_COLS} FROM records WHERE scope_token IN ({_marks(len(scope_part))}) "
-                    f"AND key_token IN ({_marks(len(key_part))})"
+                    f"SELECT {_RECORD_COLS} FROM records WHERE scope_token=? "
+                    f"AND key_token IN ({_marks(len(part))})"
                 )
-                for row in self._c.execute(sql, (*scope_part, *key_part)):
-                    if (bytes(row[1]), bytes(row[2])) in wanted:
-                        rows.append(_record(row))
+                rows.extend(_record(row) for row in self._c.execute(sql, (scope_token, *part)))
         return rows
 
     def key_records(
