@@ -129,3 +129,122 @@ def test_a_short_ledger_write_is_completed_not_torn(tmp_path: Path, monkeypatch:
     keyring.append_ledger({"kind": "test", "payload": "x" * 300})
     monkeypatch.undo()
     assert keyring.ledger()[-1] == {"kind": "test", "payload": "x" * 300}
+
+
+# -- found by the session-4 security review ---------------------------------------------------
+def test_an_empty_master_key_is_refused_not_read_as_unsealed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`CENOTAPH_MASTER_KEY=$(cat missing-file)` leaves it empty: that must not create an
+    unsealed keyring."""
+    monkeypatch.setenv(MASTER_KEY_ENV, "")
+    with pytest.raises(KeyProviderError, match="set but empty"):
+        cenotaph.open(tmp_path / "d")
+    assert not (tmp_path / "d" / "keyring" / "keyring.json").exists()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"[]", b"null", b'"x"', b"{}", b'{"erasure_secret": "zz"}', "bad-shape"],
+    ids=["list", "null", "string", "empty object", "non-hex secret", "wrong types"],
+)
+def test_a_keyring_file_of_the_wrong_shape_is_reported_as_corrupt(tmp_path: Path, body: bytes | str) -> None:
+    cenotaph.open(tmp_path / "d").close()
+    path = tmp_path / "d" / "keyring" / "keyring.json"
+    if body == "bad-shape":
+        doc = json.loads(path.read_text())
+        doc["epochs"] = ["not", "a", "dict"]
+        body = json.dumps(doc).encode()
+    assert isinstance(body, bytes)
+    path.write_bytes(body)
+    with pytest.raises(KeyProviderError, match="corrupt"):
+        cenotaph.open(tmp_path / "d")
+
+
+def test_a_staged_keyring_copy_left_by_a_crash_is_removed_at_open(tmp_path: Path) -> None:
+    """A save that died between writing its staged copy and renaming it left the old epochs in
+    a file of their own; a later rotation would 'destroy' epochs that copy still holds."""
+    cenotaph.open(tmp_path / "d").close()
+    keyring = tmp_path / "d" / "keyring"
+    stale = keyring / ".keyring.json.4242.tmp"
+    stale.write_bytes((keyring / "keyring.json").read_bytes())
+    cenotaph.open(tmp_path / "d").close()
+    assert not stale.exists()
+
+
+def test_a_keyring_directory_holding_other_files_is_refused_and_left_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    os.chmod(shared, 0o755)
+    (shared / "notes.txt").write_text("someone else's file")
+    monkeypatch.setenv(KEYRING_ENV, str(shared))
+    with pytest.raises(KeyProviderError, match="holds other files"):
+        cenotaph.open(tmp_path / "d")
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o755
+    assert sorted(os.listdir(shared)) == ["notes.txt"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv(KEYRING_ENV, str(empty))
+    cenotaph.open(tmp_path / "d").close()  # a new or empty directory is the keyring's own
+    assert stat.S_IMODE(empty.stat().st_mode) == 0o700
+
+
+def test_a_staged_write_never_follows_a_planted_link(tmp_path: Path) -> None:
+    from cenotaph.durable import temp_name, write_atomically
+
+    victim = tmp_path / "victim"
+    victim.write_text("untouched")
+    target = tmp_path / "file.json"
+    temp_name(target, os.getpid()).symlink_to(victim)
+    write_atomically(target, b"new")
+    assert victim.read_text() == "untouched"
+    assert target.read_bytes() == b"new" and not target.is_symlink()
+
+
+def test_a_keyring_saved_by_another_process_during_a_load_is_picked_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A load reads and stamps the same file. Stamping by path after reading let a save in
+    between pair the new file's stamp with the old contents, which were then never reloaded:
+    this process went on wrapping keys under an epoch the other one had destroyed."""
+    import cenotaph.crypto.provider as provider
+
+    location = tmp_path / "keyring"
+    mine, other = LocalKeyring(location), LocalKeyring(location)
+    real_fstat = os.fstat
+    raced: list[int] = []
+
+    def fstat_after_a_rotation(fd: int) -> os.stat_result:
+        if not raced:  # once, and not again from inside the rotation's own file handling
+            raced.append(0)
+            raced[0] = other.new_epoch()
+            other.destroy_epoch(1)
+        return real_fstat(fd)
+
+    (location / "keyring.json").touch()  # a new stamp: mine reloads at its next call
+    monkeypatch.setattr(provider.os, "fstat", fstat_after_a_rotation)
+    assert mine.current_epoch() == 1  # this load read the file as it was before the rotation
+    monkeypatch.setattr(provider.os, "fstat", real_fstat)
+    assert raced == [2]
+    assert mine.current_epoch() == 2 and mine.live_epochs() == [2]
+
+
+def test_a_rotation_in_another_process_removes_the_destroyed_keks_from_this_ones_memory(
+    tmp_path: Path,
+) -> None:
+    reader, rotator = cenotaph.open(tmp_path / "d"), cenotaph.open(tmp_path / "d")
+    try:
+        rotator.write(SCOPE, "k", "v")
+        assert reader.read(SCOPE, "k") is not None  # caches the KEK of epoch 1
+        assert 1 in reader._keys._sealers
+        rotator.forget(SCOPE, "k")
+        report = rotator.rotate_keys()
+        assert report.destroyed_epochs == (1,)
+        reader.read(SCOPE, "other")  # any call: it notices the rotation's last commit
+        assert set(reader._keys._sealers) <= {2}
+        assert reader._provider.live_epochs() == [2]
+    finally:
+        reader.close()
+        rotator.close()

@@ -28,12 +28,22 @@ def write_all(fd: int, data: bytes) -> None:
 
 def write_atomically(path: Path, body: bytes, mode: int = 0o600) -> None:
     """Replace ``path`` with ``body``: a crash leaves the old file or the new one, never a mix."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    tmp = temp_name(path, os.getpid())
+    tmp.unlink(missing_ok=True)  # a crashed earlier save of this pid; never write through a link
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     try:
-        write_all(fd, body)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            write_all(fd, body)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a half-written copy must not outlive the failure
+        raise
     fsync(path.parent)
+
+
+def temp_name(path: Path, pid: int) -> Path:
+    """Where :func:`write_atomically` stages ``path`` for process ``pid``."""
+    return path.with_name(f".{path.name}.{pid}.tmp")

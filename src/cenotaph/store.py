@@ -217,6 +217,7 @@ class Store:
         self._sync_pending = True
         if check:
             self._invalidate_resolved()
+            self._keys.drop_destroyed_epochs()  # a rotation elsewhere commits before it destroys
         # inside a transaction (a callback called back into the store) the ledger waits for its
         # owner: a replay here could not begin its own, and would read uncommitted rows
         if not self._backend.in_transaction() and self._ledger.changed():

@@ -103,6 +103,14 @@ class KeyChain:
         with self._lock:
             self._sealers.clear()
 
+    def drop_destroyed_epochs(self) -> None:
+        """Forget the KEKs of epochs the provider no longer holds (destroyed by a rotation in
+        another process): a destroyed epoch must not live on in this process's memory."""
+        live = set(self.provider.live_epochs())
+        with self._lock:
+            for epoch in [e for e in self._sealers if e not in live]:
+                del self._sealers[epoch]
+
     def remember_lineage(self, record_id: str, key: bytes) -> None:
         """Cache a lineage key; bounded, since an index build touches every record."""
         if len(self.lineage_keys) >= LINEAGE_CACHE_LIMIT:

@@ -118,6 +118,11 @@ class LocalKeyring:
 
     def _open(self) -> None:
         try:
+            if self.path.is_dir() and not self._file.exists() and any(self.path.iterdir()):
+                raise KeyProviderError(
+                    f"the keyring directory {self.path} holds other files; give the keyring a new or "
+                    f"empty directory of its own ({KEYRING_ENV}), which cenotaph makes private (0700)"
+                )
             self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
             os.chmod(self.path, 0o700)
         except OSError as exc:
@@ -126,6 +131,7 @@ class LocalKeyring:
                 f"{KEYRING_ENV} to a writable directory"
             ) from exc
         with self._locked():
+            self._remove_stale_copies()
             if self._file.exists():
                 self._load()
             else:
@@ -140,10 +146,19 @@ class LocalKeyring:
                 }
                 self._save()
 
+    def _remove_stale_copies(self) -> None:
+        """Under the lock no save is running: a staged copy left by a crashed save may hold epochs
+        destroyed since, so it is removed (the live file is whole: saves are atomic)."""
+        for stale in self.path.glob(f".{self._file.name}.*.tmp"):
+            stale.unlink(missing_ok=True)
+
     def _load(self) -> None:
         try:
-            raw = self._file.read_bytes()
-            stat = self._file.stat()
+            # read and stamp the same file: a save by another process between a read and a
+            # separate stat() would stamp the new file on the old contents, never reloaded
+            with open(self._file, "rb") as handle:
+                raw = handle.read()
+                stat = os.fstat(handle.fileno())
         except OSError as exc:
             raise KeyProviderError(
                 f"cannot read the keyring ({exc.strerror}); check its permissions"
@@ -163,7 +178,8 @@ class LocalKeyring:
                 raise KeyProviderError(
                     f"{MASTER_KEY_ENV} is set but the keyring is not sealed; unset it or re-create the keyring"
                 )
-        except (ValueError, KeyError, TypeError) as exc:
+            _check_state(doc)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise KeyProviderError("the keyring file is corrupt; restore it from a trusted copy") from exc
         self._state = doc
         self._stamp = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
@@ -297,15 +313,41 @@ class LocalKeyring:
         return {k: list(v) for k, v in self._state["backups"].items()}
 
 
+def _check_state(doc: object) -> None:
+    """A keyring's decoded contents have the shape this code reads (else ValueError/TypeError)."""
+    if not isinstance(doc, dict):
+        raise TypeError("not an object")
+    for name in ("erasure_secret", "signing_key"):
+        if len(bytes.fromhex(doc[name])) != KEY_BYTES:
+            raise ValueError(name)
+    epochs, current = doc["epochs"], doc["current"]
+    if not isinstance(epochs, dict) or not isinstance(current, int) or str(current) not in epochs:
+        raise ValueError("epochs")
+    for epoch, key in epochs.items():
+        if int(epoch) < 1 or len(bytes.fromhex(key)) != KEY_BYTES:
+            raise ValueError("epoch key")
+    if not isinstance(doc["destroyed"], list) or not all(isinstance(e, int) for e in doc["destroyed"]):
+        raise ValueError("destroyed")
+    if not isinstance(doc["backups"], dict) or not all(
+        isinstance(v, list) and all(isinstance(e, int) for e in v) for v in doc["backups"].values()
+    ):
+        raise ValueError("backups")
+
+
 def keyring_from_env(data_dir: Path) -> LocalKeyring:
     """The default provider: ``$CENOTAPH_KEYRING`` or ``<data_dir>/keyring``, sealed if a master key is set."""
     master_hex = os.environ.get(MASTER_KEY_ENV)
     master = None
-    if master_hex:
+    if master_hex is not None:  # set but empty (a failed `$(cat file)`) must not mean "unsealed"
         try:
             master = bytes.fromhex(master_hex.strip())
         except ValueError as exc:
             raise KeyProviderError(f"{MASTER_KEY_ENV} must be {KEY_BYTES * 2} hex characters") from exc
+        if not master:
+            raise KeyProviderError(
+                f"{MASTER_KEY_ENV} is set but empty; set it to the {KEY_BYTES * 2} hex characters of "
+                "the master key, or unset it for an unsealed keyring"
+            )
     location = keyring_location(data_dir)
     if not location.exists() and (data_dir / "cenotaph.db").exists():
         raise KeyProviderError(

@@ -36,6 +36,7 @@ __all__ = [
 AUDIT_CHAIN = "audit_chain"
 INTENT_KIND = "audit-intent"  # an audit entry announced before its COMMIT (see anchor_audit)
 KEK_EPOCH = "kek_epoch"  # meta: the current KEK epoch, bumped by rotation so writers re-read it
+KEKS_DESTROYED = "keks_destroyed"  # meta: bumped after a rotation destroyed epochs (others forget them)
 
 ENTRY_KIND = "forget"
 

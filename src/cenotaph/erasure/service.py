@@ -30,7 +30,7 @@ from ..validation import check_token_text
 from .audit import AuditEntry, entry_from_dict, verify_chain
 from .certificate import Signer
 from .forget import ForgetPlan
-from .ledger import AUDIT_CHAIN, KEK_EPOCH, all_anchors, all_intents, anchor_audit
+from .ledger import AUDIT_CHAIN, KEK_EPOCH, KEKS_DESTROYED, all_anchors, all_intents, anchor_audit
 from .probes import open_probes
 from .scan_worker import scan_in_child
 from .scanner import ScanResult
@@ -453,7 +453,7 @@ class ErasureService:
         ]
         retained = {e for epochs in self._provider.backups().values() for e in epochs}
         self._keys.forget_epoch_sealers()
-        self._record_horizons()
+        self._record_horizons(destroyed=bool(destroyed))
         if progress is not None:
             progress(len(rows), len(rows))
         return RotationReport(
@@ -463,9 +463,13 @@ class ErasureService:
             retained_epochs=tuple(sorted(retained & set(self._provider.live_epochs()))),
         )
 
-    def _record_horizons(self) -> None:
-        """Persist the instant each request's horizon was reached (first seen after rotation)."""
+    def _record_horizons(self, *, destroyed: bool = False) -> None:
+        """Persist the instant each request's horizon was reached (first seen after rotation).
+        After epochs were ``destroyed``, also commit a change every other process notices at its
+        next call, when it drops the destroyed epochs' KEKs from its memory."""
         with self._backend.write() as txn:
+            if destroyed:
+                txn.set_meta(KEKS_DESTROYED, txn.meta_all().get(KEKS_DESTROYED, 0) + 1)
             for row in txn.erasures():
                 if row.mode == "compliance" and row.horizon is None:
                     horizon, reason = self._horizon(row)

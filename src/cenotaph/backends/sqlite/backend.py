@@ -550,7 +550,9 @@ class SQLiteBackend:
     def connect(path: Path) -> sqlite3.Connection:
         """A connection with every setting of SQLITE_SETTINGS applied and secure_delete read back."""
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
-        for name, value in (*SQLITE_SETTINGS, ("busy_timeout", str(busy_timeout_ms()))):
+        # busy_timeout first: switching to WAL needs a lock another process opening the same new
+        # directory may hold, and without a timeout that fails at once
+        for name, value in (("busy_timeout", str(busy_timeout_ms())), *SQLITE_SETTINGS):
             conn.execute(f"PRAGMA {name}={value}")
         if conn.execute("PRAGMA secure_delete").fetchone()[0] != 1:
             conn.close()
