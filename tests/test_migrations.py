@@ -50,7 +50,8 @@ def test_a_schema_3_store_migrates_and_its_outstanding_subject_tokens_keep_their
 
     with sqlite3.connect(tmp_path / DB_NAME) as db:  # back to schema 3, one legacy token issued
         clock = db.execute("SELECT value FROM meta WHERE name='clock'").fetchone()[0]
-        db.execute("ALTER TABLE reauth_tokens DROP COLUMN subject")
+        db.execute("ALTER TABLE reauth_tokens DROP COLUMN subject")  # undo migration 4
+        db.execute("DROP TABLE probe_keys")  # and 5
         db.execute(
             "INSERT INTO reauth_tokens VALUES (?, 'subject', ?, ?, NULL)", (digest, subject, clock + 1)
         )

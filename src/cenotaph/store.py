@@ -669,7 +669,12 @@ class Store:
     # -- internals for the erasure path --------------------------------------------------
     def _sample_probes(self, txn: Txn, plan: ForgetPlan) -> bytes:
         probes = sample_probes(txn, plan, self._open_for_probe)
-        return seal_probes(self._provider.erasure_secret(), plan.request_id, probes)
+        # under the provider's current epoch (one of the plan's): a rotation racing this forget
+        # creates its new epoch before it commits, and never destroys the new one
+        self._keys.refresh_epoch()
+        key, wrapped, epoch = self._keys.new_wrapped()
+        txn.insert_probe_key(plan.request_id, wrapped, epoch)
+        return seal_probes(key, plan.request_id, probes)
 
     def _open_for_probe(self, txn: Txn, record_id: str) -> tuple[Record, bytes | None] | None:
         row = txn.record(record_id)

@@ -10,7 +10,6 @@ import pytest
 
 import cenotaph
 from cenotaph.erasure import probes as probes_module
-from cenotaph.erasure.probes import open_probes
 
 SUBJECT = "tenant:t/user:u"
 
@@ -38,7 +37,8 @@ def test_capped_probes_still_cover_the_last_records_and_the_subject_key(
         key_of = dict(_pairs(db, "SELECT id, wrapped FROM records"))
         request = store.forget_subject(SUBJECT)
         row = store._erasure.row(request.id)
-        sampled = set(open_probes(store._provider.erasure_secret(), request.id, row.probes) or [])
+        with store._backend.read() as txn:
+            sampled = set(store._erasure._open_probes(txn, row) or [])
     assert len(sampled) == cap
     assert subject_keys and set(subject_keys) <= sampled
     order = json.loads(row.plan)["destroy_records"]  # the order the probes were sampled in
@@ -52,5 +52,60 @@ def _pairs(db: Path, sql: str) -> list[tuple[str, bytes]]:
     conn = sqlite3.connect(db)
     try:
         return [(str(r[0]), bytes(r[1])) for r in conn.execute(sql)]
+    finally:
+        conn.close()
+
+
+CANARY = "cnry-probe-plaintext-5d1e"
+
+
+def test_probes_in_a_copy_taken_while_pending_die_with_the_horizon(tmp_path: Path) -> None:
+    """Probes hold windows of the erased plaintext. They used to be sealed under a key derived
+    from the erasure secret, which is never destroyed: a backup taken between the forget and its
+    purge decrypted to the erased value after the certificate said the horizon was reached."""
+    from cenotaph.erasure.probes import legacy_probe_key, open_probes
+
+    data = tmp_path / "data"
+    with cenotaph.open(data, auto_purge=False) as store:
+        store.write(SUBJECT, "note", f"{CANARY} {CANARY}")
+        request = store.forget_subject(SUBJECT)
+        backup = store.backup(tmp_path / "backup")
+        assert store.purge().requests[request.id] == "verified"
+        store.release_backup(backup.id)
+        report = store.rotate_keys()
+        certificate = store.attest(request.id)
+        assert certificate.to_dict()["horizon"] is not None
+
+        copy = Path(backup.path) / "cenotaph.db"
+        ((blob,),) = _rows(copy, "SELECT probes FROM erasures WHERE id=?", (request.id,))
+        ((wrapped, epoch),) = _rows(
+            copy, "SELECT wrapped, epoch FROM probe_keys WHERE request_id=?", (request.id,)
+        )
+        assert blob, "the copy was taken while the probes were pending"
+        assert epoch in report.destroyed_epochs
+        assert store._keys.unwrap(bytes(wrapped), int(epoch)) is None
+        secret = store._provider.erasure_secret()
+        for key in (legacy_probe_key(secret, request.id), secret):
+            for legacy in (True, False):
+                assert open_probes(key, request.id, bytes(blob), legacy=legacy) is None
+
+
+def test_a_rotation_keeps_a_pending_requests_probes_until_it_verifies(tmp_path: Path) -> None:
+    with cenotaph.open(tmp_path / "data", auto_purge=False) as store:
+        store.write(SUBJECT, "note", CANARY * 2)
+        request = store.forget_subject(SUBJECT)
+        first = store.rotate_keys()
+        assert first.destroyed_epochs == ()  # epoch 1 wraps the pending probes' key
+        assert store.erasure(request.id).status().horizon is None
+        assert store.purge().requests[request.id] == "verified"  # the probes still open
+        second = store.rotate_keys()
+        assert 1 in second.destroyed_epochs
+        assert store.erasure(request.id).status().horizon is not None
+
+
+def _rows(db: Path, query: str, params: tuple[object, ...]) -> list[tuple[object, ...]]:
+    conn = sqlite3.connect(f"file:{db}?immutable=1", uri=True)
+    try:
+        return list(conn.execute(query, params))
     finally:
         conn.close()

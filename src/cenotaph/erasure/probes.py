@@ -3,8 +3,15 @@
 Sampled inside the forget's transaction (and again when a forget is replayed from the ledger):
 ciphertext windows of each destroyed record, its wrapped keys, the wrapped scope and subject
 keys, and -- while the keys still exist -- the record's plaintext and vector bytes. They are
-sealed under a key derived from the erasure secret (held by the key provider, never in the
-database), so a crashed purge can resume and still prove, and deleted once verified.
+sealed under a random *probe key*, wrapped like every data key by the KEK epoch current at the
+forget (``probe_keys`` table), so a crashed purge can resume and still prove; blob and key are
+deleted once the request verifies. A copy of the database taken while the request was pending
+(a backup, a snapshot) holds the probes, which include plaintext windows: they die with that
+epoch, which is one of the plan's epochs, so the horizon covers them. Rotation does not rewrap a
+probe key (its epoch would then outlive the plan's); it keeps that epoch until the key is gone.
+
+Requests from before probe keys (schema 4) sealed probes under a key derived from the erasure
+secret, which is never destroyed; :func:`legacy_probe_key` still opens them.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from ..model import Record
 from .forget import ForgetPlan
 from .scanner import PROBE_MIN, probe_windows
 
-__all__ = ["sample_probes", "seal_probes", "open_probes"]
+__all__ = ["legacy_probe_key", "sample_probes", "seal_probes", "open_probes"]
 
 _AAD = b"cenotaph-probes/1"
 MAX_PROBES_PER_REQUEST = 4096
@@ -131,17 +138,21 @@ def _text_windows(text: str) -> list[bytes]:
     return probes
 
 
-def _key(secret: bytes, request_id: str) -> bytes:
+def legacy_probe_key(secret: bytes, request_id: str) -> bytes:
+    """The key of a request sealed before probe keys existed (no ``probe_keys`` row)."""
     return derive(secret, b"probes", request_id.encode())
 
 
-def seal_probes(secret: bytes, request_id: str, probes: list[bytes]) -> bytes:
+def seal_probes(key: bytes, request_id: str, probes: list[bytes]) -> bytes:
     body = json.dumps([p.hex() for p in probes]).encode()
-    return seal(_key(secret, request_id), body, _AAD)
+    return seal(key, body, _AAD + request_id.encode())
 
 
-def open_probes(secret: bytes, request_id: str, blob: bytes | None) -> list[bytes] | None:
-    if blob is None:
+def open_probes(
+    key: bytes | None, request_id: str, blob: bytes | None, *, legacy: bool = False
+) -> list[bytes] | None:
+    """The probes, or ``None`` if there are none or their key is gone (its epoch destroyed)."""
+    if blob is None or key is None:
         return None
-    body = open_sealed(_key(secret, request_id), blob, _AAD)
+    body = open_sealed(key, blob, _AAD if legacy else _AAD + request_id.encode())
     return None if body is None else [bytes.fromhex(p) for p in json.loads(body)]

@@ -31,7 +31,7 @@ from .audit import AuditEntry, entry_from_dict, verify_chain
 from .certificate import Signer
 from .forget import ForgetPlan
 from .ledger import AUDIT_CHAIN, KEK_EPOCH, KEKS_DESTROYED, all_anchors, all_intents, anchor_audit
-from .probes import open_probes
+from .probes import legacy_probe_key, open_probes
 from .scan_worker import scan_in_child
 from .scanner import ScanResult
 
@@ -225,8 +225,8 @@ class ErasureService:
         return scan_in_child([r.resolve() for r in self._scan_roots()], probes, progress)
 
     def _verify(self, rows: list[ErasureRow], progress: Progress | None) -> dict[str, Any]:
-        secret = self._provider.erasure_secret()
-        per_request = {r.id: open_probes(secret, r.id, r.probes) or [] for r in rows}
+        with self._backend.read() as txn:
+            per_request = {r.id: self._open_probes(txn, r) or [] for r in rows}
         every = [p for probes in per_request.values() for p in probes]
         combined = self._scan(every, progress)
         in_database = any(Path(f).name.startswith(DB_NAME) for f in combined.matched_files)
@@ -249,6 +249,13 @@ class ErasureService:
         # the sealed probes were just deleted: push that out of the WAL too
         self._backend.checkpoint_truncate()
         return combined.to_dict()
+
+    def _open_probes(self, txn: Txn, row: ErasureRow) -> list[bytes] | None:
+        wrapped = txn.probe_key(row.id)
+        if wrapped is None:  # sealed before probe keys existed
+            key = legacy_probe_key(self._provider.erasure_secret(), row.id)
+            return open_probes(key, row.id, row.probes, legacy=True)
+        return open_probes(self._keys.unwrap(*wrapped), row.id, row.probes)
 
     def _conclude(
         self, txn: Txn, row: ErasureRow, result: ScanResult, probe_count: int, rewritten: bool
@@ -278,6 +285,7 @@ class ErasureService:
         verified_at = None if gap else _now()
         if gap is None:
             fields |= {"state": "verified", "verified_at": verified_at, "probes": None}
+            txn.delete_probe_key(row.id)
             horizon, reason = self._horizon(row)
             fields |= {"horizon": horizon.isoformat() if horizon else None, "horizon_reason": reason}
         txn.update_erasure(row.id, **fields)
@@ -444,12 +452,14 @@ class ErasureService:
             anchor_audit(self._provider, txn, "rotate", {"epoch": new_epoch, "rewrapped": len(rewrapped)})
         # old wrapped bytes must leave the WAL before old epochs can be said to be gone
         self._backend.checkpoint_truncate()
+        with self._backend.read() as txn:
+            probing = txn.probe_key_epochs()  # pending requests' probes: kept until they verify
         destroyed = [
             epoch
             for epoch in self._provider.live_epochs()
             # the provider decides "no registered backup needs it" and destroys in one step: a
             # backup registering at this moment (another thread or process) never loses its epoch
-            if epoch != new_epoch and self._provider.destroy_epoch(epoch)
+            if epoch != new_epoch and epoch not in probing and self._provider.destroy_epoch(epoch)
         ]
         retained = {e for epochs in self._provider.backups().values() for e in epochs}
         self._keys.forget_epoch_sealers()

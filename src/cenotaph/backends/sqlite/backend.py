@@ -103,7 +103,7 @@ def translate(exc: sqlite3.Error) -> StorageError:
 
 def _epochs_in_use(conn: sqlite3.Connection) -> set[int]:
     found: set[int] = set()
-    for table, _ in _WRAPPED_TABLES:
+    for table, _ in (*_WRAPPED_TABLES, ("probe_keys", "request_id")):
         found.update(
             int(r[0]) for r in conn.execute(f"SELECT DISTINCT epoch FROM {table} WHERE epoch IS NOT NULL")
         )
@@ -466,6 +466,24 @@ class SQLiteTxn:
 
     def epochs_in_use(self) -> set[int]:
         return _epochs_in_use(self._c)
+
+    def insert_probe_key(self, request_id: str, wrapped: bytes, epoch: int) -> None:
+        self._c.execute(
+            "INSERT OR REPLACE INTO probe_keys (request_id, wrapped, epoch) VALUES (?,?,?)",
+            (request_id, wrapped, epoch),
+        )
+
+    def probe_key(self, request_id: str) -> tuple[bytes, int] | None:
+        row = self._c.execute(
+            "SELECT wrapped, epoch FROM probe_keys WHERE request_id=?", (request_id,)
+        ).fetchone()
+        return None if row is None else (bytes(row[0]), int(row[1]))
+
+    def delete_probe_key(self, request_id: str) -> None:
+        self._c.execute("DELETE FROM probe_keys WHERE request_id=?", (request_id,))
+
+    def probe_key_epochs(self) -> set[int]:
+        return {int(r[0]) for r in self._c.execute("SELECT DISTINCT epoch FROM probe_keys")}
 
     # -- erasure requests and audit ----------------------------------------------------
     def insert_erasure(self, row: ErasureRow) -> None:

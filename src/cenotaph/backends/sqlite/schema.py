@@ -106,4 +106,14 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         ALTER TABLE reauth_tokens ADD COLUMN subject BLOB;
         """,
     ),
+    (
+        5,
+        """
+        -- the key sealing a pending request's probes, wrapped by the KEK epoch current at the
+        -- forget (erasure.probes), deleted when the request verifies
+        CREATE TABLE probe_keys (
+            request_id TEXT PRIMARY KEY, wrapped BLOB NOT NULL, epoch INTEGER NOT NULL
+        ) WITHOUT ROWID;
+        """,
+    ),
 )
