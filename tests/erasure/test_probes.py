@@ -95,8 +95,12 @@ def test_a_rotation_keeps_a_pending_requests_probes_until_it_verifies(tmp_path: 
         store.write(SUBJECT, "note", CANARY * 2)
         request = store.forget_subject(SUBJECT)
         first = store.rotate_keys()
-        assert first.destroyed_epochs == ()  # epoch 1 wraps the pending probes' key
-        assert store.erasure(request.id).status().horizon is None
+        assert first.destroyed_epochs == () and first.retained_epochs == (1,)  # it wraps the probe key
+        status = store.erasure(request.id).status()
+        assert (
+            status.horizon is None
+            and "pending erasure's probes" in status.layers["horizon"].evidence["reason"]
+        )
         assert store.purge().requests[request.id] == "verified"  # the probes still open
         second = store.rotate_keys()
         assert 1 in second.destroyed_epochs

@@ -110,9 +110,15 @@ class ErasureService:
             stamp = row.horizon or _now()
             return datetime.fromisoformat(stamp), "every KEK epoch that wrapped a destroyed key is destroyed"
         held = sorted(b for b, epochs in self._provider.backups().items() if live & set(epochs))
+        with self._backend.read() as txn:
+            probing = live & txn.probe_key_epochs()
         reason = f"KEK epoch(s) {sorted(live)} still exist"
         if held:
             reason += f" and registered backup(s) {held} need them: release_backup() them, then rotate_keys()"
+        elif probing:
+            reason += (
+                " and a pending erasure's probes need them: purge() until it verifies, then rotate_keys()"
+            )
         else:
             reason += ": run rotate_keys() to destroy them"
         return None, reason
@@ -461,7 +467,7 @@ class ErasureService:
             # backup registering at this moment (another thread or process) never loses its epoch
             if epoch != new_epoch and epoch not in probing and self._provider.destroy_epoch(epoch)
         ]
-        retained = {e for epochs in self._provider.backups().values() for e in epochs}
+        retained = {e for epochs in self._provider.backups().values() for e in epochs} | probing
         self._keys.forget_epoch_sealers()
         self._record_horizons(destroyed=bool(destroyed))
         if progress is not None:
