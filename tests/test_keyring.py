@@ -248,3 +248,18 @@ def test_a_rotation_in_another_process_removes_the_destroyed_keks_from_this_ones
     finally:
         reader.close()
         rotator.close()
+
+
+@pytest.mark.parametrize("leftover", [".lock", ".keyring.json.4242.tmp", "ledger.jsonl"])
+def test_a_keyring_directory_holding_only_its_own_files_is_accepted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, leftover: str
+) -> None:
+    """What another process initialising the same keyring, or a crash during init, leaves behind
+    is the keyring's own, not someone else's files."""
+    keyring = tmp_path / "keyring"
+    keyring.mkdir(mode=0o700)
+    (keyring / leftover).write_bytes(b"")
+    monkeypatch.setenv(KEYRING_ENV, str(keyring))
+    with cenotaph.open(tmp_path / "d") as store:
+        store.write(SCOPE, "k", "v")
+    assert (keyring / "keyring.json").exists()

@@ -15,6 +15,7 @@ from typing import Any
 
 from .backends.base import Backend, LineageRow, RecordRow, Txn
 from .backends.sqlite.backend import SQLiteBackend
+from .crypto.aead import new_key
 from .crypto.keys import KeyChain
 from .crypto.provider import KeyProvider, keyring_from_env
 from .crypto.tokens import TokenMaker
@@ -669,10 +670,18 @@ class Store:
     # -- internals for the erasure path --------------------------------------------------
     def _sample_probes(self, txn: Txn, plan: ForgetPlan) -> bytes:
         probes = sample_probes(txn, plan, self._open_for_probe)
-        # under the provider's current epoch (one of the plan's): a rotation racing this forget
-        # creates its new epoch before it commits, and never destroys the new one
-        self._keys.refresh_epoch()
-        key, wrapped, epoch = self._keys.new_wrapped()
+        # under one of the plan's epochs, so the horizon (every plan epoch destroyed) covers the
+        # probes of any copy taken while this request is pending; the newest still live, which a
+        # rotation waiting for this transaction will see in probe_keys and keep
+        live = set(self._provider.live_epochs())
+        usable = [e for e in plan.epochs if e in live]
+        if usable:
+            epoch = max(usable)
+        else:  # a replay whose plan's epochs are all gone: the current one joins the plan
+            epoch = self._keys.refresh_epoch()
+            plan.epochs.append(epoch)
+        key = new_key()
+        wrapped, _ = self._keys.wrap(key, epoch)
         txn.insert_probe_key(plan.request_id, wrapped, epoch)
         return seal_probes(key, plan.request_id, probes)
 

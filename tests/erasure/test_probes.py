@@ -107,9 +107,56 @@ def test_a_rotation_keeps_a_pending_requests_probes_until_it_verifies(tmp_path: 
         assert store.erasure(request.id).status().horizon is not None
 
 
-def _rows(db: Path, query: str, params: tuple[object, ...]) -> list[tuple[object, ...]]:
-    conn = sqlite3.connect(f"file:{db}?immutable=1", uri=True)
+def _rows(
+    db: Path, query: str, params: tuple[object, ...], *, live: bool = False
+) -> list[tuple[object, ...]]:
+    conn = sqlite3.connect(db) if live else sqlite3.connect(f"file:{db}?immutable=1", uri=True)
     try:
         return list(conn.execute(query, params))
     finally:
         conn.close()
+
+
+def test_a_rotation_starting_inside_a_forget_cannot_take_the_probes_out_of_the_horizon(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rotation in another process creates its epoch before its transaction, so it can appear
+    between the forget reading the plan's epochs and sealing the probes. The probe key must still
+    be wrapped by one of the plan's epochs: the horizon counts only those."""
+    import cenotaph.store as store_module
+
+    with cenotaph.open(tmp_path / "data", auto_purge=False) as store:
+        store.write(SUBJECT, "note", CANARY * 2)
+        real = store_module.sample_probes
+
+        def sample_during_a_rotation(*args: object, **kwargs: object) -> list[bytes]:
+            store._provider.new_epoch()  # the other process's rotation, first step
+            return real(*args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(store_module, "sample_probes", sample_during_a_rotation)
+        request = store.forget_subject(SUBJECT)
+        monkeypatch.setattr(store_module, "sample_probes", real)
+        plan_epochs = json.loads(store._erasure.row(request.id).plan)["epochs"]
+        ((epoch,),) = _rows(tmp_path / "data" / "cenotaph.db", "SELECT epoch FROM probe_keys", (), live=True)
+        assert epoch in plan_epochs
+
+        store.rotate_keys()
+        assert store.erasure(request.id).status().horizon is None  # pending: its probes' epoch lives
+        assert store.purge().requests[request.id] == "verified"
+        report = store.rotate_keys()
+        assert epoch in report.destroyed_epochs
+        assert store.erasure(request.id).status().horizon is not None
+
+
+def test_a_backup_works_after_the_epoch_of_destroyed_keys_is_gone(tmp_path: Path) -> None:
+    """A destroyed key's row keeps its epoch number until purge; counting it as "in use" would
+    make a backup after that epoch's destruction fail as if rotations kept racing it (reachable
+    only while a request is pending, and then its probe key holds the epoch back)."""
+    with cenotaph.open(tmp_path / "data", auto_purge=False) as store:
+        store.write(SUBJECT, "note", CANARY * 2)
+        store.write("tenant:t/user:other", "note", "kept")
+        request = store.forget_subject(SUBJECT)
+        assert store.purge().requests[request.id] == "verified"
+        assert 1 in store.rotate_keys().destroyed_epochs
+        info = store.backup(tmp_path / "backup")
+        assert 1 not in info.epochs

@@ -118,7 +118,7 @@ class LocalKeyring:
 
     def _open(self) -> None:
         try:
-            if self.path.is_dir() and not self._file.exists() and any(self.path.iterdir()):
+            if self.path.is_dir() and not self._file.exists() and self._foreign_files():
                 raise KeyProviderError(
                     f"the keyring directory {self.path} holds other files; give the keyring a new or "
                     f"empty directory of its own ({KEYRING_ENV}), which cenotaph makes private (0700)"
@@ -145,6 +145,17 @@ class LocalKeyring:
                     "backups": {},
                 }
                 self._save()
+
+    def _foreign_files(self) -> list[str]:
+        """Files in the keyring directory that are not the keyring's own (its lock, its ledger,
+        a staged copy): another process initialising it, or a crash during init, leaves those."""
+        staged = f".{self._file.name}."
+        own = {".lock", self._file.name, self._ledger_file.name}
+        return [
+            p.name
+            for p in self.path.iterdir()
+            if p.name not in own and not (p.name.startswith(staged) and p.name.endswith(".tmp"))
+        ]
 
     def _remove_stale_copies(self) -> None:
         """Under the lock no save is running: a staged copy left by a crashed save may hold epochs

@@ -3,8 +3,8 @@
 Sampled inside the forget's transaction (and again when a forget is replayed from the ledger):
 ciphertext windows of each destroyed record, its wrapped keys, the wrapped scope and subject
 keys, and -- while the keys still exist -- the record's plaintext and vector bytes. They are
-sealed under a random *probe key*, wrapped like every data key by the KEK epoch current at the
-forget (``probe_keys`` table), so a crashed purge can resume and still prove; blob and key are
+sealed under a random *probe key*, wrapped like every data key by a KEK epoch, the newest live
+one of the forget plan's epochs (``probe_keys`` table), so a crashed purge can resume and still prove; blob and key are
 deleted once the request verifies. A copy of the database taken while the request was pending
 (a backup, a snapshot) holds the probes, which include plaintext windows: they die with that
 epoch, which is one of the plan's epochs, so the horizon covers them. Rotation does not rewrap a

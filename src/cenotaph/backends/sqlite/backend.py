@@ -104,9 +104,8 @@ def translate(exc: sqlite3.Error) -> StorageError:
 def _epochs_in_use(conn: sqlite3.Connection) -> set[int]:
     found: set[int] = set()
     for table, _ in (*_WRAPPED_TABLES, ("probe_keys", "request_id")):
-        found.update(
-            int(r[0]) for r in conn.execute(f"SELECT DISTINCT epoch FROM {table} WHERE epoch IS NOT NULL")
-        )
+        sql = f"SELECT DISTINCT epoch FROM {table} WHERE epoch IS NOT NULL AND wrapped IS NOT NULL"
+        found.update(int(r[0]) for r in conn.execute(sql))  # a destroyed key needs no epoch
     return found
 
 
