@@ -603,3 +603,17 @@ def test_write_many_with_a_repeated_slot_reports_each_item_truthfully(fresh: Sto
     assert records[0].id != records[1].id
     got = fresh.read(U, "dup")
     assert got is not None and got.value == 2
+
+
+def test_a_forgotten_error_crosses_a_process_boundary() -> None:
+    """multiprocessing pickles a worker's exception back to its parent."""
+    import pickle
+
+    from cenotaph.errors import DerivedFromForgottenError
+
+    for error in (
+        ForgottenError("forgotten at version 7; reauthorize", 7),
+        DerivedFromForgottenError("gone", 3),
+    ):
+        copy = pickle.loads(pickle.dumps(error))
+        assert type(copy) is type(error) and copy.version == error.version and str(copy) == str(error)

@@ -60,8 +60,11 @@ class ForgottenError(CenotaphError):
     """The write's target is covered by a tombstone at ``version`` (v_f)."""
 
     def __init__(self, message: str, version: int) -> None:
-        super().__init__(message)
+        super().__init__(message, version)  # both in args: pickling (multiprocessing) rebuilds it
         self.version = version
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 class DerivedFromForgottenError(ForgottenError):
