@@ -235,9 +235,10 @@ class Store:
             self._keys.drop_destroyed_epochs()  # a rotation elsewhere commits before it destroys
         # inside a transaction (a callback called back into the store) the ledger waits for its
         # owner: a replay here could not begin its own, and would read uncommitted rows
-        if self._ledger.view.refresh():
+        mark = self._provider.ledger_mark()
+        if self._ledger.view.refresh(mark):
             self._forget_from_memory(None)  # a forget in the ledger decides at once (S9), in any process
-        if not self._backend.in_transaction() and self._ledger.changed():
+        if not self._backend.in_transaction() and self._ledger.changed(mark):
             with self._backend.read() as txn:
                 missing = self._ledger.missing(txn)
             if missing:

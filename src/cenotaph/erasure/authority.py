@@ -66,9 +66,10 @@ class LedgerView:
     def mark(self) -> int | None:
         return self._mark
 
-    def refresh(self) -> int:
-        """Read what the ledger gained since the last call; returns how many forgets it brought."""
-        mark = self._provider.ledger_mark()
+    def refresh(self, mark: int | None = None) -> int:
+        """Read what the ledger gained since the last call; returns how many forgets it brought.
+        ``mark``: the ledger's mark if the caller just read it (one ``stat`` per call, not two)."""
+        mark = self._provider.ledger_mark() if mark is None else mark
         if mark == self._mark:
             return 0
         if self._mark is not None and mark < self._mark:

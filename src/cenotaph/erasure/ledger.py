@@ -98,8 +98,8 @@ class Ledger:
         self._replayed = False  # set when a replay changed the database: caches must be rechecked
         self.view = LedgerView(provider)  # what decides; the database's rows only cache it (S9)
 
-    def changed(self) -> bool:
-        return self._provider.ledger_mark() != self._mark
+    def changed(self, mark: int | None = None) -> bool:
+        return (self._provider.ledger_mark() if mark is None else mark) != self._mark
 
     def missing(self, txn: Txn) -> bool:
         """Cheap check (a read): does the ledger hold forgets the database lacks? Marks the ledger
