@@ -40,15 +40,15 @@ _WRITER = textwrap.dedent(
     import cenotaph
     from cenotaph.errors import StorageError
 
-    data, stop, ready = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+    data, stop, ready, scope = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
     waits, failures, i = [], 0, 0
     with cenotaph.open(data) as store:
-        store.write("%s", "warm", 0)
+        store.write(scope, "warm", 0)
         ready.touch()
         while not stop.exists():
             start = time.perf_counter()
             try:
-                store.write("%s", f"k{i %% 100}", i)
+                store.write(scope, f"k{i % 100}", i)
             except StorageError:
                 failures += 1
             waits.append(time.perf_counter() - start)
@@ -56,7 +56,6 @@ _WRITER = textwrap.dedent(
             time.sleep(0.002)
     print(json.dumps({"waits": waits, "failures": failures}))
     """
-    % (OTHER, OTHER)
 )
 
 
@@ -84,7 +83,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     built = time.perf_counter() - started
     stop, ready = base / "stop", base / "ready"
     writer = subprocess.Popen(
-        [sys.executable, "-c", _WRITER, str(data), str(stop), str(ready)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", _WRITER, str(data), str(stop), str(ready), OTHER],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     while not ready.exists():
         time.sleep(0.01)
