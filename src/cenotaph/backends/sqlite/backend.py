@@ -402,27 +402,33 @@ class SQLiteTxn:
 
     # -- forgetting ------------------------------------------------------------------
     def hide_records(self, ids: Sequence[str], version: int, mode: str) -> int:
-        self._c.executemany(
-            "UPDATE lineage SET forgotten_version=coalesce(forgotten_version, ?) WHERE record_id=?",
-            [(version, i) for i in ids],
-        )
-        cur = self._c.executemany(
-            "UPDATE records SET hidden_version=?, hidden_mode=? WHERE id=? AND hidden_version IS NULL",
-            [(version, mode, i) for i in ids],
-        )
-        return cur.rowcount
+        # one statement per chunk of ids (an UPDATE per id was 1.1 s of a 100k-record forget)
+        hidden = 0
+        for part in _chunks(list(ids)):
+            marks = _marks(len(part))
+            self._c.execute(
+                f"UPDATE lineage SET forgotten_version=coalesce(forgotten_version, ?) WHERE record_id IN ({marks})",
+                (version, *part),
+            )
+            hidden += self._c.execute(
+                f"UPDATE records SET hidden_version=?, hidden_mode=? WHERE hidden_version IS NULL AND id IN ({marks})",
+                (version, mode, *part),
+            ).rowcount
+        return hidden
 
     def destroy_record_keys(self, ids: Sequence[str], version: int) -> None:
-        self._c.executemany(
-            "UPDATE records SET wrapped=NULL, epoch=NULL, hidden_version=coalesce(hidden_version, ?), "
-            "hidden_mode='compliance' WHERE id=?",
-            [(version, i) for i in ids],
-        )
-        self._c.executemany(
-            "UPDATE lineage SET wrapped=NULL, subjects=NULL, destroyed_version=coalesce(destroyed_version, ?) "
-            "WHERE record_id=?",
-            [(version, i) for i in ids],
-        )
+        for part in _chunks(list(ids)):
+            marks = _marks(len(part))
+            self._c.execute(
+                "UPDATE records SET wrapped=NULL, epoch=NULL, hidden_version=coalesce(hidden_version, ?), "
+                f"hidden_mode='compliance' WHERE id IN ({marks})",
+                (version, *part),
+            )
+            self._c.execute(
+                "UPDATE lineage SET wrapped=NULL, subjects=NULL, destroyed_version=coalesce(destroyed_version, ?) "
+                f"WHERE record_id IN ({marks})",
+                (version, *part),
+            )
 
     def destroy_scope_keys(self, tokens: Sequence[bytes], version: int) -> None:
         self._c.executemany(
