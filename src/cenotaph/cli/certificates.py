@@ -21,6 +21,7 @@ import cenotaph
 from cenotaph.durable import write_all
 from cenotaph.errors import CertificateError, ErasureNotProvableError
 
+from .interrupts import held, on_interrupt
 from .options import data_option, open_existing_store
 from .output import emit, generic_table, table_option
 
@@ -69,7 +70,12 @@ def attest(request_id: str, out: Path | None, data: Path, table: bool) -> None:
     try:
         with open_existing_store(data) as store:
             try:
-                certificate = store.attest(request_id)
+                with held():
+                    certificate = store.attest(request_id)
+                    on_interrupt(
+                        "interrupted after the certificate was issued (and audited); run "
+                        f"`cenotaph attest {request_id}` again to print it"
+                    )
             except ErasureNotProvableError as exc:
                 raise click.ClickException(_not_provable(store, request_id, exc)) from None
     except BaseException:

@@ -188,7 +188,7 @@ _STYLE = {"ok": "green", "warn": "yellow", "fail": "red"}
 
 
 def _checks_table(doc: dict[str, Any]) -> RenderableType:
-    table = new_table("check", "status", "detail", title=f"cenotaph doctor: {doc['data']}")
+    table = new_table("check", "status", "detail", title=f"cenotaph doctor: {doc['data']}", free=("detail",))
     for check in doc["checks"]:
         table.add_row(check["name"], Text(check["status"], style=_STYLE[check["status"]]), check["detail"])
     return table

@@ -2,7 +2,8 @@
 
 Exit codes: 0 success; 1 the store refused or failed (forgotten target, stale write, scope
 closure, storage or key-provider failure) or the answer is "no" (``read`` found nothing, no request or backup has the id,
-``doctor`` found a failing check); 2 bad input (usage errors, malformed scope or value).
+``doctor`` found a failing check); 2 bad input (usage errors, malformed scope or value); 130
+interrupted by Ctrl-C (the line then says whether anything was written, see ``interrupts``).
 Every error is one line on stderr, ``error: <reason>``, never a traceback.
 """
 
@@ -33,8 +34,12 @@ from .doctor import doctor
 from .export import export
 from .forgetting import forget, forget_subject, reauthorize, status
 from .initialize import init
+from .interrupts import EXIT_INTERRUPTED, Interrupted, interrupted_message
+from .interrupts import reset as reset_interrupt
 from .maintenance import purge, rotate_keys
 from .memory import list_records, read, search, write
+from .options import check_global_options, global_options
+from .progress import stderr_is_tty
 
 __all__ = ["CLI_HINTS", "COMMANDS", "DEBUG_ENV", "cli", "exit_code_for", "main"]
 
@@ -90,8 +95,14 @@ class CenotaphGroup(click.Group):
     ) -> Any:
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        reset_interrupt()
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except Interrupted:
+            if stderr_is_tty():
+                click.echo(err=True)  # off the line where the terminal echoed ^C
+            click.echo(interrupted_message(), err=True)
+            sys.exit(EXIT_INTERRUPTED)
         except click.ClickException as exc:
             if isinstance(exc, _NO_ARGS_IS_HELP):  # `cenotaph` or `cenotaph audit` alone: show the help
                 click.echo(exc.format_message(), err=True)
@@ -118,16 +129,27 @@ class CenotaphGroup(click.Group):
             )
         sys.exit(code if isinstance(code, int) else 0)
 
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise Interrupted from None
+
 
 @click.group(cls=CenotaphGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="cenotaph", prog_name="cenotaph")
-def cli() -> None:
+@global_options
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """cenotaph: a memory store for AI agents whose erasure claims are true statements about bytes.
 
     Commands print one JSON document on stdout (--table for people). Commands that use a store
     take --data DIR (default $CENOTAPH_DATA, else ./cenotaph-data); create it with `cenotaph init`.
+    --data and --table go before or after the command: `cenotaph --data DIR list SCOPE` and
+    `cenotaph list SCOPE --data DIR` are the same.
     Exit codes: 0 ok; 1 refused, failed or not found; 2 bad input. Errors are one line on stderr.
     """
+    check_global_options(ctx)
 
 
 # One entry per command; a new command is one module and one line here.
