@@ -123,7 +123,7 @@ class Store:
                         raise StorageError(
                             "the audit chain id is missing, but this store or its key provider already "
                             "has history: the database was altered or replaced; restore it from a "
-                            "backup with `cenotaph restore`, or investigate"
+                            "backup with cenotaph.restore(), or investigate"
                         )
                     start_audit_chain(provider, txn)
                 if restored:
@@ -369,7 +369,7 @@ class Store:
     def get(self, record_id: str) -> Record | None:
         """The record with this id, under the same checks as :meth:`read` (R2)."""
         if not isinstance(record_id, str) or not record_id.isalnum() or len(record_id) > 64:
-            raise InvalidValueError("record_id must be an id returned by write()")
+            raise InvalidValueError("record_id must be an id returned by store.write()")
         self._sync()
         generation = self._resolved_gen
         with self._backend.read() as txn:
@@ -643,7 +643,7 @@ class Store:
         """End a backup's retention so rotate_keys() may destroy the epochs only it needed."""
         self._check_open()
         if not isinstance(backup_id, str):
-            raise InvalidValueError("backup_id must be the id returned by backup()")
+            raise InvalidValueError("backup_id must be the id returned by store.backup()")
         self._erasure.release_backup(backup_id)
 
     def backups(self) -> dict[str, builtins.list[int]]:

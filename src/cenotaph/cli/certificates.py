@@ -124,7 +124,7 @@ def _not_provable(store: cenotaph.Store, request_id: str, exc: ErasureNotProvabl
     gaps = "; ".join(exc.gaps) if exc.gaps else str(exc)
     hint = ""
     if store.erasure(request_id).mode == "compliance":
-        hint = " (on the command line: `cenotaph purge`, then attest again)"
+        hint = " (run `cenotaph purge`, then attest again)"
     return f"erasure {request_id} is not provable: {gaps}{hint}"
 
 

@@ -22,7 +22,7 @@ from cenotaph.crypto.provider import keyring_from_env
 from cenotaph.errors import CenotaphError
 
 from .options import data_option, keyring_location, open_existing_store, root_of_trust_warning
-from .output import emit, new_table, table_option
+from .output import emit, message_cell, new_table, table_option
 
 __all__ = ["doctor"]
 
@@ -190,5 +190,7 @@ _STYLE = {"ok": "green", "warn": "yellow", "fail": "red"}
 def _checks_table(doc: dict[str, Any]) -> RenderableType:
     table = new_table("check", "status", "detail", title=f"cenotaph doctor: {doc['data']}", free=("detail",))
     for check in doc["checks"]:
-        table.add_row(check["name"], Text(check["status"], style=_STYLE[check["status"]]), check["detail"])
+        table.add_row(
+            check["name"], Text(check["status"], style=_STYLE[check["status"]]), message_cell(check["detail"])
+        )
     return table

@@ -17,14 +17,7 @@ from typing import Any, NoReturn
 
 import click
 
-from cenotaph.errors import (
-    CenotaphError,
-    ForgottenError,
-    InvalidScopeError,
-    InvalidValueError,
-    NotFoundError,
-    ScopeClosureError,
-)
+from cenotaph.errors import CenotaphError, InvalidScopeError, InvalidValueError, NotFoundError
 
 from .audit import audit
 from .backups import backup, release_backup, restore
@@ -40,21 +33,14 @@ from .maintenance import purge, rotate_keys
 from .memory import list_records, read, search, write
 from .options import check_global_options, global_options
 from .progress import stderr_is_tty
+from .spelling import speak_cli
 
-__all__ = ["CLI_HINTS", "COMMANDS", "DEBUG_ENV", "cli", "exit_code_for", "main"]
+__all__ = ["COMMANDS", "DEBUG_ENV", "cli", "exit_code_for", "main"]
 
 DEBUG_ENV = "CENOTAPH_DEBUG"  # set to 1 to see the traceback of an unexpected internal error
 
 EXIT_REFUSED = 1
 EXIT_BAD_INPUT = 2
-
-
-# The store's messages name Python arguments; say what the same step is on the command line.
-# Looked up by exact type: DerivedFromForgottenError, say, must not be told to reauthorize.
-CLI_HINTS: dict[type[CenotaphError], str] = {
-    ScopeClosureError: "on the command line: forget ... --include-ancestors",
-    ForgottenError: "on the command line: `cenotaph reauthorize`, then `cenotaph write --reauthorization TOKEN`",
-}
 
 
 def exit_code_for(exc: CenotaphError) -> int:
@@ -66,7 +52,7 @@ def exit_code_for(exc: CenotaphError) -> int:
 
 
 def _fail(reason: str, code: int) -> NoReturn:
-    click.echo("error: " + " ".join(reason.split()), err=True)
+    click.echo("error: " + " ".join(speak_cli(reason).split()), err=True)
     sys.exit(code)
 
 
@@ -111,8 +97,7 @@ class CenotaphGroup(click.Group):
         except click.Abort:
             _fail("aborted", EXIT_REFUSED)
         except CenotaphError as exc:
-            hint = CLI_HINTS.get(type(exc))
-            _fail(f"{exc} ({hint})" if hint else str(exc), exit_code_for(exc))
+            _fail(str(exc), exit_code_for(exc))
         except BrokenPipeError:
             sys.exit(EXIT_REFUSED)  # the reader went away (e.g. `| head`); nothing left to say
         except OSError as exc:

@@ -16,12 +16,15 @@ from rich.measure import Measurement
 from rich.table import Column, Table
 from rich.text import Text
 
+from .spelling import speak_cli
+
 __all__ = [
     "GLOBAL_TABLE",
     "RECORD_COLUMNS",
     "Renderer",
     "cell",
     "console",
+    "message_cell",
     "emit",
     "erasure_table",
     "generic_table",
@@ -145,6 +148,13 @@ def cell(value: Any) -> Text:
     return Text(json.dumps(value, ensure_ascii=False))
 
 
+def message_cell(value: Any) -> Text:
+    """A cell holding the store's own words (evidence, a gap, a check's detail), in CLI spelling;
+    never used for data (a record's value is shown as it is)."""
+    shown = cell(value)
+    return Text(speak_cli(shown.plain), style=shown.style)
+
+
 def generic_table(doc: Any, title: str | None = None) -> RenderableType:
     """A field/value table for a dict, a row per item for a list of dicts, else the value itself."""
     if isinstance(doc, Mapping):
@@ -191,10 +201,12 @@ def erasure_table(doc: Mapping[str, Any]) -> RenderableType:
     layers = new_table("layer", "state", "evidence", title="layers", free=("evidence",))
     for name, layer in status.get("layers", {}).items():
         state = str(layer.get("state"))
-        layers.add_row(name, Text(state, style=_STATE_STYLE.get(state, "")), cell(layer.get("evidence")))
+        layers.add_row(
+            name, Text(state, style=_STATE_STYLE.get(state, "")), message_cell(layer.get("evidence"))
+        )
     gaps = list(status.get("gaps", []))
     if gaps:
-        footer = Text("gaps: " + "; ".join(gaps), style="yellow")
+        footer = Text("gaps: " + speak_cli("; ".join(gaps)), style="yellow")
     elif status.get("state") == "verified":
         footer = Text("no gaps: erasure verified", style="green")
     else:

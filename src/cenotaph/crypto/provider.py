@@ -316,7 +316,7 @@ class LocalKeyring:
         with self._locked():
             self._load()
             if self._state["backups"].pop(backup_id, None) is None:
-                raise KeyProviderError("no backup with that id is registered; see `cenotaph status`")
+                raise KeyProviderError("no backup with that id is registered; list them with store.backups()")
             self._save()
 
     def backups(self) -> dict[str, list[int]]:

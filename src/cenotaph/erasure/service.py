@@ -72,12 +72,12 @@ class ErasureService:
 
     # -- status ------------------------------------------------------------------------
     def row(self, request_id: object) -> ErasureRow:
-        checked = check_token_text(request_id, "request_id must be the id returned by forget()")
+        checked = check_token_text(request_id, "request_id must be the id returned by store.forget()")
         self._sync()
         with self._backend.read() as txn:
             row = txn.erasure(checked)
         if row is None:
-            raise NotFoundError("no erasure request with that id; list them with `cenotaph status`")
+            raise NotFoundError("no erasure request with that id; list them with store.erasures()")
         return row
 
     def status(self, request_id: str) -> ErasureStatus:
@@ -542,7 +542,7 @@ class ErasureService:
 
     def release_backup(self, backup_id: str) -> None:
         if backup_id not in self._provider.backups():
-            raise NotFoundError("no backup with that id is registered; list them with `cenotaph status`")
+            raise NotFoundError("no backup with that id is registered; list them with store.backups()")
         self._provider.release_backup(backup_id)
         with self._backend.write() as txn:
             anchor_audit(self._provider, txn, "release_backup", {"backup_id": backup_id})

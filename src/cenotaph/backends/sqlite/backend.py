@@ -91,11 +91,11 @@ def translate(exc: sqlite3.Error) -> StorageError:
     text = str(exc).lower()
     if "locked" in text or "busy" in text:
         return StorageError(
-            "the data directory is locked by another process for too long; retry, or find the stuck "
-            "process with `cenotaph doctor`"
+            "the data directory is locked by another process for too long (a long write, or a stuck "
+            "process holding it open); retry, or wait longer with CENOTAPH_BUSY_TIMEOUT_MS"
         )
     if "malformed" in text or "not a database" in text:
-        return StorageError("the database file is corrupt; restore it from a backup with `cenotaph restore`")
+        return StorageError("the database file is corrupt; restore it from a backup with cenotaph.restore()")
     if "readonly" in text or "read-only" in text:
         return StorageError("the data directory is read-only; open it with write permission")
     return StorageError(f"the database failed ({type(exc).__name__}); check disk space and permissions")
