@@ -495,10 +495,16 @@ class ErasureService:
     # -- backups -----------------------------------------------------------------------
     def backup(self, dest: Path) -> BackupInfo:
         self._sync()
-        if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-            raise InvalidValueError("the backup destination must be a new or empty directory")
-        dest.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fsync(dest.parent)
+        try:
+            if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+                raise InvalidValueError("the backup destination must be a new or empty directory")
+            dest.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fsync(dest.parent)
+        except OSError as exc:
+            raise StorageError(
+                f"cannot make the backup directory {dest} ({exc.strerror}); choose a directory this "
+                "user may write"
+            ) from exc
         backup_id = "bk_" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "_" + os.urandom(4).hex()
         try:
             epochs = self._copy_for_backup(backup_id, dest / DB_NAME)
