@@ -17,7 +17,7 @@ import click
 from rich.console import RenderableType
 from rich.text import Text
 
-from cenotaph.backends.sqlite.backend import DB_NAME, SQLiteBackend
+from cenotaph.backends.sqlite.backend import DB_NAME, SQLiteBackend, read_only
 from cenotaph.crypto.provider import keyring_from_env
 from cenotaph.errors import CenotaphError
 
@@ -27,6 +27,7 @@ from .output import emit, message_cell, new_table, table_option
 __all__ = ["doctor"]
 
 Outcome = Literal["ok", "warn", "fail"]
+_READS_ONLY = "reads work; writes, forgets, purges and key rotation are refused"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +66,12 @@ def doctor(ctx: click.Context, data: Path, table: bool) -> None:
 def _data_checks(data: Path) -> list[Check]:
     if not data.is_dir():
         return [Check("data directory", "fail", f"{data} does not exist; run `cenotaph init --data {data}`")]
-    if not os.access(data, os.W_OK | os.X_OK):
-        return [Check("data directory", "fail", f"{data} is not writable by this user")]
+    if not os.access(data, os.R_OK | os.X_OK):
+        return [Check("data directory", "fail", f"{data} is not readable by this user")]
     if not (data / DB_NAME).is_file():
         return [Check("data directory", "fail", f"{data} holds no store; run `cenotaph init --data {data}`")]
+    if read_only(data):
+        return [Check("data directory", "warn", f"{data} is read-only for this user: {_READS_ONLY}")]
     return [Check("data directory", "ok", f"{data} exists and is writable")]
 
 
@@ -79,13 +82,13 @@ def _keyring_checks(data: Path) -> list[Check]:
             Check("keyring", "fail", f"no keyring at {keyring}; run `cenotaph init` or set the right path")
         ]
     mode = stat.S_IMODE(keyring.stat().st_mode)
-    checks = [
-        Check(
-            "keyring directory mode",
-            "ok" if mode == 0o700 else "fail",
-            f"{mode:04o}" + ("" if mode == 0o700 else f"; run `chmod 700 {keyring}`"),
-        )
-    ]
+    if mode & 0o077:
+        check = Check("keyring directory mode", "fail", f"{mode:04o}; run `chmod 700 {keyring}`")
+    elif not os.access(keyring, os.W_OK):
+        check = Check("keyring directory mode", "warn", f"{mode:04o}, read-only for this user: {_READS_ONLY}")
+    else:
+        check = Check("keyring directory mode", "ok", f"{mode:04o}")
+    checks = [check]
     # Files that hold bytes must be private; an empty lock file holds nothing.
     loose = sorted(
         f"{p.name} ({stat.S_IMODE(p.stat().st_mode):04o})"
@@ -129,7 +132,7 @@ def _sqlite_checks(data: Path) -> list[Check]:
             return [Check("sqlite connection", "fail", f"{which}: {reason}")]
         try:
             secure = int(conn.execute("PRAGMA secure_delete").fetchone()[0])
-            journal = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+            journal = _journal_mode(conn, path)
         finally:
             conn.close()
     return [
@@ -140,6 +143,16 @@ def _sqlite_checks(data: Path) -> list[Check]:
         ),
         Check("sqlite journal_mode", "ok" if journal == "wal" else "fail", f"{journal} ({which})"),
     ]
+
+
+def _journal_mode(conn: sqlite3.Connection, path: Path) -> str:
+    """The database's journal mode. A read-only connection may be opened immutable, which reports
+    its own mode; the file header says what the file is (bytes 18 and 19 are 2 in WAL mode)."""
+    if not read_only(path.parent):
+        return str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+    with open(path, "rb") as handle:
+        header = handle.read(20)
+    return "wal" if header[18:20] == b"\x02\x02" else "delete"
 
 
 def _store_checks(data: Path) -> list[Check]:

@@ -62,6 +62,19 @@ _NO_ARGS_IS_HELP: tuple[type[click.ClickException], ...] = tuple(
 )
 
 
+def _os_reason(exc: OSError) -> str:
+    """An operating-system refusal, naming the file (a bare "Permission denied" says nothing)."""
+    reason = exc.strerror or type(exc).__name__
+    if exc.filename is None:
+        return reason
+    advice = (
+        "; check this user's permissions on it"
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
+        else ""
+    )
+    return f"{exc.filename}: {reason}{advice}"
+
+
 def _usage_reason(exc: click.ClickException) -> str:
     ctx = getattr(exc, "ctx", None)
     hint = f" (see '{ctx.command_path} --help')" if isinstance(exc, click.UsageError) and ctx else ""
@@ -103,7 +116,7 @@ class CenotaphGroup(click.Group):
         except OSError as exc:
             if exc.errno == errno.EPIPE:
                 sys.exit(EXIT_REFUSED)
-            _fail(f"{exc.strerror or type(exc).__name__}", EXIT_REFUSED)
+            _fail(_os_reason(exc), EXIT_REFUSED)
         except Exception as exc:  # the last line of defence: no traceback, and no message text
             if os.environ.get(DEBUG_ENV):
                 raise
