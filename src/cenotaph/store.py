@@ -724,6 +724,10 @@ def open_store(
         ) from exc
     if not directory.is_dir():
         raise InvalidValueError("the data location exists and is not a directory; choose another path")
+    if not os.access(directory, os.R_OK | os.X_OK):
+        raise StorageError(
+            f"cannot read the data directory {directory} (permission denied); check its owner and mode"
+        )
     check_not_restoring(directory)
     provider = key_provider if key_provider is not None else keyring_from_env(directory)
     return Store(SQLiteBackend(directory), provider, auto_purge=auto_purge, embedder=embedder)
