@@ -351,3 +351,24 @@ def test_a_read_only_keyring_alone_still_serves_reads(shared_tmp: Path, _warm: N
         del os.environ["CENOTAPH_KEYRING"]
     assert value == "v"
     assert refusal.startswith("KeyProviderError") and str(keys) in refusal
+
+
+def test_an_unreadable_data_directory_is_named_not_a_raw_permission_error(
+    shared_tmp: Path, _warm: None
+) -> None:
+    data = shared_tmp / "data"
+    cenotaph.open(data).close()
+    make_read_only(data)
+    data.chmod(0)
+
+    def open_it() -> str:
+        try:
+            cenotaph.open(data)
+        except CenotaphError as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return "opened"
+
+    outcome = as_unprivileged(open_it)
+    assert outcome.startswith("StorageError") and str(data) in outcome
+    code, _, stderr = as_unprivileged(lambda: cli_run("status", "--data", str(data)))
+    assert code in (1, 2) and str(data) in stderr and "Traceback" not in stderr
