@@ -32,13 +32,14 @@ __all__ = [
     "LocalKeyring",
     "keyring_from_env",
     "keyring_location",
+    "master_key_from_env",
     "MASTER_KEY_ENV",
     "KEYRING_ENV",
 ]
 
 MASTER_KEY_ENV = "CENOTAPH_MASTER_KEY"
 KEYRING_ENV = "CENOTAPH_KEYRING"
-_SEALED_MAGIC = "cenotaph-sealed-keyring/1"
+SEALED_FORMAT = "cenotaph-sealed-keyring/1"  # the "format" of a keyring.json sealed by a master key
 
 
 @runtime_checkable
@@ -93,7 +94,7 @@ class LocalKeyring:
         self._master = master_key
         if master_key is not None and len(master_key) != KEY_BYTES:
             raise KeyProviderError(f"{MASTER_KEY_ENV} must be {KEY_BYTES * 2} hex characters")
-        self._ledger_path = str(self.path / "ledger.jsonl")
+        self._ledger_path = str(self.path / self.LEDGER_FILE)
         self._state: dict[str, Any] = {}
         self._stamp: tuple[int, int, int] | None = None
         self._open()
@@ -101,11 +102,11 @@ class LocalKeyring:
     # -- file handling ---------------------------------------------------------------
     @property
     def _file(self) -> Path:
-        return self.path / "keyring.json"
+        return self.path / self.KEYRING_FILE
 
     @property
     def _ledger_file(self) -> Path:
-        return self.path / "ledger.jsonl"
+        return self.path / self.LEDGER_FILE
 
     def _denied(self, path: Path, exc: OSError, step: str) -> KeyProviderError:
         """The error for an OS refusal on a keyring file: names the file, says what to do."""
@@ -220,7 +221,7 @@ class LocalKeyring:
             ) from exc
         try:
             doc = json.loads(raw)
-            if doc.get("format") == _SEALED_MAGIC:
+            if doc.get("format") == SEALED_FORMAT:
                 if self._master is None:
                     raise KeyProviderError(
                         f"the keyring is sealed with a master key; set {MASTER_KEY_ENV} to open it"
@@ -255,13 +256,37 @@ class LocalKeyring:
         body = json.dumps(self._state, sort_keys=True).encode()
         if self._master is not None:
             sealed = seal(self._master, body, b"keyring").hex()
-            body = json.dumps({"format": _SEALED_MAGIC, "sealed": sealed}).encode()
+            body = json.dumps({"format": SEALED_FORMAT, "sealed": sealed}).encode()
         try:
             write_atomically(self._file, body)
             saved = self._file.stat()
         except OSError as exc:
             raise self._denied(self._file, exc, "write") from exc
         self._stamp = (saved.st_ino, saved.st_size, saved.st_mtime_ns)
+
+    # -- the keyring's own files (``cenotaph keyring``: seal, move, export) ----------------
+    KEYRING_FILE = "keyring.json"
+    LEDGER_FILE = "ledger.jsonl"
+
+    @property
+    def sealed(self) -> bool:
+        """Whether keyring.json is sealed under a master key (this instance was opened with it)."""
+        return self._master is not None
+
+    def exclusive(self) -> contextlib.AbstractContextManager[None]:
+        """Hold the keyring's lock: no process changes its files until the block ends."""
+        return self._locked()
+
+    def reseal(self, master_key: bytes) -> None:
+        """Rewrite keyring.json sealed under ``master_key``: one atomic replace (a crash leaves the
+        old file or the new one), under the lock, from the newest state on disk."""
+        if len(master_key) != KEY_BYTES:
+            raise KeyProviderError(f"{MASTER_KEY_ENV} must be {KEY_BYTES * 2} hex characters")
+        with self._locked():
+            self._load()
+            self._remove_stale_copies()  # staged copies of the old file (unsealed, perhaps)
+            self._master = master_key
+            self._save()
 
     # -- KeyProvider -----------------------------------------------------------------
     @property
@@ -401,20 +426,28 @@ def _check_state(doc: object) -> None:
         raise ValueError("backups")
 
 
+def master_key_from_env(name: str = MASTER_KEY_ENV) -> bytes | None:
+    """The master key in ``$name`` (64 hex characters), or None when it is not set."""
+    master_hex = os.environ.get(name)
+    if master_hex is None:
+        return None
+    try:  # set but empty (a failed `$(cat file)`) must not mean "unsealed"
+        master = bytes.fromhex(master_hex.strip())
+    except ValueError as exc:
+        raise KeyProviderError(f"{name} must be {KEY_BYTES * 2} hex characters") from exc
+    if not master:
+        raise KeyProviderError(
+            f"{name} is set but empty; set it to the {KEY_BYTES * 2} hex characters of the master "
+            "key, or unset it for an unsealed keyring"
+        )
+    if len(master) != KEY_BYTES:
+        raise KeyProviderError(f"{name} must be {KEY_BYTES * 2} hex characters")
+    return master
+
+
 def keyring_from_env(data_dir: Path) -> LocalKeyring:
     """The default provider: ``$CENOTAPH_KEYRING`` or ``<data_dir>/keyring``, sealed if a master key is set."""
-    master_hex = os.environ.get(MASTER_KEY_ENV)
-    master = None
-    if master_hex is not None:  # set but empty (a failed `$(cat file)`) must not mean "unsealed"
-        try:
-            master = bytes.fromhex(master_hex.strip())
-        except ValueError as exc:
-            raise KeyProviderError(f"{MASTER_KEY_ENV} must be {KEY_BYTES * 2} hex characters") from exc
-        if not master:
-            raise KeyProviderError(
-                f"{MASTER_KEY_ENV} is set but empty; set it to the {KEY_BYTES * 2} hex characters of "
-                "the master key, or unset it for an unsealed keyring"
-            )
+    master = master_key_from_env()
     location = keyring_location(data_dir)
     try:
         orphaned = not (location / "keyring.json").exists() and (data_dir / "cenotaph.db").exists()
