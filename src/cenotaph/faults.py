@@ -28,6 +28,8 @@ FAULT_POINTS = (
     "purge.scanned",  # scan done, verdict not recorded
     "purge.done",  # verdict recorded
     "restore.copied",  # backup copied into the target, the copy not yet opened (source's chain id)
+    "keyring.copied",  # keyring move: the copy is whole and opened, the source untouched
+    "keyring.unkeyed",  # keyring move: the source's key file removed, its ledger and lock not yet
 )
 
 

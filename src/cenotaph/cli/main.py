@@ -29,6 +29,7 @@ from .forgetting import forget, forget_subject, reauthorize, status
 from .initialize import init
 from .interrupts import EXIT_INTERRUPTED, Interrupted, interrupted_message
 from .interrupts import reset as reset_interrupt
+from .keyring import keyring
 from .maintenance import purge, rotate_keys
 from .memory import list_records, read, search, write
 from .options import check_global_options, global_options
@@ -172,6 +173,7 @@ COMMANDS: tuple[click.Command, ...] = (
     rotate_keys,
     audit,
     doctor,
+    keyring,
 )
 for _command in COMMANDS:
     cli.add_command(_command)

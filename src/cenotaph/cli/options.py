@@ -142,8 +142,9 @@ def root_of_trust_warning(data: Path) -> str | None:
         )
     return (
         "the keyring is inside the data directory: whoever copies the directory has the keys, so "
-        "encryption protects a copied database file, not a copied directory. Keep it elsewhere with "
-        f"{KEYRING_ENV}=/path/outside (before init), or seal it with {MASTER_KEY_ENV}=<64 hex characters>"
+        "encryption protects a copied database file, not a copied directory. Keep it elsewhere "
+        f"(`cenotaph keyring move /path/outside`, then {KEYRING_ENV}=/path/outside; or set it before "
+        f"init), and seal it (`cenotaph keyring seal` with {MASTER_KEY_ENV}=<64 hex characters>)"
     )
 
 
