@@ -15,13 +15,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..durable import fsync, write_all, write_atomically
+from ..durable import fsync, write_all, write_atomically, write_new
 from ..errors import InvalidValueError, KeyProviderError
 from ..faults import fault_point
 from .aead import open_sealed, seal
@@ -83,7 +82,10 @@ def export_keyring(source: LocalKeyring, out: Path, master_key: bytes, *, outsid
     sealed = seal(master_key, json.dumps(payload, sort_keys=True).encode(), _EXPORT_AAD)
     body = json.dumps({"format": EXPORT_FORMAT, "sealed": sealed.hex()}).encode()
     with _named_os_errors("export the keyring"):
-        _write_new_file(out, body)
+        try:
+            write_new(out, body)
+        except FileExistsError:
+            raise InvalidValueError(f"{out} exists; name a new file (an export never replaces one)") from None
     ledger = contents.get(LocalKeyring.LEDGER_FILE, b"")
     return {
         "out": str(out.resolve()),
@@ -182,25 +184,6 @@ def _read_own_files(directory: Path) -> dict[str, bytes]:
 def _make_private_dir(path: Path) -> None:
     path.mkdir(mode=0o700, exist_ok=True)
     os.chmod(path, 0o700)
-    fsync(path.parent)
-
-
-def _write_new_file(path: Path, body: bytes) -> None:
-    """Write ``path`` whole or not at all, and never over an existing file (a hard link fails if
-    the name was taken meanwhile, where a rename would replace it)."""
-    staged = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    try:
-        try:
-            write_all(fd, body)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.link(staged, path)
-    except FileExistsError:
-        raise InvalidValueError(f"{path} exists; name a new file (an export never replaces one)") from None
-    finally:
-        staged.unlink(missing_ok=True)
     fsync(path.parent)
 
 
