@@ -11,7 +11,6 @@ import importlib
 import pkgutil
 import tempfile
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -71,31 +70,33 @@ def test_the_plug_in_types_are_the_ones_the_store_uses() -> None:
     assert isinstance(cenotaph.HashingEmbedder(), cenotaph.Embedder)
 
 
-def _modules() -> list[str]:
-    names = ["cenotaph"]
-    for info in pkgutil.walk_packages(cenotaph.__path__, prefix="cenotaph."):
-        names.append(info.name)
-    return sorted(names)
+def _docstring_examples() -> dict[str, doctest.DocTest]:
+    """Every docstring with an example in the package, by its dotted name."""
+    names = ["cenotaph", *(i.name for i in pkgutil.walk_packages(cenotaph.__path__, prefix="cenotaph."))]
+    found: dict[str, doctest.DocTest] = {}
+    for name in names:
+        module = importlib.import_module(name)
+        found.update({t.name: t for t in doctest.DocTestFinder().find(module, name) if t.examples})
+    return found
 
 
-def _examples(module: ModuleType) -> list[doctest.DocTest]:
-    return [t for t in doctest.DocTestFinder().find(module, module.__name__) if t.examples]
+EXAMPLES = _docstring_examples()
 
 
-def test_the_package_docstring_has_a_runnable_example() -> None:
-    assert _examples(cenotaph), "the package docstring lost its example"
+def test_the_package_and_the_store_show_runnable_examples() -> None:
+    assert {"cenotaph", "cenotaph.store.Store", "cenotaph.scope"} <= set(EXAMPLES), sorted(EXAMPLES)
 
 
-@pytest.mark.parametrize("name", _modules())
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_docstring_examples_run(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    module = importlib.import_module(name)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # stores made by examples land here
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("CENOTAPH_KEYRING", raising=False)
     monkeypatch.delenv("CENOTAPH_MASTER_KEY", raising=False)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
     failures: list[str] = []
-    for test in _examples(module):
-        result = runner.run(test, out=failures.append)
-        assert result.attempted
+    test = EXAMPLES[name]
+    test.globs = dict(test.globs)  # each run starts from the module's own names
+    result = runner.run(test, out=failures.append)
+    assert result.attempted == len(test.examples)
     assert not failures, "".join(failures)
