@@ -17,7 +17,7 @@ from ...errors import StorageError
 from ..base import ErasureRow, LineageRow, RecordRow, ScopeKeyRow
 from .schema import MIGRATIONS, statements
 
-__all__ = ["SQLiteBackend", "SQLITE_SETTINGS", "DB_NAME", "read_only"]
+__all__ = ["SQLiteBackend", "SQLITE_SETTINGS", "DB_NAME", "read_only", "unwritable"]
 
 DB_NAME = "cenotaph.db"
 
@@ -44,27 +44,38 @@ SQLITE_SETTINGS: tuple[tuple[str, str], ...] = (
 )
 
 
-def read_only(directory: Path) -> bool:
-    """Whether this process cannot write the data directory or its database: then the store is
-    opened read-only (reads work; a step that writes raises StorageError naming the file)."""
+def unwritable(directory: Path) -> list[Path]:
+    """The data directory and database files (``-wal`` and ``-shm`` too, if they exist) this
+    process may not write. Any at all, and the store is opened read-only: reads work, and a step
+    that writes raises StorageError naming them."""
     db = directory / DB_NAME
-    return not os.access(directory, os.W_OK) or (db.exists() and not os.access(db, os.W_OK))
+    paths = [directory, db, db.with_name(DB_NAME + "-wal"), db.with_name(DB_NAME + "-shm")]
+    return [p for p in paths if (p == directory or p.exists()) and not os.access(p, os.W_OK)]
 
 
-def _nobody_writes(directory: Path) -> bool:
-    """Only root could change files here: a read-only file system, or no write bit for anyone."""
-    if os.statvfs(directory).f_flag & os.ST_RDONLY:
+def read_only(directory: Path) -> bool:
+    return bool(unwritable(directory))
+
+
+def _nobody_writes(db: Path) -> bool:
+    """Only root could change this database: a read-only file system; a file no one may write (a
+    connection that cannot write the file cannot write its WAL either); or a directory no one may
+    write and no -wal to write into (a WAL writer would have to create it)."""
+    if os.statvfs(db.parent).f_flag & os.ST_RDONLY:
         return True
-    return not os.stat(directory).st_mode & 0o222
+    if not os.stat(db).st_mode & 0o222:
+        return True
+    wal = db.with_name(db.name + "-wal")
+    return not os.stat(db.parent).st_mode & 0o222 and not wal.exists()
 
 
 def _read_only_uri(path: Path) -> str:
-    """How to open ``path`` read-only. A WAL reader needs the -wal and -shm files; in a directory
-    nobody can write they cannot be created, so a database with no WAL content left is opened
-    immutable (nothing can change it: a WAL writer would have to create the -wal). Otherwise it is
-    read through the existing -wal and -shm, seeing every commit other processes make."""
+    """How to open ``path`` read-only. When nothing can change the database and no WAL content is
+    left, it is opened immutable: SQLite then needs no -wal or -shm (which a read-only directory
+    could not hold, and which it would otherwise leave behind, read-only, to block the next writer).
+    Otherwise it is read through the -wal and -shm, seeing every commit other processes make."""
     wal = path.with_name(path.name + "-wal")
-    immutable = _nobody_writes(path.parent) and (not wal.exists() or wal.stat().st_size == 0)
+    immutable = _nobody_writes(path) and (not wal.exists() or wal.stat().st_size == 0)
     return f"{path.as_uri()}?mode=ro" + ("&immutable=1" if immutable else "")
 
 
@@ -123,9 +134,11 @@ def translate(exc: sqlite3.Error, path: Path | None = None) -> StorageError:
     if "malformed" in text or "not a database" in text:
         return StorageError("the database file is corrupt; restore it from a backup with cenotaph.restore()")
     if "readonly" in text or "read-only" in text:
+        denied = [] if path is None else unwritable(path.parent)
+        named = f"{where} (or its directory)" if not denied else ", ".join(map(str, denied))
         return StorageError(
-            f"{where} is read-only for this user (or its directory is): reads work, but this step "
-            "writes; it needs write permission on the data directory and the files in it"
+            f"read-only for this user: {named}; reads work, but this step writes, so it needs write "
+            "permission on the data directory and every cenotaph.db* file in it"
         )
     if "unable to open" in text:
         return StorageError(
