@@ -372,3 +372,37 @@ def test_an_unreadable_data_directory_is_named_not_a_raw_permission_error(
     assert outcome.startswith("StorageError") and str(data) in outcome
     code, _, stderr = as_unprivileged(lambda: cli_run("status", "--data", str(data)))
     assert code in (1, 2) and str(data) in stderr and "Traceback" not in stderr
+
+
+def test_a_read_only_database_file_leaves_nothing_that_blocks_the_next_writer(
+    shared_tmp: Path, _warm: None
+) -> None:
+    """chmod a-w on cenotaph.db alone: reads work and create no -wal or -shm (SQLite would make
+    them read-only like the file, and they would refuse the writer once write permission is back)."""
+    data = shared_tmp / "data"
+    with cenotaph.open(data) as store:
+        store.write(USER, "k", "v")
+    if AS_ROOT:
+        for path in [data, *data.rglob("*")]:
+            os.chown(path, NOBODY, NOBODY)
+    (data / "cenotaph.db").chmod(0o444)
+
+    def read_then_fail_to_write() -> tuple[Any, str]:
+        with cenotaph.open(data) as store:
+            value = store.read(USER, "k").value  # type: ignore[union-attr]
+            try:
+                store.write(USER, "k2", "v")
+            except StorageError as exc:
+                return value, str(exc)
+        return value, "written"
+
+    value, refusal = as_unprivileged(read_then_fail_to_write)
+    assert value == "v" and "cenotaph.db" in refusal and "read-only" in refusal
+    assert sorted(p.name for p in data.iterdir()) == ["cenotaph.db", "keyring"]
+    (data / "cenotaph.db").chmod(0o644)
+
+    def write() -> Any:
+        with cenotaph.open(data) as store:
+            return store.write(USER, "k2", "v2").value
+
+    assert as_unprivileged(write) == "v2"

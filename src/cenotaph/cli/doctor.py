@@ -17,7 +17,7 @@ import click
 from rich.console import RenderableType
 from rich.text import Text
 
-from cenotaph.backends.sqlite.backend import DB_NAME, SQLiteBackend, read_only
+from cenotaph.backends.sqlite.backend import DB_NAME, SQLiteBackend, read_only, unwritable
 from cenotaph.crypto.provider import keyring_from_env
 from cenotaph.errors import CenotaphError
 
@@ -70,8 +70,10 @@ def _data_checks(data: Path) -> list[Check]:
         return [Check("data directory", "fail", f"{data} is not readable by this user")]
     if not (data / DB_NAME).is_file():
         return [Check("data directory", "fail", f"{data} holds no store; run `cenotaph init --data {data}`")]
-    if read_only(data):
-        return [Check("data directory", "warn", f"{data} is read-only for this user: {_READS_ONLY}")]
+    denied = unwritable(data)
+    if denied:
+        names = ", ".join(p.name if p != data else str(p) for p in denied)
+        return [Check("data directory", "warn", f"read-only for this user ({names}): {_READS_ONLY}")]
     return [Check("data directory", "ok", f"{data} exists and is writable")]
 
 
