@@ -98,6 +98,7 @@ def test_speak_cli_replaces_whole_spellings_once() -> None:
     )
     assert speak_cli("with include_ancestors=True, or not") == "with --include-ancestors, or not"
     assert speak_cli("x.purge() and purge_all()") == "x.purge() and purge_all()"  # not a store call
+    assert speak_cli("held by 'tenant:derived_from'") == "held by 'tenant:derived_from'"  # a caller's name
     assert speak_cli("nothing to translate") == "nothing to translate"
     for api, cli in API_TO_CLI.items():
         assert not API_SPELLING.search(speak_cli(f"then {api} again")), (api, cli)

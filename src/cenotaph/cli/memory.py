@@ -73,6 +73,8 @@ def read_value(value: str | None, file: Path | None) -> str:
         assert value is not None
         if value != "-":
             return value
+        if sys.stdin.isatty():
+            click.echo("reading the value from stdin; end it with Ctrl-D", err=True)
         where, raw = "stdin", sys.stdin.buffer.read(_MAX_INPUT_BYTES + 1)
     else:
         where = f"--file {file}"

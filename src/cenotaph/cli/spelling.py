@@ -53,9 +53,11 @@ API_ONLY = frozenset(
     }
 )
 
-# Longest first, one pass: "store.purge()" is replaced whole, never as "store." + "purge()".
+# Longest first, one pass: "store.purge()" is replaced whole, never as "store." + "purge()". Not
+# after a word character, '.', '-', ':', '/' or a quote: a caller's own scope or key quoted in a
+# message ('tenant:derived_from') stays as it is.
 _PATTERN = re.compile(
-    "|".join(rf"(?<![\w.-]){re.escape(api)}" for api in sorted(API_TO_CLI, key=len, reverse=True))
+    "|".join(rf"(?<![\w.:/'\"-]){re.escape(api)}" for api in sorted(API_TO_CLI, key=len, reverse=True))
 )
 
 
