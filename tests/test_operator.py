@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -230,7 +231,7 @@ def _interrupt(args: list[str], pause: tuple[str, Path] | None = None) -> tuple[
     )
     try:
         if pause is None:
-            time.sleep(2)  # the interpreter is up and blocked reading stdin
+            _wait_reading_stdin(process)
         else:
             deadline = time.monotonic() + 60
             while not pause[1].exists():
@@ -246,6 +247,23 @@ def _interrupt(args: list[str], pause: tuple[str, Path] | None = None) -> tuple[
         if process.poll() is None:
             process.kill()
     return process.returncode, stderr
+
+
+def _wait_reading_stdin(process: subprocess.Popen[str]) -> None:
+    """Until the process sits in read(0, ...) (Linux: /proc/PID/syscall), so the signal lands
+    there and not while the interpreter is still starting."""
+    syscall = Path(f"/proc/{process.pid}/syscall")
+    read = {"x86_64": "0", "aarch64": "63"}.get(platform.machine())  # the read syscall's number
+    if read is None or not syscall.exists():
+        time.sleep(2)  # no way to look: give the interpreter time to get there instead
+        return
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()
+        if syscall.read_text().split()[:2] == [read, "0x0"]:  # read(0, ...)
+            return
+        time.sleep(0.02)
+    raise AssertionError("the process never blocked reading stdin")
 
 
 def test_ctrl_c_before_anything_changed_says_so(data: Path) -> None:
