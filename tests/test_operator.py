@@ -8,7 +8,6 @@ where a shell's view matters (stdin, signals, exit codes).
 from __future__ import annotations
 
 import json
-import os
 import platform
 import signal
 import subprocess
@@ -298,7 +297,3 @@ def test_ctrl_c_during_a_purge_says_it_resumes(data: Path, tmp_path: Path) -> No
         "resumes the rest"
     ]
     assert ok_json("purge", "--data", str(data))["requests"] == {request.id: "verified"}
-
-
-def test_environment_is_clean() -> None:
-    assert not any(os.environ.get(name) for name in ENV_VARS)
