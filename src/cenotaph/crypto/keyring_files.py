@@ -183,6 +183,8 @@ def _read_own_files(directory: Path) -> dict[str, bytes]:
 
 def _make_private_dir(path: Path) -> None:
     path.mkdir(mode=0o700, exist_ok=True)
+    if path.is_symlink():  # planted since it was checked: the keys must not follow it
+        raise InvalidValueError(f"{path} became a symbolic link; nothing was written")
     os.chmod(path, 0o700)
     fsync(path.parent)
 
