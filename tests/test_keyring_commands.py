@@ -313,3 +313,24 @@ def test_import_refuses_the_wrong_key_a_tampered_export_and_a_used_directory(
     garbage.write_text("not json")
     result = keyring_cli("keyring", "import", str(garbage), str(tmp_path / "k3"), CENOTAPH_MASTER_KEY=MASTER)
     assert result.exit_code == 2 and "not a cenotaph keyring export" in result.stderr
+
+
+def test_move_run_again_after_it_finished_is_harmless(data: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "vault"
+    assert keyring_cli("keyring", "move", str(dest), "--data", str(data)).exit_code == 0
+    again = keyring_cli("keyring", "move", str(dest), "--data", str(data))
+    assert again.exit_code == 0, again.output
+    assert readable(data, CENOTAPH_KEYRING=str(dest))
+
+
+def test_move_never_mistakes_another_keyring_for_its_own_copy(data: Path, tmp_path: Path) -> None:
+    """A keyring whose keyring.json was lost is not "already moved" to an unrelated keyring: its
+    ledger (the record of every forget) stays."""
+    other = tmp_path / "other"
+    with cenotaph.open(tmp_path / "other-data", key_provider=LocalKeyring(other)) as store:
+        store.write(USER, "k", 1)
+    (data / "keyring" / "keyring.json").unlink()
+    ledger = (data / "keyring" / "ledger.jsonl").read_bytes()
+    result = keyring_cli("keyring", "move", str(other), "--data", str(data))
+    assert result.exit_code == 1 and "another keyring" in result.stderr, result.output
+    assert (data / "keyring" / "ledger.jsonl").read_bytes() == ledger

@@ -41,8 +41,15 @@ def move_keyring(source: Path, dest: Path, master_key: bytes | None, *, outside:
         if source.resolve() in (dest.resolve(), *dest.resolve().parents):
             raise InvalidValueError("the new keyring directory is the keyring itself or inside it")
         if not (source / LocalKeyring.KEYRING_FILE).exists() and (dest / LocalKeyring.KEYRING_FILE).exists():
-            # a move that crashed after removing the key material: finish it if the copy is whole
+            # a move that crashed after removing the key material (or that finished): complete it,
+            # if the copy is whole and is this keyring's (the same ledger, where one is left)
             LocalKeyring(dest, master_key=master_key)
+            left = _read_own_files(source).get(LocalKeyring.LEDGER_FILE) if source.is_dir() else None
+            if left is not None and left != _read_own_files(dest).get(LocalKeyring.LEDGER_FILE):
+                raise KeyProviderError(
+                    f"{source} has lost its keyring.json and {dest} holds another keyring; nothing "
+                    "was removed (restore keyring.json from your keyring backup)"
+                )
             _remove_keyring_files(source)
             return {"from": str(source), "to": str(dest.resolve()), "sealed": master_key is not None}
         keyring = LocalKeyring(source, master_key=master_key)
@@ -192,6 +199,8 @@ def _make_private_dir(path: Path) -> None:
 def _remove_keyring_files(directory: Path) -> None:
     """Remove a moved keyring: key material first (overwritten, then unlinked), so a crash at any
     point leaves the directory either whole or holding no key."""
+    if not directory.is_dir():
+        return  # removed already (a finished move run again)
     for path in [
         directory / LocalKeyring.KEYRING_FILE,
         *directory.glob(f".{LocalKeyring.KEYRING_FILE}.*.tmp"),
