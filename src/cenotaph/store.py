@@ -700,7 +700,7 @@ class Store:
                 "the database was altered (the key provider's ledger says otherwise): "
                 + "; ".join(found)
                 + ". The store refuses what these rows would allow; restore from a backup with "
-                "`cenotaph restore` and investigate"
+                "cenotaph.restore() and investigate"
             )
         return result
 
