@@ -50,7 +50,7 @@ from ...model import ErasureRequest, Record
 from ...store import Store
 from ...store import open_store as open_cenotaph
 from .._labels import decode_label, encode_label
-from ._deletes import DeleteState, OwnDeletes
+from .._deletes import DeleteState, OwnDeletes, Target, write_reopening
 from ._filters import compile_filter
 from ._namespaces import NamespaceMap
 from ._vectors import Index, decode_vectors, encode_vectors, pooled_scores
@@ -260,7 +260,13 @@ class CenotaphStore(BaseStore):
             reads.add(record.id)
 
     def _wants_refresh(self, refresh_ttl: bool, record: Record) -> bool:
-        return bool(refresh_ttl) and record.metadata[_MARK].get("ttl_minutes") is not None
+        # as LangGraph's SqliteStore and PostgresStore: only a store configured to refresh on read
+        # does, for the items that have a TTL, unless the read says refresh_ttl=False
+        return (
+            bool(refresh_ttl)
+            and bool(self.ttl_config and self.ttl_config.get("refresh_on_read", False))
+            and record.metadata[_MARK].get("ttl_minutes") is not None
+        )
 
     def _get(self, op: GetOp, refresh: list[Record]) -> Item | None:
         scope = self._namespaces.item_scope(tuple(op.namespace))
@@ -343,17 +349,16 @@ class CenotaphStore(BaseStore):
     def _write(self, plan: _Plan, vectors: Mapping[tuple[tuple[str, ...], str], dict[str, str]]) -> None:
         deletes = [slot for slot, op in plan.puts.items() if op.value is None]
         for namespace, key in deletes:
-            scope = self._namespaces.item_scope(namespace)
-            self._store.forget(scope, encode_label(key), mode="compliance")
-            self._deletes.deleted(scope, encode_label(key))
+            target = (self._namespaces.item_scope(namespace), encode_label(key))
+            request = self._store.forget(*target, mode="compliance")
+            self._deletes.deleted(target, request.version)
         if deletes and self._owned:
             self._store.purge()
-        items = [self._put_item(slot, op, vectors.get(slot), plan.ticket) for slot, op in plan.puts.items()]
-        items = [item for item in items if item is not None]
+        items = [self._put_item(slot, op, vectors.get(slot)) for slot, op in plan.puts.items() if op.value is not None]
         if not items:
             return
         try:
-            self._store.write_many(items)
+            write_reopening(self._store, self._deletes, items, plan.ticket, _target)
         except DerivedFromForgottenError as exc:
             raise ForgottenItemError(
                 "The put was refused: it derives from an item read in this lineage block that has been "
@@ -362,57 +367,45 @@ class CenotaphStore(BaseStore):
             ) from exc
         except ForgottenError as exc:
             raise self._refusal(plan, items, exc) from exc
-        for item in items:
-            self._deletes.reopened(item["scope"], item["key"], plan.ticket)
 
     def _put_item(
-        self, slot: tuple[tuple[str, ...], str], op: PutOp, vectors: dict[str, str] | None, ticket: int
-    ) -> dict[str, Any] | None:
-        if op.value is None:
-            return None
+        self, slot: tuple[tuple[str, ...], str], op: PutOp, vectors: dict[str, str] | None
+    ) -> dict[str, Any]:
         namespace, key = slot
         if not namespace:
             raise InvalidNamespaceError("Namespace cannot be empty.")
-        scope, stored_key = self._namespaces.item_scope(namespace), encode_label(key)
         now = _now()
-        item: dict[str, Any] = {
-            "scope": scope,
-            "key": stored_key,
+        assert op.value is not None
+        return {
+            "scope": self._namespaces.item_scope(namespace),
+            "key": encode_label(key),
             "value": {"value": dict(op.value), "vectors": vectors or {}},
             "subjects": self._namespaces.subjects(namespace),
             "ttl": None if op.ttl is None else float(op.ttl) * 60,
             "metadata": {_MARK: {"created_at": now, "updated_at": now, "ttl_minutes": op.ttl}},
             "derived_from": sorted(_READS.get() or ()),
         }
-        if self._deletes.state(scope, stored_key, ticket) is DeleteState.OWN:
-            item["reauthorization"] = self._store.reauthorize(scope, stored_key)
-        return item
 
     def _refusal(self, plan: _Plan, items: list[dict[str, Any]], exc: ForgottenError) -> Exception:
+        _, state = self._deletes.match([t for item in items for t in _target(item)], exc.version, plan.ticket)
+        if state is DeleteState.STALE:
+            return StaleItemError(
+                "A put was refused: it was issued before this store's delete of the same item returned, "
+                "so it is stale and would have brought the erased item back. Put it again to re-create it."
+            )
         if len(items) > 1:
             return ForgottenItemError(
                 f"A put in this batch of {len(items)} was refused and nothing was written: one of the items "
-                "was erased by a subject erasure or another writer's forget, or deleted by this store while "
-                "the batch was in flight. Put the items one by one to see which.",
+                "was erased by a subject erasure or by another writer's forget. Put the items one by one "
+                "to see which.",
                 exc.version,
             )
-        scope, key = items[0]["scope"], items[0]["key"]
-        namespace, label = self._namespaces.namespace(scope), decode_label(key)
-        state = self._deletes.state(scope, key, plan.ticket)
-        if state is DeleteState.STALE:
-            return StaleItemError(
-                f"The put of {label!r} in namespace {namespace} was refused: it was issued before this "
-                "store's delete of the same item returned, so it is stale. Put it again to re-create it."
-            )
-        why = (
-            "it was erased again after this store deleted it"
-            if state is DeleteState.OWN
-            else "it was erased by a subject erasure or by another writer's forget"
-        )
+        namespace, label = self._namespaces.namespace(items[0]["scope"]), decode_label(items[0]["key"])
         return ForgottenItemError(
-            f"The put of {label!r} in namespace {namespace} was refused: {why}. This store re-creates "
-            "only items it deleted itself; if re-creating this one is intended, get a token with "
-            "store.cenotaph.reauthorize(...) and write through cenotaph.",
+            f"The put of {label!r} in namespace {namespace} was refused: the item was erased by a subject "
+            "erasure or by another writer's forget (this store re-creates only items it deleted "
+            "itself). If re-creating it is intended, get a token with store.cenotaph.reauthorize(...) and "
+            "write through cenotaph.",
             exc.version,
         )
 
@@ -420,10 +413,13 @@ class CenotaphStore(BaseStore):
     def sweep_ttl(self) -> int:
         """Remove expired items now; returns how many rows the purge reclaimed. Expired items are
         never returned even before a sweep."""
-        return self._store.purge().reclaimed
+        return self._sweep()
 
     async def asweep_ttl(self) -> int:
-        return await asyncio.to_thread(self.sweep_ttl)
+        return await asyncio.to_thread(self._sweep)
+
+    def _sweep(self) -> int:
+        return self._store.purge().reclaimed
 
     def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> concurrent.futures.Future[None]:
         """Sweep every ``sweep_interval_minutes`` (default: the TTLConfig's, else 5) in a thread."""
@@ -436,7 +432,7 @@ class CenotaphStore(BaseStore):
 
         def loop() -> None:
             while not self._sweeper_stop.wait(interval):
-                self.sweep_ttl()
+                self._sweep()
             future.set_result(None)
 
         self._sweeper = threading.Thread(target=loop, name="cenotaph-langgraph-ttl", daemon=True)
@@ -453,6 +449,10 @@ class CenotaphStore(BaseStore):
         if stopped:
             self._sweeper = None
         return stopped
+
+
+def _target(item: Mapping[str, Any]) -> list[Target]:
+    return [(item["scope"], item["key"])]
 
 
 def _item(cls: type[Any], record: Record, namespace: tuple[str, ...], key: str) -> Any:
