@@ -19,7 +19,9 @@ HERE = Path(__file__).parent
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "flaky(retries): pytest-retry's marker in vendored peer tests")
-    config.addinivalue_line("markers", "asyncio: pytest-asyncio's marker in vendored peer tests (run by anyio)")
+    config.addinivalue_line(
+        "markers", "asyncio: pytest-asyncio's marker in vendored peer tests (run by anyio)"
+    )
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -59,7 +59,9 @@ class OwnDeletes:
         with self._lock:
             self._entries[token] = (version, next(self._sequence))
 
-    def match(self, targets: Sequence[Target], version: int, ticket: int) -> tuple[Target | None, DeleteState]:
+    def match(
+        self, targets: Sequence[Target], version: int, ticket: int
+    ) -> tuple[Target | None, DeleteState]:
         """Which of ``targets`` this integration deleted at exactly ``version`` (the forget that
         blocks a write), and whether the write was issued after that delete returned."""
         with self._lock:

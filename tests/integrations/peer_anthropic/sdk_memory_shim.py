@@ -19,9 +19,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import cenotaph
 from anyio.to_thread import run_sync
 
+import cenotaph
 from cenotaph.integrations.anthropic import AsyncCenotaphMemoryTool, CenotaphMemoryTool, MemoryFiles
 
 __all__ = ["BetaAsyncLocalFilesystemMemoryTool", "BetaLocalFilesystemMemoryTool"]

@@ -69,7 +69,7 @@ class MemoryFiles:
     def _dir_scope(self, parts: Parts) -> str:
         return "/".join([self._root, *(f"{_DIR}:{encode_label(p)}" for p in parts)])
 
-    def _slot(self, parts: Parts) -> Target:
+    def _slot(self, parts: Parts) -> tuple[str, str]:
         return f"{self._dir_scope(parts[:-1])}/{_FILES}", encode_label(parts[-1])
 
     def _parts(self, record: Record) -> Parts | None:
@@ -83,7 +83,7 @@ class MemoryFiles:
             return None
         return (*(decode_label(d[len(_DIR) + 1 :]) for d in dirs), decode_label(record.key))
 
-    def _checked_scope(self, parts: Parts, path: str) -> Target:
+    def _checked_scope(self, parts: Parts, path: str) -> tuple[str, str]:
         try:
             scope, key = self._slot(parts)
             Scope.parse(scope)
@@ -213,7 +213,7 @@ class MemoryFiles:
         parts = parse(path)
         record = self._file(parts)
         if record is None:
-            if parts and self._is_dir(parts, self.files()) or not parts:
+            if (parts and self._is_dir(parts, self.files())) or not parts:
                 raise ToolError(f"The path {path} is not a file.")
             raise ToolError(f"The path {path} does not exist. Please provide a valid path.")
         return parts, record
@@ -224,7 +224,9 @@ class MemoryFiles:
         content: str = record.value
         count = content.count(old_str)
         if count == 0:
-            raise ToolError(f"No replacement was performed, old_str `{old_str}` did not appear verbatim in {path}.")
+            raise ToolError(
+                f"No replacement was performed, old_str `{old_str}` did not appear verbatim in {path}."
+            )
         if count > 1:
             lines, start = [], 0
             while (pos := content.find(old_str, start)) != -1:
@@ -239,9 +241,12 @@ class MemoryFiles:
         self._write([(parts, new_content, record)], path, ticket)
         new_lines = new_content.split("\n")
         first, end = max(0, changed - 2), min(len(new_lines), changed + 3)
-        snippet = [f"{str(n).rjust(LINE_NUMBER_WIDTH)}\t{new_lines[n - 1]}" for n in range(first + 1, end + 1)]
-        return "The memory file has been edited. Here is the snippet showing the change (with line numbers):\n" + (
-            "\n".join(snippet)
+        snippet = [
+            f"{str(n).rjust(LINE_NUMBER_WIDTH)}\t{new_lines[n - 1]}" for n in range(first + 1, end + 1)
+        ]
+        return (
+            "The memory file has been edited. Here is the snippet showing the change (with line numbers):\n"
+            + ("\n".join(snippet))
         )
 
     def insert(self, path: str, insert_line: int, insert_text: str) -> str:
@@ -288,11 +293,18 @@ class MemoryFiles:
             raise ToolError(f"Cannot move {old_path} into itself ({new_path})")
         for depth in range(1, len(new)):
             if new[:depth] in files and new[:depth] not in moving:
-                raise ToolError(f"Cannot rename to {new_path}: {_display(new[:depth])} is a file, not a directory")
+                raise ToolError(
+                    f"Cannot rename to {new_path}: {_display(new[:depth])} is a file, not a directory"
+                )
         # the content is written at the new paths first (one transaction), then the old paths are
         # forgotten (compliance): no moment loses the content, and after this returns no old path
         # holds it (not even in the database's free pages, once the forget's purge has run)
-        self._write([(new + f[len(old) :], r.value, r) for f, r in moving.items()], new_path, ticket, keep_lineage=True)
+        self._write(
+            [(new + f[len(old) :], r.value, r) for f, r in moving.items()],
+            new_path,
+            ticket,
+            keep_lineage=True,
+        )
         self._forget(self._slot(old) if old in files else (self._dir_scope(old), None))
         return f"Successfully renamed {old_path} to {new_path}"
 
@@ -331,7 +343,12 @@ class MemoryFiles:
         return found
 
     def _write(
-        self, writes: list[tuple[Parts, str, Record | None]], path: str, ticket: int, *, keep_lineage: bool = False
+        self,
+        writes: list[tuple[Parts, str, Record | None]],
+        path: str,
+        ticket: int,
+        *,
+        keep_lineage: bool = False,
     ) -> None:
         items = []
         for parts, content, source in writes:

@@ -9,4 +9,11 @@ from __future__ import annotations
 from ._namespaces import NamespaceMap, UserPattern
 from ._store import DEFAULT_SCOPE, CenotaphStore, ForgottenItemError, StaleItemError
 
-__all__ = ["DEFAULT_SCOPE", "CenotaphStore", "ForgottenItemError", "NamespaceMap", "StaleItemError", "UserPattern"]
+__all__ = [
+    "DEFAULT_SCOPE",
+    "CenotaphStore",
+    "ForgottenItemError",
+    "NamespaceMap",
+    "StaleItemError",
+    "UserPattern",
+]

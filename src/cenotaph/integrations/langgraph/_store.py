@@ -49,8 +49,8 @@ from ...errors import DerivedFromForgottenError, ForgottenError, StaleWriteError
 from ...model import ErasureRequest, Record
 from ...store import Store
 from ...store import open_store as open_cenotaph
-from .._labels import decode_label, encode_label
 from .._deletes import DeleteState, OwnDeletes, Target, write_reopening
+from .._labels import decode_label, encode_label
 from ._filters import compile_filter
 from ._namespaces import NamespaceMap
 from ._vectors import Index, decode_vectors, encode_vectors, pooled_scores
@@ -59,7 +59,9 @@ __all__ = ["DEFAULT_SCOPE", "CenotaphStore", "ForgottenItemError", "StaleItemErr
 
 DEFAULT_SCOPE = "app:langgraph"
 _MARK = "langgraph"  # metadata field marking a record as a LangGraph item (schema version 1)
-_READS: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar("cenotaph_langgraph_reads", default=None)
+_READS: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar(
+    "cenotaph_langgraph_reads", default=None
+)
 
 
 class ForgottenItemError(InvalidNamespaceError, ForgottenError):
@@ -276,7 +278,14 @@ class CenotaphStore(BaseStore):
         self._read(record)
         if self._wants_refresh(op.refresh_ttl, record):
             refresh.append(record)
-        return _item(Item, record, tuple(op.namespace), op.key)
+        created, updated = _times(record)
+        return Item(
+            value=record.value["value"],
+            key=op.key,
+            namespace=tuple(op.namespace),
+            created_at=created,
+            updated_at=updated,
+        )
 
     def _items_under(self, prefix: tuple[str, ...]) -> list[tuple[Record, tuple[str, ...], str]]:
         records = self._store.list(self._namespaces.prefix_scope(prefix), include_descendants=True)
@@ -291,7 +300,9 @@ class CenotaphStore(BaseStore):
         self, op: SearchOp, queries: Mapping[str, Sequence[float]], refresh: list[Record]
     ) -> list[SearchItem]:
         matches = compile_filter(op.filter)
-        candidates = [c for c in self._items_under(tuple(op.namespace_prefix)) if matches(c[0].value["value"])]
+        candidates = [
+            c for c in self._items_under(tuple(op.namespace_prefix)) if matches(c[0].value["value"])
+        ]
         page: list[tuple[float | None, tuple[Record, tuple[str, ...], str]]]
         if op.query and self._index is not None:
             scores = pooled_scores(
@@ -299,9 +310,9 @@ class CenotaphStore(BaseStore):
             )
             scored = sorted(
                 ((s, c) for s, c in zip(scores, candidates, strict=True) if s is not None),
-                key=lambda pair: -pair[0],  # type: ignore[operator]
+                key=lambda pair: -pair[0],
             )
-            page = list(scored[op.offset : op.offset + op.limit])
+            page = [(s, c) for s, c in scored[op.offset : op.offset + op.limit]]
             if len(page) < op.limit:  # as InMemoryStore: fill with items that have no vectors
                 unscored = [c for s, c in zip(scores, candidates, strict=True) if s is None]
                 page.extend((None, c) for c in unscored[: op.limit - len(page)])
@@ -314,9 +325,8 @@ class CenotaphStore(BaseStore):
             self._read(record)
             if self._wants_refresh(op.refresh_ttl, record):
                 refresh.append(record)
-            hit = _item(SearchItem, record, namespace, key)
-            hit.score = score
-            hits.append(hit)
+            created, updated = _times(record)
+            hits.append(SearchItem(namespace, key, record.value["value"], created, updated, score))
         return hits
 
     def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
@@ -354,7 +364,11 @@ class CenotaphStore(BaseStore):
             self._deletes.deleted(target, request.version)
         if deletes and self._owned:
             self._store.purge()
-        items = [self._put_item(slot, op, vectors.get(slot)) for slot, op in plan.puts.items() if op.value is not None]
+        items = [
+            self._put_item(slot, op, vectors.get(slot))
+            for slot, op in plan.puts.items()
+            if op.value is not None
+        ]
         if not items:
             return
         try:
@@ -421,7 +435,9 @@ class CenotaphStore(BaseStore):
     def _sweep(self) -> int:
         return self._store.purge().reclaimed
 
-    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> concurrent.futures.Future[None]:
+    def start_ttl_sweeper(
+        self, sweep_interval_minutes: float | None = None
+    ) -> concurrent.futures.Future[None]:
         """Sweep every ``sweep_interval_minutes`` (default: the TTLConfig's, else 5) in a thread."""
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
         if not self.ttl_config or (self._sweeper is not None and self._sweeper.is_alive()):
@@ -455,15 +471,9 @@ def _target(item: Mapping[str, Any]) -> list[Target]:
     return [(item["scope"], item["key"])]
 
 
-def _item(cls: type[Any], record: Record, namespace: tuple[str, ...], key: str) -> Any:
+def _times(record: Record) -> tuple[datetime, datetime]:
     times = record.metadata[_MARK]
-    return cls(
-        namespace=namespace,
-        key=key,
-        value=record.value["value"],
-        created_at=datetime.fromisoformat(times["created_at"]),
-        updated_at=datetime.fromisoformat(times["updated_at"]),
-    )
+    return datetime.fromisoformat(times["created_at"]), datetime.fromisoformat(times["updated_at"])
 
 
 def _matches(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:

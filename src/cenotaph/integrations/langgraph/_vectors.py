@@ -53,7 +53,9 @@ class Index:
         embeddings = ensure_embeddings(settings.get("embed"))
         return cls(settings, embeddings, dims, settings["__tokenized_fields"])
 
-    def texts(self, value: Mapping[str, Any], index: Literal[False] | list[str] | None) -> list[tuple[str, str]]:
+    def texts(
+        self, value: Mapping[str, Any], index: Literal[False] | list[str] | None
+    ) -> list[tuple[str, str]]:
         """``(vector name, text)`` pairs to embed for a put of ``value``."""
         if index is False:
             return []
