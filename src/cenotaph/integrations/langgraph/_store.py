@@ -12,7 +12,9 @@ True
 
 Every operation goes through the public :class:`cenotaph.Store` API. Reads in a batch see the
 store as it was before the batch's writes (as in LangGraph's own stores); the batch's deletes are
-compliance forgets, its puts one ``write_many`` transaction.
+compliance forgets, its puts one ``write_many`` transaction. A delete returns once the item's keys
+are destroyed (unreadable everywhere); its purge and verification follow in the background
+(``store.cenotaph.erasures()[-1].wait()`` waits for them; ``close()`` finishes them).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from .._deletes import DeleteState, OwnDeletes, Target, write_reopening
 from .._labels import decode_label, encode_label
 from ._filters import compile_filter
 from ._namespaces import NamespaceMap
+from ._purger import Purger
 from ._vectors import Index, decode_vectors, encode_vectors, pooled_scores
 
 __all__ = ["DEFAULT_SCOPE", "CenotaphStore", "ForgottenItemError", "StaleItemError"]
@@ -121,8 +124,9 @@ class CenotaphStore(BaseStore):
         self._owned = not isinstance(path_or_store, Store)
         if isinstance(path_or_store, Store):
             self._store = path_or_store
-        else:  # opened here: it purges once per batch of deletes instead of once per delete
+        else:  # opened here: deletes are purged and verified in the background, coalesced
             self._store = open_cenotaph(path_or_store, auto_purge=False)
+        self._purger = Purger(self._store) if self._owned else None
         self._deletes = OwnDeletes()
         self._sweeper: threading.Thread | None = None
         self._sweeper_stop = threading.Event()
@@ -134,10 +138,14 @@ class CenotaphStore(BaseStore):
         return self._store
 
     def close(self) -> None:
-        """Stop the TTL sweeper and close the cenotaph store if this adapter opened it."""
+        """Stop the TTL sweeper; if this adapter opened the cenotaph store, finish its purges (every
+        delete then verified) and close it."""
         self.stop_ttl_sweeper()
-        if self._owned:
-            self._store.close()
+        if self._purger is not None:
+            try:
+                self._purger.close()
+            finally:
+                self._store.close()
 
     def __enter__(self) -> CenotaphStore:
         return self
@@ -155,7 +163,7 @@ class CenotaphStore(BaseStore):
         purged and verified before it returns when this adapter opened the store."""
         request = self._store.forget_subject(self.user_subject(user_id), reason=reason)
         if self._owned:
-            self._store.purge()
+            request.wait()
         return request
 
     @contextmanager
@@ -186,6 +194,8 @@ class CenotaphStore(BaseStore):
         return await asyncio.to_thread(self._execute, plan, vectors, queries)
 
     def _plan(self, ops: Iterable[Op]) -> _Plan:
+        if self._purger is not None:
+            self._purger.check()
         plan = _Plan(list(ops))
         for op in plan.ops:
             if not isinstance(op, GetOp | SearchOp | ListNamespacesOp | PutOp):
@@ -362,8 +372,8 @@ class CenotaphStore(BaseStore):
             target = (self._namespaces.item_scope(namespace), encode_label(key))
             request = self._store.forget(*target, mode="compliance")
             self._deletes.deleted(target, request.version)
-        if deletes and self._owned:
-            self._store.purge()
+        if deletes and self._purger is not None:
+            self._purger.request()
         items = [
             self._put_item(slot, op, vectors.get(slot))
             for slot, op in plan.puts.items()
