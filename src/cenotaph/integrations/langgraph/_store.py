@@ -272,8 +272,8 @@ class CenotaphStore(BaseStore):
             reads.add(record.id)
 
     def _wants_refresh(self, refresh_ttl: bool, record: Record) -> bool:
-        # as LangGraph's SqliteStore and PostgresStore: only a store configured to refresh on read
-        # does, for the items that have a TTL, unless the read says refresh_ttl=False
+        # as LangGraph's SqliteStore: only a store configured to refresh on read does, for the items
+        # that have a TTL, unless the read says refresh_ttl=False
         return (
             bool(refresh_ttl)
             and bool(self.ttl_config and self.ttl_config.get("refresh_on_read", False))
