@@ -18,6 +18,8 @@ with warnings.catch_warnings():  # langmem 0.0.30 imports a name langgraph 1.x d
     warnings.simplefilter("ignore", DeprecationWarning)
     from langmem import create_manage_memory_tool, create_search_memory_tool
 
+import bag_of_words
+
 import cenotaph
 from cenotaph.integrations.langgraph import CenotaphStore
 
@@ -25,13 +27,7 @@ DIMS = 64
 
 
 def embed(texts: Sequence[str]) -> list[list[float]]:
-    vectors = []
-    for text in texts:
-        vector = [0.0] * DIMS
-        for word in text.lower().split():
-            vector[sum(word.encode()) % DIMS] += 1.0
-        vectors.append(vector)
-    return vectors
+    return bag_of_words.embed(texts, DIMS)
 
 
 class State(TypedDict):

@@ -4,12 +4,12 @@ delete, subject erasure of a user, the namespace mapping, search/index/TTL seman
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import bag_of_words
 import pytest
 from langgraph.store.base import InvalidNamespaceError, PutOp
 
@@ -23,14 +23,7 @@ DIMS = 256
 
 
 def embed(texts: Sequence[str]) -> list[list[float]]:
-    """A deterministic bag-of-words embedding (DIMS dims): texts sharing words are close."""
-    vectors = []
-    for text in texts:
-        vector = [0.0] * DIMS
-        for word in text.lower().split():
-            vector[int.from_bytes(hashlib.sha256(word.encode()).digest()[:4], "big") % DIMS] += 1.0
-        vectors.append(vector)
-    return vectors
+    return bag_of_words.embed(texts, DIMS)
 
 
 INDEX = {"dims": DIMS, "embed": embed, "fields": ["text"]}

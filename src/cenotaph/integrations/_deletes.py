@@ -20,9 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 from typing import Any
 
-from ..errors import DerivedFromForgottenError, ForgottenError
-from ..model import Record
-from ..store import Store
+from cenotaph import Record, Store
+from cenotaph.errors import DerivedFromForgottenError, ForgottenError
 
 __all__ = ["DeleteState", "OwnDeletes", "Target", "write_reopening"]
 

@@ -19,10 +19,9 @@ from typing import Any
 
 from anthropic.lib.tools import ToolError
 
-from ...errors import DerivedFromForgottenError, ForgottenError, InvalidValueError, StaleWriteError
-from ...model import Record
-from ...scope import Scope
-from ...store import Store
+from cenotaph import Record, Scope, Store
+from cenotaph.errors import DerivedFromForgottenError, ForgottenError, InvalidValueError, StaleWriteError
+
 from .._deletes import DeleteState, OwnDeletes, Target, write_reopening
 from .._labels import decode_label, encode_label
 from ._paths import ROOT, parse

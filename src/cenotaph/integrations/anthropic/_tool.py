@@ -32,7 +32,8 @@ from anthropic.types.beta import (
 from anyio.to_thread import run_sync
 from typing_extensions import override
 
-from ...store import Store
+from cenotaph import Store
+
 from ._files import MemoryFiles
 
 __all__ = ["AsyncCenotaphMemoryTool", "CenotaphMemoryTool"]

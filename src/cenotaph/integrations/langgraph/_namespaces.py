@@ -21,8 +21,9 @@ from dataclasses import dataclass
 
 from langgraph.store.base import InvalidNamespaceError
 
-from ...errors import InvalidScopeError, InvalidValueError
-from ...scope import Scope
+from cenotaph import Scope
+from cenotaph.errors import InvalidScopeError, InvalidValueError
+
 from .._labels import decode_label, encode_label
 
 __all__ = ["NamespaceMap", "UserPattern"]

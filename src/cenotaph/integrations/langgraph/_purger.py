@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 
-from ...store import Store
+from cenotaph import Store
 
 __all__ = ["Purger"]
 

@@ -47,10 +47,10 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
-from ...errors import DerivedFromForgottenError, ForgottenError, StaleWriteError
-from ...model import ErasureRequest, Record
-from ...store import Store
-from ...store import open_store as open_cenotaph
+from cenotaph import ErasureRequest, Record, Store
+from cenotaph import open as open_cenotaph
+from cenotaph.errors import DerivedFromForgottenError, ForgottenError, StaleWriteError
+
 from .._deletes import DeleteState, OwnDeletes, Target, write_reopening
 from .._labels import decode_label, encode_label
 from ._filters import compile_filter
