@@ -299,3 +299,13 @@ def test_a_whole_tool_runner_loop_against_a_fake_messages_api(
     )
     record = store.read(f"{SCOPE}/memories:root/files:_", "prefs.md", fallthrough=False)
     assert record is not None and record.value == "likes jasmine tea"
+
+
+def test_paths_too_deep_or_long_are_tool_errors(tool: CenotaphMemoryTool) -> None:
+    deep = "/memories/" + "/".join(f"d{i}" for i in range(40)) + "/f.md"
+    long_name = "/memories/" + "n" * 600
+    for path in (deep, long_name):
+        with pytest.raises(ToolError, match="does not exist"):
+            run(tool, command="view", path=path)
+        with pytest.raises(ToolError, match="too deep|too long"):
+            run(tool, command="create", path=path, file_text="x")

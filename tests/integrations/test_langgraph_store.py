@@ -264,3 +264,9 @@ def test_expired_items_are_never_returned_even_before_a_sweep(tmp_path: Path) ->
         assert store.get(("t",), "short") is None
         assert [i.key for i in store.search(("t",))] == ["kept"]
         assert store.sweep_ttl() >= 1
+
+
+def test_reads_of_names_too_long_to_store_find_nothing(store: CenotaphStore) -> None:
+    assert store.get(("x" * 300,), "k") is None
+    assert store.get(("a",), "k" * 600) is None
+    assert store.search(tuple(f"l{i}" for i in range(40))) == []

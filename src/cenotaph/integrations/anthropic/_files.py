@@ -20,7 +20,13 @@ from typing import Any
 from anthropic.lib.tools import ToolError
 
 from cenotaph import Record, Scope, Store
-from cenotaph.errors import DerivedFromForgottenError, ForgottenError, InvalidValueError, StaleWriteError
+from cenotaph.errors import (
+    DerivedFromForgottenError,
+    ForgottenError,
+    InvalidScopeError,
+    InvalidValueError,
+    StaleWriteError,
+)
 
 from .._deletes import DeleteState, OwnDeletes, Target, write_reopening
 from .._labels import decode_label, encode_label
@@ -86,7 +92,7 @@ class MemoryFiles:
         try:
             scope, key = self._slot(parts)
             Scope.parse(scope)
-        except InvalidValueError as exc:
+        except (InvalidScopeError, InvalidValueError) as exc:
             raise ToolError(f"The path {path} is too deep or has a name too long for memory: {exc}") from None
         if len(key) > 512:
             raise ToolError(f"The path {path} has a file name too long for memory (at most 512 characters)")
@@ -108,8 +114,8 @@ class MemoryFiles:
         scope, key = self._slot(parts)
         try:
             record = self._store.read(scope, key, fallthrough=False)
-        except InvalidValueError:
-            return None  # a name too long to be stored cannot name a stored file
+        except (InvalidScopeError, InvalidValueError):
+            return None  # a path too deep or a name too long to be stored names no stored file
         return record if record is not None and self._parts(record) == parts else None
 
     @staticmethod

@@ -49,7 +49,7 @@ from langgraph.store.base import (
 
 from cenotaph import ErasureRequest, Record, Store
 from cenotaph import open as open_cenotaph
-from cenotaph.errors import DerivedFromForgottenError, ForgottenError, StaleWriteError
+from cenotaph.errors import DerivedFromForgottenError, ForgottenError, InvalidValueError, StaleWriteError
 
 from .._deletes import DeleteState, OwnDeletes, Target, write_reopening
 from .._labels import decode_label, encode_label
@@ -281,8 +281,11 @@ class CenotaphStore(BaseStore):
         )
 
     def _get(self, op: GetOp, refresh: list[Record]) -> Item | None:
-        scope = self._namespaces.item_scope(tuple(op.namespace))
-        record = self._store.read(scope, encode_label(op.key), fallthrough=False)
+        try:
+            scope = self._namespaces.item_scope(tuple(op.namespace))
+            record = self._store.read(scope, encode_label(op.key), fallthrough=False)
+        except (InvalidNamespaceError, InvalidValueError):
+            return None  # a namespace or key too long to be stored names no stored item
         if record is None or self._item_record(record) is None:
             return None
         self._read(record)
@@ -298,7 +301,11 @@ class CenotaphStore(BaseStore):
         )
 
     def _items_under(self, prefix: tuple[str, ...]) -> list[tuple[Record, tuple[str, ...], str]]:
-        records = self._store.list(self._namespaces.prefix_scope(prefix), include_descendants=True)
+        try:
+            scope = self._namespaces.prefix_scope(prefix)
+        except InvalidNamespaceError:
+            return []  # too deep or too long to be stored: nothing can be under it
+        records = self._store.list(scope, include_descendants=True)
         found = []
         for record in records:
             named = self._item_record(record)
