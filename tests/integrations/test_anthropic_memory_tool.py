@@ -307,5 +307,5 @@ def test_paths_too_deep_or_long_are_tool_errors(tool: CenotaphMemoryTool) -> Non
     for path in (deep, long_name):
         with pytest.raises(ToolError, match="does not exist"):
             run(tool, command="view", path=path)
-        with pytest.raises(ToolError, match="too deep|too long"):
+        with pytest.raises(ToolError, match=r"too deep|too long"):
             run(tool, command="create", path=path, file_text="x")
