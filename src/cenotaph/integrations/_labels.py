@@ -32,6 +32,8 @@ def encode_label(text: str) -> str:
 
 
 def decode_label(encoded: str) -> str:
+    if "%" not in encoded:
+        return encoded
     if encoded == _EMPTY:
         return ""
     return unquote(encoded, errors="strict")

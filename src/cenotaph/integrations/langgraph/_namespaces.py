@@ -73,6 +73,9 @@ class NamespaceMap:
         if isinstance(users, str):
             raise InvalidValueError('users takes a list of patterns, e.g. [("memories", "{user_id}")]')
         self.patterns = tuple(UserPattern.parse(p) for p in users)
+        self._decoded: dict[
+            str, tuple[str, ...] | None
+        ] = {}  # item scope -> namespace (a search decodes many)
 
     def prefix_scope(self, prefix: tuple[str, ...]) -> str:
         """The scope whose subtree holds every namespace starting with ``prefix``."""
@@ -94,6 +97,20 @@ class NamespaceMap:
 
     def namespace(self, scope: str) -> tuple[str, ...] | None:
         """The namespace whose items live in ``scope``; None for a scope that is not an item scope."""
+        try:
+            return self._decoded[scope]
+        except KeyError:
+            pass
+        if len(self._decoded) >= 65536:
+            self._decoded.clear()
+        found = self._decoded[scope] = self._parse(scope)
+        return found
+
+    def drop_cache(self) -> None:
+        """Forget the decoded names (after a subject erasure: they may name the erased user)."""
+        self._decoded.clear()
+
+    def _parse(self, scope: str) -> tuple[str, ...] | None:
         head, _, rest = scope.partition(self.root_text + "/")
         if head or not rest.endswith(ITEMS_SEGMENT):
             return None

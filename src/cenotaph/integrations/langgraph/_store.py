@@ -162,6 +162,7 @@ class CenotaphStore(BaseStore):
         """Compliance-erase everything about ``user_id`` (:meth:`cenotaph.Store.forget_subject`);
         purged and verified before it returns when this adapter opened the store."""
         request = self._store.forget_subject(self.user_subject(user_id), reason=reason)
+        self._namespaces.drop_cache()
         if self._owned:
             request.wait()
         return request
