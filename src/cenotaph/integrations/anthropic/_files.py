@@ -118,6 +118,27 @@ class MemoryFiles:
             return None  # a path too deep or a name too long to be stored names no stored file
         return record if record is not None and self._parts(record) == parts else None
 
+    def _dir_exists(self, parts: Parts) -> bool:
+        """Does a file exist under ``parts`` (the root always exists)? Lists that subtree only."""
+        if not parts:
+            return True
+        try:
+            records = self._store.list(self._dir_scope(parts), include_descendants=True)
+        except InvalidScopeError:
+            return False
+        return any(self._parts(r) is not None for r in records)
+
+    def _check_new(self, parts: Parts, path: str) -> None:
+        """A file may be created at ``parts``: nothing is there, and no ancestor is a file."""
+        if self._file(parts) is not None or self._dir_exists(parts):
+            raise ToolError(f"File {path} already exists")
+        self._check_ancestors(parts, path)
+
+    def _check_ancestors(self, parts: Parts, path: str) -> None:
+        for depth in range(1, len(parts)):
+            if self._file(parts[:depth]) is not None:
+                raise ToolError(f"Cannot create {path}: {_display(parts[:depth])} is a file, not a directory")
+
     @staticmethod
     def _is_dir(parts: Parts, files: Iterable[Parts]) -> bool:
         return not parts or any(len(f) > len(parts) and f[: len(parts)] == parts for f in files)
@@ -205,12 +226,7 @@ class MemoryFiles:
     def create(self, path: str, file_text: str) -> str:
         parts = parse(path)
         ticket = self._deletes.ticket()
-        files = self.files()
-        if parts in files or self._is_dir(parts, files):
-            raise ToolError(f"File {path} already exists")
-        for depth in range(1, len(parts)):
-            if parts[:depth] in files:
-                raise ToolError(f"Cannot create {path}: {_display(parts[:depth])} is a file, not a directory")
+        self._check_new(parts, path)
         self._write([(parts, file_text, None)], path, ticket)
         return f"File created successfully at: {path}"
 
@@ -218,7 +234,7 @@ class MemoryFiles:
         parts = parse(path)
         record = self._file(parts)
         if record is None:
-            if (parts and self._is_dir(parts, self.files())) or not parts:
+            if self._dir_exists(parts):
                 raise ToolError(f"The path {path} is not a file.")
             raise ToolError(f"The path {path} does not exist. Please provide a valid path.")
         return parts, record
@@ -277,7 +293,7 @@ class MemoryFiles:
             raise ToolError(f"Cannot delete the {ROOT} directory itself")
         if self._file(parts) is not None:
             self._forget(self._slot(parts))
-        elif self._is_dir(parts, self.files()):
+        elif self._dir_exists(parts):
             self._forget((self._dir_scope(parts), None))
         else:
             raise ToolError(f"The path {path} does not exist")
@@ -318,13 +334,11 @@ class MemoryFiles:
         derives from nothing the tool has read."""
         parts = parse(path)
         ticket = self._deletes.ticket()
-        files = self.files()
-        if not parts or self._is_dir(parts, files):
+        existing = self._file(parts)
+        if existing is None and self._dir_exists(parts):
             raise ToolError(f"The path {path} is a directory")
-        for depth in range(1, len(parts)):
-            if parts[:depth] in files:
-                raise ToolError(f"Cannot create {path}: {_display(parts[:depth])} is a file, not a directory")
-        self._write([(parts, text, files.get(parts))], path, ticket, keep_lineage=True)
+        self._check_ancestors(parts, path)
+        self._write([(parts, text, existing)], path, ticket, keep_lineage=True)
         return f"File written at: {path}"
 
     def clear_all_memory(self) -> str:
