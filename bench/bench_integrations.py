@@ -2,6 +2,7 @@
 
     python bench/bench_integrations.py                 # defaults (~1-2 min on 2 cores)
     python bench/bench_integrations.py --items 200 --repeat 1 --json
+    python bench/bench_integrations.py --only memory-tool
 
 LangGraph: ``CenotaphStore`` next to LangGraph's own ``SqliteStore`` as ``from_conn_string`` opens it
 (rollback journal, synchronous=FULL: its defaults) and tuned to WAL (journal_mode=WAL, synchronous
@@ -206,10 +207,12 @@ def main() -> None:
     parser.add_argument("--deletes", type=int, default=100)
     parser.add_argument("--files", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--only", choices=("langgraph", "memory-tool"), help="run one of the two halves")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     load_before = os.getloadavg()
-    lg_kinds, mt_kinds = ("cenotaph", "sqlite-default", "sqlite-wal"), ("cenotaph", "sdk-filesystem")
+    lg_kinds = () if args.only == "memory-tool" else ("cenotaph", "sqlite-default", "sqlite-wal")
+    mt_kinds = () if args.only == "langgraph" else ("cenotaph", "sdk-filesystem")
     lg: dict[str, list[dict[str, float]]] = {k: [] for k in lg_kinds}
     mt: dict[str, list[dict[str, float]]] = {k: [] for k in mt_kinds}
     for _ in range(args.repeat):
@@ -221,6 +224,10 @@ def main() -> None:
         "langgraph": {k: best(v) for k, v in lg.items()},
         "memory_tool": {k: best(v) for k, v in mt.items()},
     }
+    tables = [
+        ("LangGraph store (best of runs):", "langgraph"),
+        ("Anthropic memory tool (best of runs):", "memory_tool"),
+    ]
     if args.json:
         print(
             json.dumps(
@@ -232,10 +239,10 @@ def main() -> None:
     print(
         f"items={args.items} searches={args.searches} deletes={args.deletes} files={args.files} repeat={args.repeat}"
     )
-    print()
-    print(table("LangGraph store (best of runs):", results["langgraph"], "cenotaph"))
-    print()
-    print(table("Anthropic memory tool (best of runs):", results["memory_tool"], "cenotaph"))
+    for title, name in tables:
+        if results[name]:
+            print()
+            print(table(title, results[name], "cenotaph"))
 
 
 if __name__ == "__main__":
