@@ -16,6 +16,7 @@ from . import errors
 from .crypto.provider import KeyProvider, LocalKeyring
 from .erasure.certificate import verify_certificate
 from .errors import (
+    AccessDeniedError,
     CenotaphError,
     CertificateError,
     DerivedFromForgottenError,
@@ -47,6 +48,7 @@ from .store import open_store as open
 __version__ = "0.1.0"
 
 __all__ = [
+    "AccessDeniedError",
     "BackupInfo",
     "CenotaphError",
     "Certificate",
