@@ -25,6 +25,7 @@ from cenotaph.errors import (
     ScopeClosureError,
 )
 
+from .api_keys import api_keys
 from .audit import audit
 from .backups import backup, release_backup, restore
 from .certificates import attest, verify_cert
@@ -35,6 +36,7 @@ from .forgetting import forget, forget_subject, reauthorize, status
 from .initialize import init
 from .maintenance import purge, rotate_keys
 from .memory import list_records, read, search, write
+from .serve import serve
 
 __all__ = ["CLI_HINTS", "COMMANDS", "DEBUG_ENV", "cli", "exit_code_for", "main"]
 
@@ -152,6 +154,8 @@ COMMANDS: tuple[click.Command, ...] = (
     rotate_keys,
     audit,
     doctor,
+    serve,
+    api_keys,
 )
 for _command in COMMANDS:
     cli.add_command(_command)
