@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +27,8 @@ class Service:
     sessions: Sessions = field(init=False)
     pager: Pager = field(init=False)
     purger: Purger = field(init=False)
+    _running: int = field(init=False, default=0)
+    _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.owners = Ownership(self.keys)
@@ -34,12 +37,20 @@ class Service:
         self.purger = Purger(self.store)
 
     def start(self) -> None:
-        self.purger.start()
+        """Start the background purge (once, however many servers run this app's lifespan)."""
+        with self._lock:
+            self._running += 1
+            if self._running == 1:
+                self.purger.start()
 
     def stop(self) -> None:
-        """Finish the purge under way and end every session (the store stays open: its owner closes it)."""
-        self.purger.stop()
-        self.sessions.close_all()
+        """When the last server stops: finish the purge under way and end every session (the
+        store stays open: its owner closes it)."""
+        with self._lock:
+            self._running -= 1
+            if self._running == 0:
+                self.purger.stop()
+                self.sessions.close_all()
 
 
 def service_of(request: Request) -> Service:

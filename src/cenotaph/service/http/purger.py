@@ -22,9 +22,11 @@ class Purger:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._pending = True  # a request left pending by an earlier run is finished at start
-        self._thread = threading.Thread(target=self._run, name="cenotaph-purge", daemon=True)
+        self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="cenotaph-purge", daemon=True)
         self._thread.start()
 
     def kick(self) -> None:
@@ -36,8 +38,9 @@ class Purger:
         """Finish the purge under way (if any), then end the thread."""
         self._stop.set()
         self._wake.set()
-        if self._thread.is_alive():
+        if self._thread is not None:
             self._thread.join()
+            self._thread = None
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -56,6 +56,7 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
 READ = _errors(401, 404, 422, 503)
 WRITE = _errors(401, 403, 404, 409, 413, 422, 503)
 OPERATOR_READ = _errors(401, 403, 404, 409, 422, 503)
+SEARCH = _errors(401, 404, 413, 422, 503)
 
 
 def _record(record: Record) -> dict[str, Any]:
@@ -182,7 +183,7 @@ def get(
     return _record(found)
 
 
-@router.post("/search", response_model=s.SearchOut, responses=READ, tags=["memories"])
+@router.post("/search", response_model=s.SearchOut, responses=SEARCH, tags=["memories"])
 def search(body: s.SearchIn, svc: SvcDep, key: Agent, session_id: SessionHeader = None) -> dict[str, Any]:
     """The ``k`` records most like ``query`` in ``scope``, its ancestors inside this key's prefix
     (``fallthrough``) and its descendants (``include_descendants``), best first."""
@@ -419,7 +420,13 @@ def create_backup(svc: SvcDep, key: Operator) -> dict[str, Any]:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     info = svc.store.backup(svc.backup_dir / f"backup-{stamp}-{secrets.token_hex(4)}")
     svc.owners.record("backup", info.id, key)
-    return {"id": info.id, "epochs": list(info.epochs), "created_here": True}
+    return {
+        "id": info.id,
+        "epochs": list(info.epochs),
+        "created_here": True,
+        "created_at": info.created_at.isoformat(),
+        "bytes": info.bytes,
+    }
 
 
 @router.post("/backups/{backup_id}/release", status_code=204, responses=OPERATOR_READ, tags=["operations"])
@@ -456,6 +463,17 @@ def key_epochs(svc: SvcDep, key: Operator) -> dict[str, Any]:
 def rotate_keys(svc: SvcDep, key: Operator) -> dict[str, Any]:
     """Rewrap every live key under a new KEK epoch; destroy the epochs nothing holds back."""
     return svc.store.rotate_keys().to_dict()
+
+
+@router.post("/purge", response_model=s.PurgeOut, responses=OPERATOR_READ, tags=["operations"])
+def purge(svc: SvcDep, key: Operator) -> dict[str, Any]:
+    """Purge and verify pending erasures now (the server also does it in the background)."""
+    report = svc.store.purge()
+    mine = svc.owners.owned("erasure")
+    return {
+        **report.to_dict(),
+        "requests": {r: st for r, st in report.requests.items() if owned_by_reach(svc, key, mine.get(r))},
+    }
 
 
 @router.get("/key", response_model=s.KeyInfo, responses=_errors(401), tags=["operations"])

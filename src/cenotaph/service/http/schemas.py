@@ -29,6 +29,7 @@ __all__ = [
     "Health",
     "KeyInfo",
     "PublicKey",
+    "PurgeOut",
     "ReauthorizeIn",
     "ReauthorizeOut",
     "RecordList",
@@ -230,6 +231,8 @@ class BackupOut(BaseModel):
     id: str
     epochs: list[int]
     created_here: bool = Field(description="made through this server by a key of your tenant")
+    created_at: str | None = Field(None, description="when it was taken (in the answer to POST only)")
+    bytes: int | None = Field(None, description="its size on disk (in the answer to POST only)")
 
 
 class BackupList(BaseModel):
@@ -254,6 +257,13 @@ class RotationOut(BaseModel):
     rewrapped: int
     destroyed_epochs: list[int]
     retained_epochs: list[int]
+
+
+class PurgeOut(BaseModel):
+    requests: dict[str, str] = Field(description="state of each of your erasure requests")
+    reclaimed: int
+    wal_truncated: bool
+    scan: dict[str, Any]
 
 
 class KeyInfo(BaseModel):
