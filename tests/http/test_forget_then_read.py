@@ -19,7 +19,9 @@ def _seed(api: httpx.Client, t: Tenant) -> tuple[str, dict[str, str]]:
     sid = api.post("/v1/sessions", json={"scope": t.alice}, headers=h).json()["session_id"]
     hs = {**h, "Cenotaph-Session": sid}
     assert api.get("/v1/memories", params={"scope": s1, "key": "note"}, headers=hs).status_code == 200
-    summary = api.post("/v1/memories", json={"scope": t.alice, "key": "summary", "value": f"said: {CANARY}"}, headers=hs).json()
+    summary = api.post(
+        "/v1/memories", json={"scope": t.alice, "key": "summary", "value": f"said: {CANARY}"}, headers=hs
+    ).json()
     api.post("/v1/memories", json={"scope": t.alice, "key": "unrelated", "value": "kept"}, headers=h)
     return s1, {"note": note["id"], "summary": summary["id"]}
 
@@ -31,9 +33,13 @@ def _nothing_of_it(api: httpx.Client, t: Tenant, s1: str, ids: dict[str, str]) -
             assert api.get("/v1/memories", params={"scope": scope, "key": key}, headers=h).status_code == 404
         for record_id in ids.values():
             assert api.get(f"/v1/memories/{record_id}", headers=h).status_code == 404
-        listed = api.get("/v1/memories/list", params={"scope": t.alice, "include_descendants": "true"}, headers=h)
+        listed = api.get(
+            "/v1/memories/list", params={"scope": t.alice, "include_descendants": "true"}, headers=h
+        )
         assert [r["key"] for r in listed.json()["records"]] == ["unrelated"]
-        found = api.post("/v1/search", json={"scope": s1, "query": CANARY, "include_descendants": True}, headers=h).json()
+        found = api.post(
+            "/v1/search", json={"scope": s1, "query": CANARY, "include_descendants": True}, headers=h
+        ).json()
         assert CANARY not in str(found)
         sid = api.post("/v1/sessions", json={"scope": t.alice}, headers=h).json()["session_id"]
         hs = {**h, "Cenotaph-Session": sid}
@@ -55,9 +61,13 @@ def test_forget_then_read_through_every_route(api: httpx.Client, tenant: Tenant,
     assert r.status_code == 202, r.text
     if how == "subject":
         h = tenant.auth(tenant.operator)
-        assert api.get(f"/v1/memories/{ids['summary']}", headers=h).status_code == 404  # at once, before purge
+        assert (
+            api.get(f"/v1/memories/{ids['summary']}", headers=h).status_code == 404
+        )  # at once, before purge
         wait_verified(api, r.json()["status_url"], tenant.operator)
-        listed = api.get("/v1/memories/list", params={"scope": tenant.alice, "include_descendants": "true"}, headers=h)
+        listed = api.get(
+            "/v1/memories/list", params={"scope": tenant.alice, "include_descendants": "true"}, headers=h
+        )
         assert listed.status_code == 404
         assert CANARY not in api.get(f"/v1/subjects/{tenant.alice}/export", headers=h).text
         return
@@ -67,7 +77,9 @@ def test_forget_then_read_through_every_route(api: httpx.Client, tenant: Tenant,
 
 
 @pytest.mark.parametrize("mode", ["compliance", "operational"])
-def test_forget_then_read_through_the_remote_client(remote: cenotaph.Client, tenant: Tenant, mode: str) -> None:
+def test_forget_then_read_through_the_remote_client(
+    remote: cenotaph.Client, tenant: Tenant, mode: str
+) -> None:
     s1 = f"{tenant.alice}/session:s1"
     note = remote.write(s1, "note", CANARY)
     with remote.session(tenant.alice) as session:
@@ -82,7 +94,9 @@ def test_forget_then_read_through_the_remote_client(remote: cenotaph.Client, ten
     assert remote.list(s1, include_descendants=True) == []
     assert remote.search(s1, CANARY, fallthrough=False, include_descendants=True) == []
     if mode == "compliance":
-        assert CANARY not in str(remote.search(tenant.alice, CANARY, include_descendants=True))  # the derived summary goes with its source
+        assert CANARY not in str(
+            remote.search(tenant.alice, CANARY, include_descendants=True)
+        )  # the derived summary goes with its source
         assert remote.read(tenant.alice, "summary") is None
         assert remote.get(summary.id) is None
         status = request.wait(30)
@@ -96,7 +110,9 @@ def test_forget_then_read_through_the_remote_client(remote: cenotaph.Client, ten
             remote.attest(request.id)
 
 
-def test_a_forget_made_with_the_library_is_honoured_by_the_server(api: httpx.Client, world: World, tenant: Tenant) -> None:
+def test_a_forget_made_with_the_library_is_honoured_by_the_server(
+    api: httpx.Client, world: World, tenant: Tenant
+) -> None:
     h = tenant.auth(tenant.agent)
     api.post("/v1/memories", json={"scope": tenant.alice, "key": "k", "value": CANARY}, headers=h)
     world.store.forget(tenant.alice, "k")
