@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -74,7 +75,14 @@ def serve(
         shown = f"[{address[0]}]" if sock.family == socket.AF_INET6 else address[0]
         click.echo(json.dumps({"listening": f"http://{shown}:{address[1]}"}))
         sys.stdout.flush()
+        # uvicorn handles SIGTERM/SIGINT (stop accepting, finish in-flight requests, lifespan
+        # shutdown) and then raises the signal again with the handlers it found: ours exits 0
+        signal.signal(signal.SIGTERM, _exit_cleanly)
         uvicorn.Server(config).run(sockets=[sock])
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 def _bind(host: str, port: int) -> socket.socket:
