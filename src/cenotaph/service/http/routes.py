@@ -19,6 +19,15 @@ from ..apikeys import ApiKey, Role
 from . import schemas as s
 from .auth import agent_key, inside, operator_key, owned_by_reach, subject_inside, subjects_inside, visible
 from .context import Service, service_of
+from .operations import (
+    accept_erasure,
+    backups_for,
+    epochs_for,
+    erasure_doc,
+    erasures_for,
+    export_for,
+    visible_erasure,
+)
 from .problems import ApiError, NotVisible
 from .sessions import IDLE_TIMEOUT
 
@@ -230,9 +239,7 @@ def close_session(session_id: Annotated[str, Path(max_length=128)], svc: SvcDep,
 def _accepted(
     svc: Service, key: ApiKey, request: Request, response: Response, handle: ErasureRequest
 ) -> dict[str, Any]:
-    svc.owners.record("erasure", handle.id, key)
-    if handle.mode == "compliance":
-        svc.purger.kick()
+    accept_erasure(svc, key, handle)
     url = str(request.url_for("erasure_status", request_id=handle.id).path)
     response.headers["Location"] = url
     return {
@@ -289,8 +296,7 @@ def forget_subject(
     response: Response,
 ) -> dict[str, Any]:
     """Compliance-forget everything about a subject, including records derived from it."""
-    handle = svc.store.forget_subject(subject_inside(key, subject))
-    return _accepted(svc, key, request, response, handle)
+    return _accepted(svc, key, request, response, svc.store.forget_subject(subject_inside(key, subject)))
 
 
 @router.post(
@@ -308,32 +314,20 @@ def reauthorize(body: s.ReauthorizeIn, svc: SvcDep, key: Agent) -> dict[str, Any
     return {"token": svc.store.reauthorize(parsed.path, body.key, subject=subject)}
 
 
-def _handle(svc: Service, key: ApiKey, request_id: str) -> ErasureRequest:
-    if not owned_by_reach(svc, key, svc.owners.owner("erasure", request_id)):
-        raise NotVisible
-    return svc.store.erasure(request_id)
-
-
-def _erasure(handle: ErasureRequest) -> dict[str, Any]:
-    return {**handle.to_dict(), "status": handle.status().to_dict()}
-
-
 @router.get("/erasures", response_model=s.ErasureList, responses=READ, tags=["erasure"])
 def list_erasures(
     svc: SvcDep, key: Agent, limit: Limit = s.LIMIT_DEFAULT, cursor: Cursor = None
 ) -> dict[str, Any]:
     """The erasure requests made through this server by keys inside this key's prefix, oldest first."""
-    mine = {rid for rid, owner in svc.owners.owned("erasure").items() if owned_by_reach(svc, key, owner)}
-    handles = [h for h in svc.store.erasures() if h.id in mine]
     chunk, next_cursor = svc.pager.page(
-        handles,
+        erasures_for(svc, key),
         lambda h: [h.requested_at.isoformat(), h.id],
         limit=limit,
         cursor=cursor,
         listing="erasures",
         key=key,
     )
-    return {"erasures": [_erasure(h) for h in chunk], "next_cursor": next_cursor}
+    return {"erasures": [erasure_doc(h) for h in chunk], "next_cursor": next_cursor}
 
 
 @router.get("/erasures/{request_id}", response_model=s.ErasureOut, responses=READ, tags=["erasure"])
@@ -341,7 +335,7 @@ def erasure_status(
     request_id: Annotated[str, Path(max_length=64)], svc: SvcDep, key: Agent
 ) -> dict[str, Any]:
     """Where an erasure request stands: state, layers with evidence, horizon, gaps."""
-    return _erasure(_handle(svc, key, request_id))
+    return erasure_doc(visible_erasure(svc, key, request_id))
 
 
 @router.get(
@@ -354,7 +348,7 @@ def certificate(
     request_id: Annotated[str, Path(max_length=64)], svc: SvcDep, key: Operator
 ) -> dict[str, Any]:
     """The signed certificate once the request is verified; 409 with the gaps until then."""
-    return svc.store.attest(_handle(svc, key, request_id).id).to_dict()
+    return svc.store.attest(visible_erasure(svc, key, request_id).id).to_dict()
 
 
 @router.get(
@@ -368,9 +362,8 @@ def export_subject(
     cursor: Cursor = None,
 ) -> dict[str, Any]:
     """Everything about a subject inside this key's prefix (an access request), a page at a time."""
-    doc = svc.store.export_subject(subject_inside(key, subject))
+    doc = export_for(svc, key, subject)
     items = [(0, r) for r in doc["records"]] + [(1, r) for r in doc["derived_records"]]
-    items = [(n, r) for n, r in items if key.covers(Scope.parse(r["scope"]))]
     chunk, next_cursor = svc.pager.page(
         items,
         lambda item: [item[0], item[1]["scope"], item[1]["key"], item[1]["id"]],
@@ -379,14 +372,10 @@ def export_subject(
         listing=f"export\0{doc['subject']}",
         key=key,
     )
-    mine = svc.owners.owned("erasure")
     return {
         **doc,
         "records": [r for n, r in chunk if n == 0],
         "derived_records": [r for n, r in chunk if n == 1],
-        "erasure_requests": [
-            r for r in doc["erasure_requests"] if owned_by_reach(svc, key, mine.get(r["id"]))
-        ],
         "next_cursor": next_cursor,
     }
 
@@ -401,13 +390,7 @@ def public_key(svc: SvcDep) -> dict[str, Any]:
 @router.get("/backups", response_model=s.BackupList, responses=OPERATOR_READ, tags=["operations"])
 def list_backups(svc: SvcDep, key: Operator) -> dict[str, Any]:
     """Every registered backup (ids and the KEK epochs each keeps alive; no paths)."""
-    mine = svc.owners.owned("backup")
-    return {
-        "backups": [
-            {"id": b, "epochs": epochs, "created_here": owned_by_reach(svc, key, mine.get(b))}
-            for b, epochs in sorted(svc.store.backups().items())
-        ]
-    }
+    return {"backups": backups_for(svc, key)}
 
 
 @router.post("/backups", status_code=201, response_model=s.BackupOut, responses=WRITE, tags=["operations"])
@@ -441,22 +424,7 @@ def release_backup(backup_id: Annotated[str, Path(max_length=64)], svc: SvcDep, 
 @router.get("/keys/epochs", response_model=s.EpochList, responses=OPERATOR_READ, tags=["operations"])
 def key_epochs(svc: SvcDep, key: Operator) -> dict[str, Any]:
     """Every live KEK epoch and what holds it back (erasure ids listed only if yours)."""
-    mine = svc.owners.owned("erasure")
-    epochs = []
-    for epoch, holds in svc.store.key_epochs().items():
-        pending = holds["pending_erasures"]
-        shown = [r for r in pending if owned_by_reach(svc, key, mine.get(r))]
-        epochs.append(
-            {
-                "epoch": epoch,
-                "current": holds["current"],
-                "wraps_live_keys": holds["wraps_live_keys"],
-                "backups": holds["backups"],
-                "pending_erasures": shown,
-                "other_pending_erasures": len(pending) - len(shown),
-            }
-        )
-    return {"epochs": epochs}
+    return {"epochs": epochs_for(svc, key)}
 
 
 @router.post("/keys/rotate", response_model=s.RotationOut, responses=OPERATOR_READ, tags=["operations"])
