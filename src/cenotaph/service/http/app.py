@@ -19,7 +19,7 @@ from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -104,20 +104,33 @@ def _json(status: int, body: dict[str, Any], headers: dict[str, str] | None = No
     return JSONResponse(body, status_code=status, headers=headers)
 
 
+def _answer(
+    request: Request, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> Response:
+    """JSON for the API; an error page for the console's pages."""
+    page = getattr(request.app.state, "console_error_page", None)
+    if page is not None and request.url.path.startswith("/console/"):
+        response: Response = page(request, status, body["message"], body.get("gaps"))
+        return response
+    return _json(status, body, headers)
+
+
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
-    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
+    async def api_error(request: Request, exc: ApiError) -> Response:
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-        return _json(exc.status, {"error": exc.code, "message": exc.message, **exc.details}, headers)
+        return _answer(
+            request, exc.status, {"error": exc.code, "message": exc.message, **exc.details}, headers
+        )
 
     @app.exception_handler(CenotaphError)
-    async def cenotaph_error(_: Request, exc: CenotaphError) -> JSONResponse:
+    async def cenotaph_error(request: Request, exc: CenotaphError) -> Response:
         status, body = problem_for(exc)
-        return _json(status, body)
+        return _answer(request, status, body)
 
     @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return _json(422, {"error": "invalid_input", "message": validation_message(exc)})
+    async def invalid(request: Request, exc: RequestValidationError) -> Response:
+        return _answer(request, 422, {"error": "invalid_input", "message": validation_message(exc)})
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
