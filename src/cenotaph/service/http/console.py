@@ -56,6 +56,8 @@ HEADERS = {
 }
 
 templates = Jinja2Templates(directory=HERE / "templates")
+# JSON as a person reads it (autoescape still escapes it for HTML; tojson's \u0027 escapes are for scripts)
+templates.env.filters["json"] = lambda value: json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
 @dataclass
