@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Tenant, World, wait_verified
+from _support import Tenant, World, wait_verified
 
 from cenotaph.service.http.problems import NOT_FOUND_MESSAGE
 

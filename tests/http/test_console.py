@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import UvicornThread
+from _support import UvicornThread
 
 import cenotaph
 from cenotaph.service.apikeys import ApiKeyRing

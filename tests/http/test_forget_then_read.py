@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from conftest import Tenant, World, wait_verified
+from _support import Tenant, World, wait_verified
 
 import cenotaph
 
