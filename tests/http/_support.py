@@ -26,7 +26,7 @@ class UvicornThread:
     """A real uvicorn serving ``app`` on 127.0.0.1:<free port>, in a thread of this process."""
 
     def __init__(self, app: Any) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY
         self.sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on")
