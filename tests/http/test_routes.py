@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 from _support import Tenant, World, wait_verified
@@ -358,7 +360,12 @@ def test_access_log_holds_no_names(
         headers=tenant.auth(tenant.agent),
     )
     api.get(f"/v1/subjects/{tenant.alice}/export", headers=tenant.auth(tenant.operator))
-    lines = [r.getMessage() for r in caplog.records if r.name == "cenotaph.http.access"]
+    deadline = time.monotonic() + 10  # uvicorn's thread logs each line just after it answers
+    while True:
+        lines = [r.getMessage() for r in caplog.records if r.name == "cenotaph.http.access"]
+        if len(lines) >= 3 or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
     assert any("POST /v1/memories 201" in line for line in lines)
     assert any("GET /v1/subjects/{subject:path}/export 200" in line for line in lines)
     text = "\n".join(lines)
