@@ -82,6 +82,14 @@ def _taint(session: StoreSession | None, record: Record) -> Record | None:
     return record if session is None else session.get(record.id)
 
 
+def _answer_with(key: ApiKey, session: StoreSession | None, record: Record | None) -> dict[str, Any]:
+    """A record the key may see, read through the session if there is one; else NotVisible."""
+    found = _taint(session, record) if record is not None and visible(key, record) else None
+    if found is None:
+        raise NotVisible
+    return _record(found)
+
+
 # -- records ------------------------------------------------------------------------------------
 @router.post("/memories", status_code=201, response_model=s.RecordOut, responses=WRITE, tags=["memories"])
 def write(body: s.WriteIn, svc: SvcDep, key: Agent, session_id: SessionHeader = None) -> dict[str, Any]:
@@ -139,13 +147,7 @@ def read(
     session = _session(svc, key, session_id)
     # the store is asked whatever the scope, so a foreign scope costs what a missing one does
     record = svc.store.read(parsed.path, record_key, fallthrough=fallthrough)
-    if not key.covers(parsed) or not visible(key, record):
-        raise NotVisible
-    assert record is not None
-    found = _taint(session, record)
-    if found is None:
-        raise NotVisible
-    return _record(found)
+    return _answer_with(key, session, record if key.covers(parsed) else None)
 
 
 @router.get("/memories/list", response_model=s.RecordList, responses=READ, tags=["memories"])
@@ -182,14 +184,7 @@ def get(
 ) -> dict[str, Any]:
     """The record with this id, under the same checks as a read."""
     session = _session(svc, key, session_id)
-    record = svc.store.get(record_id)
-    if not visible(key, record):
-        raise NotVisible
-    assert record is not None
-    found = _taint(session, record)
-    if found is None:
-        raise NotVisible
-    return _record(found)
+    return _answer_with(key, session, svc.store.get(record_id))
 
 
 @router.post("/search", response_model=s.SearchOut, responses=SEARCH, tags=["memories"])
