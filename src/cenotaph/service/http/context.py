@@ -15,7 +15,7 @@ from .paging import Pager
 from .purger import Purger
 from .sessions import Sessions
 
-__all__ = ["Service", "service_of"]
+__all__ = ["Service", "service_dependency", "service_of"]
 
 
 @dataclass
@@ -51,6 +51,11 @@ class Service:
             if self._running == 0:
                 self.purger.stop()
                 self.sessions.close_all()
+
+
+async def service_dependency(request: Request) -> Service:
+    """``service_of`` as a FastAPI dependency (async: no trip through the thread pool)."""
+    return service_of(request)
 
 
 def service_of(request: Request) -> Service:

@@ -18,7 +18,7 @@ from ...session import StoreSession
 from ..apikeys import ApiKey, Role
 from . import schemas as s
 from .auth import agent_key, inside, operator_key, owned_by_reach, subject_inside, subjects_inside, visible
-from .context import Service, service_of
+from .context import Service, service_dependency
 from .operations import (
     accept_erasure,
     backups_for,
@@ -35,7 +35,7 @@ __all__ = ["router"]
 
 router = APIRouter(prefix="/v1")
 
-SvcDep = Annotated[Service, Depends(service_of)]
+SvcDep = Annotated[Service, Depends(service_dependency)]
 Agent = Annotated[ApiKey, Depends(agent_key)]
 Operator = Annotated[ApiKey, Depends(operator_key)]
 SessionHeader = Annotated[
