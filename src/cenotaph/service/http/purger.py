@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import threading
 
-from ...errors import CenotaphError
 from ...store import Store
 
 __all__ = ["Purger"]
@@ -51,7 +50,9 @@ class Purger:
             self._pending = False
             try:
                 report = self._store.purge()
-            except CenotaphError as exc:  # not swallowed: the request stays pending and is retried
+            # not swallowed: the type is logged, the request stays pending (its status says so) and the
+            # purge is retried; a thread that died here would leave every later forget unpurged
+            except Exception as exc:  # noqa: BLE001
                 log.warning(
                     "background purge failed (%s); retrying in %.0f s", type(exc).__name__, RETRY_SECONDS
                 )

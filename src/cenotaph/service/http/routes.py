@@ -94,7 +94,7 @@ def _answer_with(key: ApiKey, session: StoreSession | None, record: Record | Non
 @router.post("/memories", status_code=201, response_model=s.RecordOut, responses=WRITE, tags=["memories"])
 def write(body: s.WriteIn, svc: SvcDep, key: Agent, session_id: SessionHeader = None) -> dict[str, Any]:
     """Write a record (durable when answered). Writes in a session derive from what it read (W6)."""
-    return _record(_write(svc, key, body, _session(svc, key, session_id)))
+    return _record(svc.store.write(**_write_item(svc, key, body, _session(svc, key, session_id))))
 
 
 @router.post(
@@ -107,18 +107,13 @@ def write_many(body: s.BatchIn, svc: SvcDep, key: Agent, session_id: SessionHead
     return {"records": [_record(r) for r in svc.store.write_many(items)]}
 
 
-def _write(svc: Service, key: ApiKey, body: s.WriteIn, session: StoreSession | None) -> Record:
-    item = _write_item(svc, key, body, session)
-    return svc.store.write(**item)
-
-
 def _write_item(svc: Service, key: ApiKey, body: s.WriteIn, session: StoreSession | None) -> dict[str, Any]:
     scope = inside(key, body.scope)
     derived = list(body.derived_from)
     for record_id in derived:  # a source the key cannot see is one it cannot name
         if not visible(key, svc.store.get(record_id)):
             raise NotVisible
-    if session is not None:
+    if session is not None:  # W6, as StoreSession.write does (and for batches too)
         derived = list(dict.fromkeys([*session.read_set, *derived]))
     return {
         "scope": scope.path,
