@@ -59,9 +59,9 @@ def serve(
         raise click.UsageError(
             f"the server needs the 'server' extra ({exc.name} is missing): pip install 'cenotaph[server]'"
         ) from None
-    sock = _bind(host, port)
-    _configure_logging(quiet)
     with open_existing_store(data) as store:
+        sock = _bind(host, port)
+        _configure_logging(quiet)
         store.auto_purge = False  # forgets answer once durable; the app purges in the background
         app = create_app(
             store,
