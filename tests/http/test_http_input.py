@@ -4,10 +4,11 @@ and nothing stored from a refused request."""
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import pytest
-from _support import Tenant
+from _support import Tenant, World
 
 from cenotaph.service.http import MAX_BODY_BYTES
 
@@ -149,3 +150,32 @@ def test_malformed_requests_on_other_routes(
 def test_unknown_routes_and_methods(api: httpx.Client, tenant: Tenant) -> None:
     _refusal(api.get("/v1/nothing", headers=tenant.auth(tenant.agent)), 404, "/docs")
     _refusal(api.put("/v1/memories", headers=tenant.auth(tenant.agent)), 405, "/docs")
+
+
+def test_an_internal_error_is_a_json_500_whose_log_holds_only_its_type(
+    world: World,
+    tenant: Tenant,
+    transport: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("canary-secret-3c1d in an exception message")
+
+    monkeypatch.setattr(world.store, "search", broken)
+    caplog.set_level("INFO")
+    r = world.client(transport).post(
+        "/v1/search", json={"scope": tenant.alice, "query": "q"}, headers=tenant.auth(tenant.agent)
+    )
+    assert r.status_code == 500 and r.json() == {
+        "error": "internal",
+        "message": "internal error (RuntimeError); please report it",
+    }
+    deadline = time.monotonic() + 5
+    while (
+        not any("internal error" in rec.getMessage() for rec in caplog.records)
+        and time.monotonic() < deadline
+    ):
+        time.sleep(0.01)
+    text = "\n".join(rec.getMessage() + str(rec.exc_info or "") for rec in caplog.records)
+    assert "internal error: RuntimeError" in text and "canary-secret" not in text and "Traceback" not in text

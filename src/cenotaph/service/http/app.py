@@ -96,6 +96,7 @@ def create_app(
         install_console(app, secure_cookies=secure_cookies)
     _install_error_handlers(app)
     app.add_middleware(BodyLimit)
+    app.add_middleware(NoTracebacks)
     app.add_middleware(AccessLog)
     return app
 
@@ -186,6 +187,33 @@ class AccessLog:
             route = getattr(scope.get("route"), "path", "-")
             millis = (time.perf_counter() - started) * 1000
             access_log.info("%s %s %d %.1fms", scope["method"], route, status, millis)
+
+
+class NoTracebacks:
+    """An unexpected exception answers a JSON 500 and logs its type only: Starlette's own handler
+    would hand uvicorn a traceback to log, and exception messages may hold values or names."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = False
+
+        async def tracking(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking)
+        except Exception as exc:  # noqa: BLE001 - answered and logged (by type) here, on purpose
+            log.error("internal error: %s", type(exc).__name__)
+            if scope["type"] == "http" and not started:
+                body = {
+                    "error": "internal",
+                    "message": f"internal error ({type(exc).__name__}); please report it",
+                }
+                await _json(500, body)(scope, receive, send)
 
 
 class BodyLimit:
