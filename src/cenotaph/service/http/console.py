@@ -231,9 +231,16 @@ def erase_confirm(
 ) -> HTMLResponse:
     """Step one: show what will be erased and ask for the subject again."""
     _check_csrf(op.csrf, csrf)
+    return _confirmation(request, op, subject, 200, None)
+
+
+def _confirmation(
+    request: Request, op: Operator, subject: str, status: int, error: str | None
+) -> HTMLResponse:
+    """The confirmation page: what erasing ``subject`` removes (what its export holds)."""
     doc = export_for(op.svc, op.key, subject)
     counts = {"records": len(doc["records"]), "derived": len(doc["derived_records"])}
-    return _page(request, "confirm.html", op=op, subject=doc["subject"], counts=counts, error=None)
+    return _page(request, "confirm.html", status, op=op, subject=doc["subject"], counts=counts, error=error)
 
 
 @router.post("/subjects/erase/confirm")
@@ -247,10 +254,9 @@ def erase(
     """Step two: the subject typed again matches; erase it and show the request."""
     _check_csrf(op.csrf, csrf)
     if confirmation.strip() != subject:
-        doc = export_for(op.svc, op.key, subject)
-        counts = {"records": len(doc["records"]), "derived": len(doc["derived_records"])}
-        error = "The confirmation does not match the subject; nothing was erased."
-        return _page(request, "confirm.html", 422, op=op, subject=subject, counts=counts, error=error)
+        return _confirmation(
+            request, op, subject, 422, "The confirmation does not match the subject; nothing was erased."
+        )
     handle = forget_subject_for(op.svc, op.key, subject)
     return _see(f"/console/erasures/{handle.id}")
 
