@@ -125,7 +125,7 @@ class VectorCells:
         self._dim = dim
 
     def open(self, txn: Txn, entries: Sequence[LiveVector], out: NDArray[np.float32]) -> list[int]:
-        """Open the cells of ``entries`` (``Txn.live_vectors`` rows) into the rows of ``out``, in order, and
+        """Open the cells of ``entries`` (``Txn.live_vectors`` rows) into the rows of ``out`` and
         return the positions in ``entries`` that opened (row ``i`` of ``out`` holds the ``i``-th of them).
 
         A cell that is missing, from another embedder, malformed, or whose keys are destroyed is not opened;
