@@ -112,7 +112,6 @@ class VectorIndex:
             if len(ids) > count or len(set(ids)) != len(ids) or any(id_ in self._rows for id_ in ids):
                 rows.fill(0.0)
                 raise InvalidValueError("a bulk load must bring new, distinct ids")
-            rows[len(ids) :] = 0.0  # rows past the live ones are always zero
             self._groups[start : start + len(ids)] = [group for _, group in filled]
             self._rows.update(zip(ids, range(start, start + len(ids)), strict=True))
             self._ids.extend(ids)
