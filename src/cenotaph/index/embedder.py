@@ -14,8 +14,8 @@ Two optional attributes tell the store more about an embedder:
   store keeps each record's vector at rest, sealed under that record's keys, so a restart does not
   re-embed; an embedder without one is re-run over every record after each open. Vectors stored under
   another id are never used.
-- ``min_score`` (a float): the relevance floor. A hit scoring below it shares nothing with the query but
-  noise, and is left out. Embedders without one get :data:`DEFAULT_MIN_SCORE`.
+- ``min_score`` (a float): the relevance floor. A hit scoring at or below it shares nothing with the query
+  but noise, and is left out. Embedders without one get :data:`DEFAULT_MIN_SCORE`.
 
 What is embedded for a record is :func:`memory_text`: its key, its metadata and its value.
 """
@@ -42,6 +42,7 @@ __all__ = [
     "DEFAULT_DIM",
     "DEFAULT_MIN_SCORE",
     "Embedder",
+    "HASHING_MIN_SCORE",
     "HashingEmbedder",
     "SentenceTransformerEmbedder",
     "embedder_id",
@@ -215,7 +216,7 @@ class HashingEmbedder:
     embedded texts, so :meth:`clear_cache` drops them (e.g. after a forget).
 
     ``min_score`` (default :data:`HASHING_MIN_SCORE`) is the relevance floor the store applies to its hits:
-    below it, a memory shares no word with the query, only hash collisions.
+    scores at or below it are in the near-zero band that hash collisions alone produce.
     """
 
     def __init__(

@@ -1,6 +1,6 @@
 """The store's search index: an embedder, an in-memory exact vector index, and its upkeep.
 
-Vectors live on disk only sealed in each record's row under a key derived from that record's keys
+Vectors live on disk only sealed, one cell per record under a key derived from that record's keys
 (:mod:`cenotaph.index.atrest`; S1). In memory, the index is built lazily on the first search, from those
 cells where they exist and by decrypting and embedding the other records, caught up with other
 processes' writes by version; a forget removes its records' vectors at once (in this process) or drops
@@ -243,15 +243,10 @@ class SearchIndex:
         scope_tokens: Collection[bytes],
         allow: Callable[[str], bool],
     ) -> list[tuple[str, float]]:
-        """Top ``k`` among vectors of these scopes that pass ``allow`` (the final-step check) and score at
-        least the relevance floor."""
+        """Top ``k`` among vectors of these scopes that score above the relevance floor and pass ``allow``
+        (the final-step check)."""
         with self._lock:
             groups = [self._codes[t] for t in scope_tokens if t in self._codes]
         if not groups:
             return []
         return self._vectors.search(query, k, groups=groups, allow=allow, min_score=self.min_score)
-
-
-def _without(rows: Sequence[RecordRow], positions: Sequence[int]) -> list[RecordRow]:
-    taken = set(positions)
-    return [row for i, row in enumerate(rows) if i not in taken]
