@@ -56,37 +56,23 @@ def bundled_model_dir() -> Path | None:
     return path if (path / "model.safetensors").is_file() else None
 
 
+# Numerical Recipes' erfc fit: erfc(z) = t * exp(-z^2 + P(t)), t = 1 / (1 + z / 2), error below 1.2e-7
+_ERFC_COEFFS = (
+    -1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806,
+    0.27886807, -1.13520398, 1.48851587, -0.82215223, 0.17087277,
+)  # fmt: skip
+
+
 def _erf(x: NDArray[np.float32]) -> NDArray[np.float32]:
-    """erf to ~1.2e-7 (Numerical Recipes' erfc Chebyshev fit): numpy has none, and BERT's GELU is exact."""
+    """erf to ~1.2e-7: numpy has none, and BERT's GELU is the exact (erf) one."""
     z = np.abs(x)
     t = 1.0 / (1.0 + 0.5 * z)
-    poly = (
-        -z * z
-        - 1.26551223
-        + t
-        * (
-            1.00002368
-            + t
-            * (
-                0.37409196
-                + t
-                * (
-                    0.09678418
-                    + t
-                    * (
-                        -0.18628806
-                        + t
-                        * (
-                            0.27886807
-                            + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))
-                        )
-                    )
-                )
-            )
-        )
-    )
-    result = 1.0 - t * np.exp(poly)
-    return np.where(x >= 0, result, -result).astype(np.float32)
+    poly = np.zeros_like(t)
+    for coeff in reversed(_ERFC_COEFFS):  # Horner: c0 + t * (c1 + t * (... + t * c9))
+        poly = poly * t + np.float32(coeff)
+    result = 1.0 - t * np.exp(poly - z * z)
+    signed: NDArray[np.float32] = np.where(x >= 0, result, -result).astype(np.float32)
+    return signed
 
 
 def _gelu(x: NDArray[np.float32]) -> NDArray[np.float32]:
