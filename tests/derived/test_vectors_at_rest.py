@@ -20,7 +20,7 @@ from cenotaph.index.atrest import VectorCells, sealed_part
 from cenotaph.index.embedder import CallableEmbedder, HashingEmbedder, embedder_id, memory_text
 from cenotaph.index.search import FLUSH_MIN
 
-from ._helpers import raw_db, scan_here, vector_windows
+from ._helpers import forget_in_child, raw_db, scan_here, vector_windows
 
 USER = "tenant:acme/user:alice"
 SESSION = f"{USER}/session:s1"
@@ -277,3 +277,35 @@ def test_a_schema_5_store_migrates_and_its_first_search_keeps_vectors(tmp_path: 
         live = {v for (v,) in db.execute("SELECT version FROM records")}
     db.close()
     assert versions and versions <= live and records[0].version not in versions
+
+
+@pytest.mark.parametrize("mode", ["compliance", "operational"])
+def test_a_cell_queued_before_another_process_forgets_is_never_written(stores, mode: str) -> None:
+    """This process embedded and sealed a record's vector; another process forgets the record before the
+    cell is written: the write finds the record hidden (and its key destroyed) and keeps nothing."""
+    store = stores()
+    note = store.write(SESSION, "cardio", "cardiology appointment on Tuesday")
+    other = store.write(USER, "garden", "tomatoes in the garden")
+    store.search(USER, "cardiology tomatoes", include_descendants=True)  # two cells queued, none written
+    assert _cells(store) == {}
+    forget_in_child(stores.path(store), SESSION, "cardio", mode)
+    directory = stores.path(store)
+    store.close()  # writes the queued cells
+    with raw_db(directory) as db:
+        versions = {v for (v,) in db.execute("SELECT version FROM vectors")}
+    assert versions == {other.version}
+    assert note.version not in versions
+
+
+def test_store_vectors_keeps_only_cells_of_live_unchanged_records(stores) -> None:
+    store = stores()
+    a, b, c = _fill(store, 3)
+    with store._backend.write() as txn:
+        stored = txn.store_vectors(
+            [(b"cell-a", a.id, a.version), (b"cell-b", b.id, b.version + 1), (b"cell-c", a.id, c.version)]
+        )
+    assert stored == 1 and _cells(store) == {a.version: b"cell-a"}  # wrong version, wrong id: refused
+    store.forget(USER, "note0", mode="operational")
+    assert _cells(store) == {}  # hiding the record deleted its cell
+    with store._backend.write() as txn:
+        assert txn.store_vectors([(b"cell-a", a.id, a.version)]) == 0  # and a hidden record takes none
