@@ -176,16 +176,20 @@ class SearchIndex:
             after = self.indexed_version if self.ready else 0
             entries = txn.live_vectors(after)
             cells = None if self._ident is None else VectorCells(crypto, self._ident, self.dim)
-            opened: set[int] = set()
+            opened: list[int] = []
             if cells is not None and entries:
 
-                def fill(rows: NDArray[np.float32]) -> list[tuple[str, int]]:
-                    found = cells.open(txn, entries, rows)
-                    opened.update(found)
-                    return [(entries[i][0], self._code(entries[i][2])) for i in found]
+                def fill(rows: NDArray[np.float32]) -> tuple[list[str], list[int]]:
+                    opened.extend(cells.open(txn, entries, rows))
+                    code = self._code
+                    return [entries[i][0] for i in opened], [code(entries[i][2]) for i in opened]
 
                 self._vectors.load(len(entries), fill)
-            missing = [e[0] for i, e in enumerate(entries) if i not in opened]
+            if len(opened) == len(entries):
+                missing: list[str] = []
+            else:
+                taken = set(opened)
+                missing = [e[0] for i, e in enumerate(entries) if i not in taken]
             rows = self._rows_of(txn, missing, after, len(entries))
             for start in range(0, len(rows), _EMBED_BATCH):
                 self._embed_missing(txn, crypto, cells, rows[start : start + _EMBED_BATCH])

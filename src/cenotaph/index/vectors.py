@@ -96,26 +96,26 @@ class VectorIndex:
         finally:
             batch.fill(0)  # our normalised copy is personal data too
 
-    def load(self, count: int, fill: Callable[[NDArray[np.float32]], list[tuple[str, int]]]) -> int:
+    def load(self, count: int, fill: Callable[[NDArray[np.float32]], tuple[list[str], list[int]]]) -> int:
         """Append up to ``count`` vectors that ``fill`` writes straight into the matrix (a bulk load with no
         copy on the way); returns how many were appended.
 
         ``fill(rows)`` gets a writable ``(count, dim)`` view of the free rows, writes unit-norm finite vectors
-        into its first rows and returns their ``(id, group)`` pairs, in order. Ids must be new to the index and
+        into its first rows and returns their ids and groups, in order. Ids must be new to the index and
         distinct; if not, nothing is appended (and the rows are zeroed again)."""
         with self._lock:
             start = len(self._ids)
             self._reserve(start + count)
             rows = self._matrix[start : start + count]
-            filled = fill(rows)
-            ids = [id_ for id_, _ in filled]
-            if len(ids) > count or len(set(ids)) != len(ids) or any(id_ in self._rows for id_ in ids):
+            ids, groups = fill(rows)
+            n = len(ids)
+            if n > count or len(groups) != n or len(set(ids)) != n or not self._rows.keys().isdisjoint(ids):
                 rows.fill(0.0)
                 raise InvalidValueError("a bulk load must bring new, distinct ids")
-            self._groups[start : start + len(ids)] = [group for _, group in filled]
-            self._rows.update(zip(ids, range(start, start + len(ids)), strict=True))
+            self._groups[start : start + n] = groups
+            self._rows.update(zip(ids, range(start, start + n), strict=True))
             self._ids.extend(ids)
-            return len(ids)
+            return n
 
     def remove(self, ids: Iterable[str]) -> int:
         """Remove these ids (unknown ones are ignored) and return how many were removed.
