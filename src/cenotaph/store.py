@@ -163,6 +163,7 @@ class Store:
     # -- lifecycle -----------------------------------------------------------------------
     def close(self) -> None:
         if not self._closed:
+            self._search.flush(self._store_vectors, force=True)
             self._closed = True
             self._drop_caches()
             self._backend.close()
@@ -481,7 +482,7 @@ class Store:
         qvec = self._search.embed_query(query)
         found: dict[str, Record] = {}
         with self._backend.read() as txn:
-            self._search.ensure(txn.clock(), lambda after: self._load_values(txn, after))
+            self._search.ensure(txn, self._crypto)
             tokens = {self._tokens.scope(p) for p in (parsed.prefixes() if fallthrough else [parsed])}
             if include_descendants:
                 tokens.update(txn.subtree_tokens(self._tokens.scope(parsed)))
@@ -494,31 +495,20 @@ class Store:
                 found[record_id] = record
                 return True
 
+            # hits at or below the embedder's relevance floor are noise, and in a session they would taint
+            # the writes: the index leaves them out
             hits = self._search.search(qvec, k, tokens, allow)
         qvec.fill(0)
-        # a hit with no similarity at all is noise, and in a session it would taint the writes
-        return [SearchHit(found[i], score) for i, score in hits if score > 0.0]
+        self._search.flush(self._store_vectors)
+        return [SearchHit(found[i], score) for i, score in hits]
 
-    def _load_values(
-        self, txn: Txn, after_version: int
-    ) -> tuple[builtins.list[str], builtins.list[JSONValue], builtins.list[bytes]]:
-        """Decrypted values of live records newer than ``after_version``, to embed in memory."""
-        ids: builtins.list[str] = []
-        values: builtins.list[JSONValue] = []
-        scopes: builtins.list[bytes] = []
-        rows = builtins.list(txn.live_records(after_version))
-        for start in range(0, len(rows), 500):
-            chunk = rows[start : start + 500]
-            lineage = txn.lineage([r.id for r in chunk])
-            for row in chunk:
-                if row.id in self._ledger.view.forgotten:
-                    continue
-                opened = self._crypto.open(txn, row, lineage.get(row.id))
-                if opened is not None:
-                    ids.append(row.id)
-                    values.append(opened.record().value)
-                    scopes.append(row.scope_token)
-        return ids, values, scopes
+    def _store_vectors(self, cells: builtins.list[tuple[bytes, str, int]]) -> None:
+        """Write sealed vectors (a cache: a failure only means they are embedded again after a restart)."""
+        try:
+            with self._backend.write() as txn:
+                txn.store_vectors(cells)
+        except StorageError:
+            pass
 
     # -- access requests -----------------------------------------------------------------
     def export_subject(self, subject: str) -> dict[str, Any]:
@@ -775,7 +765,7 @@ class Store:
         if opened is None:
             return None
         record = opened.record()
-        return record, self._search.embed_values([record.value])[0].tobytes()
+        return record, self._search.embed_records([record])[0].tobytes()
 
 
 def open_store(
