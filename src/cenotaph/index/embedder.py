@@ -426,7 +426,7 @@ def _check_floor(floor: object) -> float:
 
 
 def memory_text(key: str, value: object, metadata: Mapping[str, object] | None = None) -> str:
-    """The text embedded for a record: its key as words, its metadata, then its value (:func:`value_text`).
+    r"""The text embedded for a record: its key as words, its metadata, then its value (:func:`value_text`).
 
         >>> memory_text("favouriteFood", "lentil soup", {"topic": "diet"})
         'favourite Food\ntopic diet\nlentil soup'

