@@ -33,7 +33,9 @@ from .doctor import doctor
 from .export import export
 from .forgetting import forget, forget_subject, reauthorize, status
 from .initialize import init
+from .kg_command import kg
 from .maintenance import purge, rotate_keys
+from .mcp_command import mcp
 from .memory import list_records, read, search, write
 
 __all__ = ["CLI_HINTS", "COMMANDS", "DEBUG_ENV", "cli", "exit_code_for", "main"]
@@ -152,6 +154,8 @@ COMMANDS: tuple[click.Command, ...] = (
     rotate_keys,
     audit,
     doctor,
+    mcp,
+    kg,
 )
 for _command in COMMANDS:
     cli.add_command(_command)

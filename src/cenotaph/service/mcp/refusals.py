@@ -8,8 +8,7 @@ Tools raise :class:`Refused` (a reason written for the agent) or let a store err
 from __future__ import annotations
 
 from collections.abc import Iterable
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING
 
 from cenotaph.errors import (
     CenotaphError,
@@ -24,6 +23,9 @@ from cenotaph.errors import (
     StaleWriteError,
     StorageError,
 )
+
+if TYPE_CHECKING:  # pydantic comes with the mcp extra; `cenotaph kg` runs without it
+    from pydantic import ValidationError
 
 __all__ = ["Refused", "one_line", "reason_for", "invalid_arguments"]
 
