@@ -30,7 +30,9 @@ from .graph import Entity, KnowledgeGraph, Relation
 from .kg_schemas import KG_TOOLS
 from .server import CenotaphMCPServer, build_tool, text_result
 
-__all__ = ["KnowledgeGraphTools", "knowledge_graph_server"]
+__all__ = ["GRAPH_URI", "KnowledgeGraphTools", "knowledge_graph_server"]
+
+GRAPH_URI = "memory://knowledge-graph"  # the reference's resource: the whole graph as JSON
 
 
 class EntityIn(BaseModel):
@@ -172,13 +174,27 @@ class KnowledgeGraphTools:
 
 def knowledge_graph_server(store: Store, confinement: Confinement) -> CenotaphMCPServer:
     """The ``knowledge-graph`` profile's server: the graph lives under the prefix."""
-    tools = KnowledgeGraphTools(KnowledgeGraph(store, confinement.prefix))
-    return CenotaphMCPServer(
+    graph = KnowledgeGraph(store, confinement.prefix)
+    server = CenotaphMCPServer(
         "cenotaph-knowledge-graph",
         instructions=(
             "A knowledge graph memory (entities, observations, relations). Deleting an entity erases it, "
             "its observations and every relation touching it."
         ),
-        tools=tools.tools(),
+        tools=KnowledgeGraphTools(graph).tools(),
         registry=lambda: ConnectionRegistry(store, confinement.scope),
     )
+
+    @server.resource(
+        GRAPH_URI,
+        name="knowledge-graph",
+        title="Knowledge Graph",
+        description="The full knowledge graph with all entities and relations",
+        mime_type="application/json",
+    )
+    def knowledge_graph() -> str:
+        entities, relations = graph.view().graph()
+        shown = {"entities": [e.to_json() for e in entities], "relations": [r.to_json() for r in relations]}
+        return json.dumps(shown, indent=2, ensure_ascii=False)
+
+    return server
