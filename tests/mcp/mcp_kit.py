@@ -85,7 +85,9 @@ async def memory_client(
 
 @contextlib.asynccontextmanager
 async def graph_client(store: cenotaph.Store, prefix: str = USER) -> AsyncIterator[Tools]:
-    async with Client(knowledge_graph_server(store, Confinement.of(None, prefix)), raise_exceptions=True) as c:
+    async with Client(
+        knowledge_graph_server(store, Confinement.of(None, prefix)), raise_exceptions=True
+    ) as c:
         yield Tools(c)
 
 
@@ -97,7 +99,9 @@ def cli_data(tmp_path: Path) -> Path:
 
 
 def stdio_params(data: Path, *args: str) -> StdioServerParameters:
-    return StdioServerParameters(command=CENOTAPH, args=["mcp", "--data", str(data), *args], env=dict(os.environ))
+    return StdioServerParameters(
+        command=CENOTAPH, args=["mcp", "--data", str(data), *args], env=dict(os.environ)
+    )
 
 
 @contextlib.contextmanager
@@ -145,7 +149,13 @@ def files_of(data: Path) -> list[Path]:
 def canary_forms(canary: str) -> list[bytes]:
     """The plain, hex and UTF-16 forms a scan looks for (S1)."""
     raw = canary.encode()
-    return [raw, raw.hex().encode(), raw.hex().upper().encode(), canary.encode("utf-16-le"), canary.encode("utf-16-be")]
+    return [
+        raw,
+        raw.hex().encode(),
+        raw.hex().upper().encode(),
+        canary.encode("utf-16-le"),
+        canary.encode("utf-16-be"),
+    ]
 
 
 def find_canary(data: Path, canary: str) -> list[str]:

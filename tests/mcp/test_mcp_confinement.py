@@ -24,7 +24,7 @@ OUTSIDE = [
     "tenant:acme/user:..",  # '..' is just an id: the user called '..', a sibling
     "tenant:acme/user:alice%2F..%2Fbob",  # an encoded separator is part of the id
     "tenant:acme/user:alice ",  # a trailing space is another id
-    "tenant:acme/user:аlice",  # Cyrillic а
+    "tenant:acme/user:\u0430lice",  # a Cyrillic a
     "tenant:acme/user:Alice",
     "tenant:ACME/user:alice",
 ]
@@ -72,7 +72,9 @@ async def test_outside_the_prefix_answers_as_if_nothing_were_there(tmp_path, out
 
 
 @pytest.mark.parametrize("malformed", MALFORMED)
-async def test_a_malformed_scope_is_bad_input_whatever_it_names(mcp_store: cenotaph.Store, malformed: str) -> None:
+async def test_a_malformed_scope_is_bad_input_whatever_it_names(
+    mcp_store: cenotaph.Store, malformed: str
+) -> None:
     mcp_store.write("tenant:acme/user:bob", "secret", "bob's")
     async with memory_client(mcp_store) as tools:
         for tool, arguments in (

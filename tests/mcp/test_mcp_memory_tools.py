@@ -5,10 +5,9 @@ from __future__ import annotations
 import time
 
 import pytest
+from mcp_kit import SESSION, TENANT, USER, Tools, memory_client
 
 import cenotaph
-
-from mcp_kit import SESSION, TENANT, USER, Tools, memory_client
 
 pytestmark = pytest.mark.anyio
 
@@ -33,7 +32,19 @@ async def test_the_six_tools_have_typed_output_schemas_and_name_the_prefix(mcp_s
 
 @pytest.mark.parametrize(
     "value",
-    ["vegetarian", "null", "[1, 2]", '{"a": 1}', "true", 42, 2.5, True, None, [1, "two", {"three": 3}], {"nested": {"x": [1]}}],
+    [
+        "vegetarian",
+        "null",
+        "[1, 2]",
+        '{"a": 1}',
+        "true",
+        42,
+        2.5,
+        True,
+        None,
+        [1, "two", {"three": 3}],
+        {"nested": {"x": [1]}},
+    ],
 )
 async def test_write_then_read_returns_exactly_the_value(mcp_store: cenotaph.Store, value: object) -> None:
     async with memory_client(mcp_store) as tools:
@@ -62,7 +73,9 @@ async def test_reads_fall_through_to_wider_scopes_but_stop_at_the_prefix(mcp_sto
         assert (await tools.ok("memory_search", query="tenant-wide outside prefix"))["hits"] == []
         hits = (await tools.ok("memory_search", query="vegetarian"))["hits"]
         assert [h["record"]["key"] for h in hits] == ["diet"] and hits[0]["score"] > 0
-    assert mcp_store.read(SESSION, "policy") is not None  # the store itself falls through; the server does not
+    assert (
+        mcp_store.read(SESSION, "policy") is not None
+    )  # the store itself falls through; the server does not
 
 
 async def test_the_default_prefix_is_the_scope_itself(mcp_store: cenotaph.Store) -> None:
@@ -141,7 +154,9 @@ async def test_erasure_status_reports_layers_and_waits(tmp_path) -> None:
             waited = await tools.ok("erasure_status", request_id=forgotten["request_id"], wait_seconds=30)
             assert waited["state"] == "verified" and waited["verified"] and waited["gaps"] == []
             assert waited["layers"]["scan"]["evidence"]["matches"] == 0
-            assert (await tools.refused("erasure_status", request_id="er_" + "0" * 24)).startswith("not found")
+            assert (await tools.refused("erasure_status", request_id="er_" + "0" * 24)).startswith(
+                "not found"
+            )
 
 
 async def test_operational_forget_is_never_reported_as_erasure(mcp_store: cenotaph.Store) -> None:

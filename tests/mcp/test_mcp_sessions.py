@@ -63,7 +63,9 @@ async def test_a_summary_written_after_the_forget_is_refused(mcp_store: cenotaph
         await fresh.ok("memory_write", key="summary", value="a new conversation", scope=USER)
 
 
-async def test_a_note_forgotten_by_someone_else_taints_the_connection_that_read_it(mcp_store: cenotaph.Store) -> None:
+async def test_a_note_forgotten_by_someone_else_taints_the_connection_that_read_it(
+    mcp_store: cenotaph.Store,
+) -> None:
     mcp_store.write(SESSION, "note", NOTE)
     async with memory_client(mcp_store) as tools:
         await tools.ok("memory_read", key="note")
@@ -83,7 +85,9 @@ async def test_a_connection_may_write_again_what_it_forgot(mcp_store: cenotaph.S
     assert mcp_store.read(SESSION, "diet").value == "pescetarian"
 
 
-async def test_a_rewrite_after_reading_and_forgetting_replaces_rather_than_derives(mcp_store: cenotaph.Store) -> None:
+async def test_a_rewrite_after_reading_and_forgetting_replaces_rather_than_derives(
+    mcp_store: cenotaph.Store,
+) -> None:
     async with memory_client(mcp_store) as tools:
         await tools.ok("memory_write", key="diet", value="vegetarian")
         old = await tools.ok("memory_read", key="diet")
@@ -94,7 +98,9 @@ async def test_a_rewrite_after_reading_and_forgetting_replaces_rather_than_deriv
         assert "since been forgotten" in await tools.refused("memory_write", key="meal", value="salad")
 
 
-async def test_a_whole_scope_forgotten_by_the_connection_reopens_key_by_key(mcp_store: cenotaph.Store) -> None:
+async def test_a_whole_scope_forgotten_by_the_connection_reopens_key_by_key(
+    mcp_store: cenotaph.Store,
+) -> None:
     async with memory_client(mcp_store) as tools:
         await tools.ok("memory_write", key="a", value=1)
         await tools.ok("memory_write", key="b", value=2, scope=f"{SESSION}/doc:d")
@@ -119,10 +125,14 @@ async def test_an_operators_forget_is_refused(mcp_store: cenotaph.Store) -> None
     mcp_store.write(SESSION, "diet", "vegetarian")
     async with memory_client(mcp_store) as tools:
         mcp_store.forget(SESSION, "diet")
-        assert "another connection or an operator" in await tools.refused("memory_write", key="diet", value="v")
+        assert "another connection or an operator" in await tools.refused(
+            "memory_write", key="diet", value="v"
+        )
 
 
-async def test_a_subject_erasure_is_refused_even_after_the_connections_own_forget(mcp_store: cenotaph.Store) -> None:
+async def test_a_subject_erasure_is_refused_even_after_the_connections_own_forget(
+    mcp_store: cenotaph.Store,
+) -> None:
     async with memory_client(mcp_store) as tools:
         await tools.ok("memory_write", key="diet", value="vegetarian")
         mcp_store.forget_subject(USER)
@@ -146,16 +156,22 @@ async def test_an_own_forget_cannot_launder_an_older_foreign_forget(mcp_store: c
     assert operator.version in mcp_store.forgets_blocking(SESSION, "diet")  # still in force
 
 
-async def test_a_forget_after_the_connections_own_reauthorization_still_wins(mcp_store: cenotaph.Store) -> None:
+async def test_a_forget_after_the_connections_own_reauthorization_still_wins(
+    mcp_store: cenotaph.Store,
+) -> None:
     async with memory_client(mcp_store) as tools:
         await tools.ok("memory_write", key="diet", value="vegetarian")
         await tools.ok("memory_forget", key="diet")
         await tools.ok("memory_write", key="diet", value="vegan")
         mcp_store.forget(SESSION, "diet")  # someone else, after the rewrite
-        assert "another connection or an operator" in await tools.refused("memory_write", key="diet", value="x")
+        assert "another connection or an operator" in await tools.refused(
+            "memory_write", key="diet", value="x"
+        )
 
 
-async def test_a_stale_base_is_refused_even_for_the_connections_own_rewrite(mcp_store: cenotaph.Store) -> None:
+async def test_a_stale_base_is_refused_even_for_the_connections_own_rewrite(
+    mcp_store: cenotaph.Store,
+) -> None:
     async with memory_client(mcp_store) as tools:
         first = (await tools.ok("memory_write", key="diet", value="vegetarian"))["record"]
         await tools.ok("memory_forget", key="diet")
