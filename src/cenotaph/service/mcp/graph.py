@@ -125,33 +125,43 @@ class KnowledgeGraph:
         return "rel:" + _h(json.dumps([r.source, r.target, r.relation_type], ensure_ascii=False))
 
     # -- reading -------------------------------------------------------------------------
-    def view(self) -> GraphView:
-        records = self.store.list(self.home.path, include_descendants=True)
-        records.sort(key=lambda r: r.version)
+    def view(self, names: Iterable[str] | None = None, *, relations: bool = True) -> GraphView:
+        """The whole graph, or only the entities named (and, with ``relations``, every relation):
+        a call that names its entities reads only their scopes, not the graph."""
+        if names is None:
+            return self._parse(self.store.list(self.home.path, include_descendants=True), None)
+        wanted = dict.fromkeys(names)
+        records = [r for n in wanted for r in self.store.list(self._entity_scope(n).path)]
+        if relations:
+            records += self.store.list(self._relations.path)
+        return self._parse(records, set(wanted))
+
+    def _parse(self, records: list[Record], names: set[str] | None) -> GraphView:
+        records.sort(key=lambda r: r.version)  # creation order, as the reference keeps its file
         entities: dict[str, _EntityState] = {}
         observations: dict[str, list[str]] = {}
-        relations: dict[Relation, Record] = {}
+        found: dict[Relation, Record] = {}
         entity_prefix = f"{self.home.path}/{ENTITY_KIND}:"
         for record in records:
             if record.scope == self._relations.path and isinstance(record.value, dict):
                 relation = _relation_from(record.value)
                 if relation is not None:
-                    relations[relation] = record
+                    found[relation] = record
             elif record.scope.startswith(entity_prefix) and "/" not in record.scope[len(entity_prefix) :]:
                 if record.key == ENTITY_KEY and isinstance(record.value, dict):
                     name, kind = record.value.get("name"), record.value.get("entityType")
-                    if isinstance(name, str) and isinstance(kind, str):
+                    if isinstance(name, str) and isinstance(kind, str) and (names is None or name in names):
                         entities[name] = _EntityState(record, kind)
                 elif record.key.startswith("obs:") and isinstance(record.value, str):
                     observations.setdefault(record.scope, []).append(record.value)
         for state in entities.values():
             state.observations = observations.get(state.record.scope, [])
-        return GraphView(entities, relations)
+        return GraphView(entities, found)
 
     # -- creating ------------------------------------------------------------------------
     def create_entities(self, entities: Sequence[Entity]) -> list[Entity]:
         """Create the entities whose name is new (a name given twice counts once); returns them."""
-        existing = self.view().entities
+        existing = self.view((e.name for e in entities), relations=False).entities
         created: dict[str, Entity] = {}
         for e in entities:
             if e.name not in existing and e.name not in created:
@@ -169,7 +179,7 @@ class KnowledgeGraph:
     def add_observations(self, additions: Sequence[tuple[str, Sequence[str]]]) -> list[tuple[str, list[str]]]:
         """Add each entity's new observations; an unknown entity refuses the whole call, as the
         reference does, and nothing is added."""
-        entities = self.view().entities
+        entities = self.view((name for name, _ in additions), relations=False).entities
         for name, _ in additions:
             if name not in entities:
                 raise Refused(f"Entity with name {name} not found")
@@ -187,7 +197,7 @@ class KnowledgeGraph:
     def create_relations(self, relations: Sequence[Relation]) -> list[Relation]:
         """Create the relations that are new; each is derived from the entities it joins."""
         for attempt in range(_WRITE_ATTEMPTS):
-            view = self.view()
+            view = self.view(n for r in relations for n in (r.source, r.target))
             new = [r for r in dict.fromkeys(relations) if r not in view.relations]
             items = [
                 {
@@ -255,12 +265,12 @@ class KnowledgeGraph:
         """Forget each entity with its observations and every relation touching it. True when
         every erasure verified."""
         doomed = set(names)
-        view = self.view()
+        view = self.view(names, relations=False)
         requests = [
             self.store.forget(self._entity_scope(n).path) for n in dict.fromkeys(names) if n in view.entities
         ]
         # relations derived from a forgotten entity went with it; the rest name it but predate it
-        left = self.view().relations
+        left = self.view(()).relations
         requests += [
             self.store.forget(self._relations.path, self._rel_key(r))
             for r in left
@@ -269,7 +279,7 @@ class KnowledgeGraph:
         return self._finish(requests)
 
     def delete_observations(self, deletions: Sequence[tuple[str, Sequence[str]]]) -> bool:
-        entities = self.view().entities
+        entities = self.view((name for name, _ in deletions), relations=False).entities
         requests = [
             self.store.forget(entities[name].record.scope, self._obs_key(o))
             for name, contents in deletions
@@ -280,7 +290,7 @@ class KnowledgeGraph:
         return self._finish(requests)
 
     def delete_relations(self, relations: Sequence[Relation]) -> bool:
-        present = self.view().relations
+        present = self.view(()).relations
         requests = [
             self.store.forget(self._relations.path, self._rel_key(r))
             for r in dict.fromkeys(relations)

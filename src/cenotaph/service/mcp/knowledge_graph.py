@@ -155,7 +155,7 @@ class KnowledgeGraphTools:
         return _graph(*self.graph.view().search(query))
 
     def open_nodes(self, names: list[str]) -> Annotated[CallToolResult, GraphOut]:
-        return _graph(*self.graph.view().graph(set(names)))
+        return _graph(*self.graph.view(names).graph(set(names)))
 
     def tools(self) -> list[Tool]:
         return [
