@@ -20,6 +20,7 @@ from rich.text import Text
 from cenotaph.backends.sqlite.backend import DB_NAME, SQLiteBackend
 from cenotaph.crypto.provider import keyring_from_env
 from cenotaph.errors import CenotaphError
+from cenotaph.store import Store
 
 from .options import data_option, keyring_location, open_existing_store, root_of_trust_warning
 from .output import emit, new_table, table_option
@@ -47,7 +48,9 @@ def doctor(ctx: click.Context, data: Path, table: bool) -> None:
     directory is 0700 and its files 0600; whether the keyring is inside the data directory (S8);
     the keyring opens; SQLite reads secure_delete back as 1 on a fresh connection and runs in WAL
     mode; the database passes SQLite's quick_check; the audit chain matches the heads anchored in
-    the key provider; erasure requests not yet verified (a warning, with their gaps); Python and
+    the key provider; the database agrees with the key provider's ledger (tombstones, hidden
+    marks, destroyed keys, lifts, tokens, request states, sealed versions and expiries); erasure
+    requests not yet verified (a warning, with their gaps); Python and
     SQLite versions.
     """
     checks = [*_data_checks(data), *_keyring_checks(data), *_sqlite_checks(data)]
@@ -164,6 +167,7 @@ def _store_checks(data: Path) -> list[Check]:
                         f"{audit['entries']} entries, anchored up to {audit['anchored_seq']}",
                     )
                 )
+            checks.append(_ledger_agreement(store))
             open_requests = [
                 (request.id, request.status())
                 for request in store.erasures()
@@ -182,6 +186,19 @@ def _store_checks(data: Path) -> list[Check]:
         )
     )
     return checks
+
+
+def _ledger_agreement(store: Store) -> Check:
+    """The database is a faithful cache of the key provider's ledger: no tombstone deleted, no
+    hidden mark cleared, no destroyed key back, no lift, token or request state planted, no row
+    whose sealed version or expiry disagrees with its columns (S9)."""
+    try:
+        found = store.check_integrity()
+    except CenotaphError as exc:
+        return Check("ledger agreement", "fail", " ".join(str(exc).split()))
+    if found:
+        return Check("ledger agreement", "fail", "the database was altered: " + "; ".join(found))
+    return Check("ledger agreement", "ok", "the database agrees with the key provider's ledger")
 
 
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "red"}
