@@ -151,29 +151,31 @@ async def test_http_refuses_other_hosts_in_the_host_header(cli_data: Path) -> No
             assert garbage.status_code < 500
 
 
-@pytest.mark.parametrize(
-    "host", ["0.0.0.0", "::", "192.168.1.10", "10.0.0.1", "example.com", "127.0.0.1.nip.io"]
-)
-def test_a_non_loopback_host_is_refused_before_anything_opens(cli_data: Path, host: str) -> None:
-    result = subprocess.run(
-        [
-            CENOTAPH,
-            "mcp",
-            "--data",
-            str(cli_data),
-            "--scope",
-            SESSION,
-            "--transport",
-            "streamable-http",
-            "--host",
-            host,
-        ],
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.10", "10.0.0.1", "192.0.2.1"])
+def test_a_non_loopback_host_without_api_keys_is_refused_before_anything_opens(
+    cli_data: Path, host: str
+) -> None:
+    result = run_mcp(cli_data, "--transport", "streamable-http", "--host", host, "--no-api-keys")
+    assert result.returncode == 2 and "--api-keys" in result.stderr and result.stdout == ""
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_non_loopback_host_requires_api_keys_by_default(cli_data: Path) -> None:
+    """192.0.2.1 (TEST-NET-1) is on no interface here: the server gets as far as binding it,
+    with keys required, and says it cannot listen -- no socket is ever opened beyond loopback."""
+    result = run_mcp(cli_data, "--transport", "streamable-http", "--host", "192.0.2.1", "--port", "0")
+    assert result.returncode == 2 and "cannot listen on 192.0.2.1" in result.stderr
+    named = run_mcp(cli_data, "--transport", "streamable-http", "--host", "example.com")
+    assert named.returncode == 2 and "IP address" in named.stderr
+
+
+def run_mcp(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [CENOTAPH, "mcp", "--data", str(data), "--scope", SESSION, *args],
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert result.returncode == 2 and "loopback" in result.stderr and result.stdout == ""
-    assert len(result.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize(
@@ -185,6 +187,7 @@ def test_a_non_loopback_host_is_refused_before_anything_opens(cli_data: Path, ho
         (["--scope", SESSION, "--profile", "vector"], "profile"),
         (["--scope", SESSION, "--transport", "sse"], "transport"),
         (["--scope", SESSION, "--port", "70000"], "port"),
+        (["--scope", SESSION, "--api-keys"], "streamable-http"),
     ],
 )
 def test_bad_options_exit_2_with_one_line(cli_data: Path, args: list[str], says: str) -> None:

@@ -67,9 +67,23 @@ def require_mcp_extra() -> None:
     show_default=True,
     help="Port to listen on (HTTP); 0 picks a free one. The URL is printed on stderr.",
 )
+@click.option(
+    "--api-keys/--no-api-keys",
+    "api_keys",
+    default=None,
+    help="Require a bearer API key (`cenotaph api-keys create`) on every HTTP request; each key's prefix "
+    "bounds its connection. On by default for a non-loopback --host, which cannot turn it off.",
+)
 @data_option
 def mcp(
-    scope: str | None, prefix: str | None, profile: str, transport: str, host: str, port: int, data: Path
+    scope: str | None,
+    prefix: str | None,
+    profile: str,
+    transport: str,
+    host: str,
+    port: int,
+    api_keys: bool | None,
+    data: Path,
 ) -> None:
     """Serve the store to an MCP client.
 
@@ -80,34 +94,55 @@ def mcp(
     """
     require_mcp_extra()
     from cenotaph.service.mcp.confinement import Confinement
-    from cenotaph.service.mcp.transport import check_host
+    from cenotaph.service.mcp.transport import check_host, is_loopback
 
     confinement = Confinement.of(scope, prefix)
+    keyed = transport == "streamable-http" and (api_keys if api_keys is not None else not is_loopback(host))
     if transport == "streamable-http":
-        check_host(host)
+        check_host(host, api_keys=keyed)
+    elif api_keys:
+        raise click.UsageError("--api-keys applies to --transport streamable-http (stdio has one client)")
     warning = root_of_trust_warning(data)
     if warning:
         click.echo(f"warning: {warning}", err=True)
     with open_existing_store(data) as store:
-        _serve(store, confinement, profile, transport, host, port)
+        _serve(store, confinement, profile, transport, host, port, keyed)
 
 
 def _serve(
-    store: cenotaph.Store, confinement: Confinement, profile: str, transport: str, host: str, port: int
+    store: cenotaph.Store,
+    confinement: Confinement,
+    profile: str,
+    transport: str,
+    host: str,
+    port: int,
+    keyed: bool,
 ) -> None:
+    from cenotaph.service.apikeys import ApiKeyRing
     from cenotaph.service.mcp.knowledge_graph import knowledge_graph_server
     from cenotaph.service.mcp.memory import memory_server
-    from cenotaph.service.mcp.transport import SESSION_IDLE_SECONDS, serve_http, serve_stdio
+    from cenotaph.service.mcp.transport import SESSION_IDLE_SECONDS, ApiKeyGate, serve_http, serve_stdio
 
     if profile == "knowledge-graph":
         store.auto_purge = False  # a delete forgets several targets, then purges and verifies once
-        server = knowledge_graph_server(store, confinement)
+        server = knowledge_graph_server(store, confinement, keyed=keyed)
     else:
-        server = memory_server(store, confinement, session_idle_seconds=SESSION_IDLE_SECONDS + 60)
+        server = memory_server(
+            store, confinement, session_idle_seconds=SESSION_IDLE_SECONDS + 60, keyed=keyed
+        )
     try:
         if transport == "stdio":
             serve_stdio(server)
-        else:
-            serve_http(server, host, port, lambda url: click.echo(f"cenotaph mcp: serving {url}", err=True))
+            return
+        ring = ApiKeyRing(store.path) if keyed and store.path is not None else None
+        serve_http(
+            server,
+            host,
+            port,
+            lambda url: click.echo(
+                f"cenotaph mcp: serving {url}" + (" (API keys required)" if ring else ""), err=True
+            ),
+            gate=None if ring is None else (lambda app: ApiKeyGate(app, ring, confinement)),
+        )
     except KeyboardInterrupt:
         pass

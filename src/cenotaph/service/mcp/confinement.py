@@ -42,6 +42,14 @@ class Confinement:
             )
         return cls(parsed_scope, parsed_prefix)
 
+    def narrowed(self, prefix: Scope) -> Confinement | None:
+        """The confinement of a caller bound to ``prefix`` (an API key's): the narrower of the two
+        prefixes, the agent's scope if it lies inside it (else that prefix); None if they do not
+        overlap (the caller may reach nothing here)."""
+        if prefix.is_within(self.prefix):
+            return Confinement(self.scope if self.scope.is_within(prefix) else prefix, prefix)
+        return self if self.prefix.is_within(prefix) else None
+
     def inside(self, scope: str | None) -> Scope | None:
         """The scope a tool call names (default: the agent's scope), or None if it is outside the
         prefix. A malformed scope raises InvalidScopeError, whatever it would name."""

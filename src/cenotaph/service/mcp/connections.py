@@ -21,10 +21,14 @@ import time
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 
+from cenotaph.errors import InvalidValueError
 from cenotaph.model import Record
 from cenotaph.scope import Scope
 from cenotaph.session import StoreSession
 from cenotaph.store import Store
+
+from ..apikeys import ApiKey
+from .confinement import Confinement
 
 __all__ = ["AgentConnection", "ConnectionRegistry", "OwnForget", "STREAM"]
 
@@ -45,12 +49,13 @@ class OwnForget:
 
 
 class AgentConnection:
-    """The state of one MCP connection: its store session and the forgets it issued."""
+    """The state of one MCP connection: what it may reach, its store session, its forgets."""
 
-    def __init__(self, store: Store, scope: Scope) -> None:
+    def __init__(self, store: Store, reach: Confinement) -> None:
         self.store = store
+        self.reach = reach
         self._exit = contextlib.ExitStack()
-        self.session: StoreSession = self._exit.enter_context(store.session(scope.path))
+        self.session: StoreSession = self._exit.enter_context(store.session(reach.scope.path))
         self._slots: dict[str, tuple[str, str]] = {}  # id of each record read -> (scope, key)
         self._forgets: list[OwnForget] = []
         self._lock = threading.Lock()
@@ -87,19 +92,27 @@ class ConnectionRegistry:
     """The connections of one stream (exactly one) or of one HTTP server (one per session or
     principal). Legacy HTTP sessions the SDK has dropped for idleness are dropped here too."""
 
-    def __init__(self, store: Store, scope: Scope, *, session_idle_seconds: float | None = None) -> None:
+    def __init__(
+        self, store: Store, reach: Confinement, *, session_idle_seconds: float | None = None
+    ) -> None:
         self._store = store
-        self._scope = scope
+        self._reach = reach
         self._idle = session_idle_seconds
         self._connections: dict[Hashable, AgentConnection] = {}
         self._lock = threading.Lock()
 
-    def connection(self, identity: Hashable) -> AgentConnection:
+    def connection(self, headers: Mapping[str, str] | None, key: ApiKey | None) -> AgentConnection:
+        """The connection of a request: by its transport (``headers``) and API key, whose prefix
+        bounds what it may reach."""
+        identity = identity_of(headers, None if key is None else key.id)
         with self._lock:
             self._expire()
             found = self._connections.get(identity)
             if found is None:
-                found = self._connections[identity] = AgentConnection(self._store, self._scope)
+                reach = self._reach if key is None else self._reach.narrowed(key.scope)
+                if reach is None:  # the gate refuses such keys before any tool runs
+                    raise InvalidValueError("this API key's prefix is outside what this server serves")
+                found = self._connections[identity] = AgentConnection(self._store, reach)
             found.last_used = time.monotonic()
             return found
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any
 
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.tools import Tool
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,10 +29,11 @@ from .confinement import Confinement
 from .connections import ConnectionRegistry
 from .graph import Entity, KnowledgeGraph, Relation
 from .kg_schemas import KG_TOOLS
-from .server import CenotaphMCPServer, build_tool, text_result
+from .server import CenotaphMCPServer, build_tool, connection_for, text_result
 
 __all__ = ["GRAPH_URI", "KnowledgeGraphTools", "knowledge_graph_server"]
 
+Ctx = Context[ConnectionRegistry, Any]
 GRAPH_URI = "memory://knowledge-graph"  # the reference's resource: the whole graph as JSON
 
 
@@ -116,46 +118,58 @@ def _done(what: str, verified: bool) -> CallToolResult:
 
 
 class KnowledgeGraphTools:
-    def __init__(self, graph: KnowledgeGraph) -> None:
-        self.graph = graph
+    """The nine tools over the store; each call works on the graph under its connection's
+    prefix (the server's, or the narrower one an API key binds)."""
 
-    def create_entities(self, entities: list[EntityIn]) -> Annotated[CallToolResult, EntitiesOut]:
-        created = self.graph.create_entities(
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def graph(self, ctx: Context[Any, Any]) -> KnowledgeGraph:
+        return KnowledgeGraph(self.store, connection_for(ctx).reach.prefix)
+
+    def create_entities(self, ctx: Ctx, entities: list[EntityIn]) -> Annotated[CallToolResult, EntitiesOut]:
+        created = self.graph(ctx).create_entities(
             [Entity(e.name, e.entityType, tuple(e.observations)) for e in entities]
         )
         shown = [e.to_json() for e in created]
         return _printed(shown, {"entities": shown})
 
-    def create_relations(self, relations: list[RelationIn]) -> Annotated[CallToolResult, RelationsOut]:
-        created = self.graph.create_relations([r.relation() for r in relations])
+    def create_relations(
+        self, ctx: Ctx, relations: list[RelationIn]
+    ) -> Annotated[CallToolResult, RelationsOut]:
+        created = self.graph(ctx).create_relations([r.relation() for r in relations])
         shown = [r.to_json() for r in created]
         return _printed(shown, {"relations": shown})
 
-    def add_observations(self, observations: list[ObservationsIn]) -> Annotated[CallToolResult, ResultsOut]:
-        added = self.graph.add_observations([(o.entityName, o.contents) for o in observations])
+    def add_observations(
+        self, ctx: Ctx, observations: list[ObservationsIn]
+    ) -> Annotated[CallToolResult, ResultsOut]:
+        added = self.graph(ctx).add_observations([(o.entityName, o.contents) for o in observations])
         shown = [{"entityName": name, "addedObservations": new} for name, new in added]
         return _printed(shown, {"results": shown})
 
-    def delete_entities(self, entityNames: list[str]) -> Annotated[CallToolResult, DoneOut]:
-        return _done("Entities", self.graph.delete_entities(entityNames))
+    def delete_entities(self, ctx: Ctx, entityNames: list[str]) -> Annotated[CallToolResult, DoneOut]:
+        return _done("Entities", self.graph(ctx).delete_entities(entityNames))
 
-    def delete_observations(self, deletions: list[DeletionIn]) -> Annotated[CallToolResult, DoneOut]:
+    def delete_observations(
+        self, ctx: Ctx, deletions: list[DeletionIn]
+    ) -> Annotated[CallToolResult, DoneOut]:
         return _done(
             "Observations",
-            self.graph.delete_observations([(d.entityName, d.observations) for d in deletions]),
+            self.graph(ctx).delete_observations([(d.entityName, d.observations) for d in deletions]),
         )
 
-    def delete_relations(self, relations: list[RelationIn]) -> Annotated[CallToolResult, DoneOut]:
-        return _done("Relations", self.graph.delete_relations([r.relation() for r in relations]))
+    def delete_relations(self, ctx: Ctx, relations: list[RelationIn]) -> Annotated[CallToolResult, DoneOut]:
+        return _done("Relations", self.graph(ctx).delete_relations([r.relation() for r in relations]))
 
-    def read_graph(self) -> Annotated[CallToolResult, GraphOut]:
-        return _graph(*self.graph.view().graph())
+    def read_graph(self, ctx: Ctx) -> Annotated[CallToolResult, GraphOut]:
+        return _graph(*self.graph(ctx).view().graph())
 
-    def search_nodes(self, query: str) -> Annotated[CallToolResult, GraphOut]:
-        return _graph(*self.graph.view().search(query))
+    def search_nodes(self, ctx: Ctx, query: str) -> Annotated[CallToolResult, GraphOut]:
+        return _graph(*self.graph(ctx).view().search(query))
 
-    def open_nodes(self, names: list[str]) -> Annotated[CallToolResult, GraphOut]:
-        return _graph(*self.graph.view(names).graph(set(names)))
+    def open_nodes(self, ctx: Ctx, names: list[str]) -> Annotated[CallToolResult, GraphOut]:
+        return _graph(*self.graph(ctx).view(names).graph(set(names)))
 
     def tools(self) -> list[Tool]:
         return [
@@ -172,18 +186,26 @@ class KnowledgeGraphTools:
         ]
 
 
-def knowledge_graph_server(store: Store, confinement: Confinement) -> CenotaphMCPServer:
-    """The ``knowledge-graph`` profile's server: the graph lives under the prefix."""
-    graph = KnowledgeGraph(store, confinement.prefix)
+def knowledge_graph_server(
+    store: Store, confinement: Confinement, *, keyed: bool = False
+) -> CenotaphMCPServer:
+    """The ``knowledge-graph`` profile's server: the graph lives under the prefix. ``keyed``:
+    connections are bound by API keys (each key's prefix holds its graph); the reference's
+    ``memory://knowledge-graph`` resource is then not offered (a static resource cannot know
+    which key reads it)."""
+    tools = KnowledgeGraphTools(store)
     server = CenotaphMCPServer(
         "cenotaph-knowledge-graph",
         instructions=(
             "A knowledge graph memory (entities, observations, relations). Deleting an entity erases it, "
             "its observations and every relation touching it."
         ),
-        tools=KnowledgeGraphTools(graph).tools(),
-        registry=lambda: ConnectionRegistry(store, confinement.scope),
+        tools=tools.tools(),
+        registry=lambda: ConnectionRegistry(store, confinement),
     )
+    if keyed:
+        return server
+    graph = KnowledgeGraph(store, confinement.prefix)
 
     @server.resource(
         GRAPH_URI,

@@ -147,17 +147,13 @@ class MemoryTools:
         self.reach = confinement
 
     # -- helpers -------------------------------------------------------------------------
-    def _target(self, scope: str | None) -> Scope:
+    @staticmethod
+    def _target(reach: Confinement, scope: str | None) -> Scope:
         """The scope a write or forget names; outside the prefix it is refused (same words always)."""
-        target = self.reach.inside(scope)
+        target = reach.inside(scope)
         if target is None:
-            raise Refused(self.reach.outside_message())
+            raise Refused(reach.outside_message())
         return target
-
-    def _visible(self, record: Record | None) -> Record | None:
-        return (
-            record if record is not None and Scope.parse(record.scope).is_within(self.reach.prefix) else None
-        )
 
     # -- tools ---------------------------------------------------------------------------
     def write(
@@ -183,8 +179,8 @@ class MemoryTools:
     ) -> Annotated[CallToolResult, WriteResult]:
         conn = connection_for(ctx)
         forgets = conn.forgets()  # only forgets that returned before this write began may re-open it
-        target = self._target(scope)
-        explicit = self._sources(derived_from or [])
+        target = self._target(conn.reach, scope)
+        explicit = self._sources(conn.reach, derived_from or [])
         options: dict[str, Any] = {"ttl": ttl_seconds, "base_version": base_version}
         sources = conn.derived_from(explicit)
         reauthorized = False
@@ -198,11 +194,11 @@ class MemoryTools:
         again = " (re-opening what this connection forgot)" if reauthorized else ""
         return _result(f"wrote {key!r} in {record.scope} at version {record.version}{again}", out)
 
-    def _sources(self, ids: list[str]) -> list[str]:
-        """Explicit ``derived_from`` ids must name memories this server can see."""
+    def _sources(self, reach: Confinement, ids: list[str]) -> list[str]:
+        """Explicit ``derived_from`` ids must name memories this connection can see."""
         for record_id in ids:
-            found = self._visible(self.store.get(record_id))
-            if found is None:
+            found = self.store.get(record_id)
+            if found is None or not Scope.parse(found.scope).is_within(reach.prefix):
                 raise Refused(
                     "refused: derived_from names a memory that does not exist here or has been forgotten; "
                     "do not write data derived from forgotten memories"
@@ -270,8 +266,8 @@ class MemoryTools:
         scope: Annotated[str | None, Field(description="Where to look first (default: your scope).")] = None,
     ) -> Annotated[CallToolResult, ReadResult]:
         conn = connection_for(ctx)
-        target = self.reach.inside(scope)
-        for where in [] if target is None else self.reach.chain(target):
+        target = conn.reach.inside(scope)
+        for where in [] if target is None else conn.reach.chain(target):
             record = conn.session.read(where.path, key, fallthrough=False)
             if record is not None:
                 conn.read([record])
@@ -288,7 +284,7 @@ class MemoryTools:
         ] = False,
     ) -> Annotated[CallToolResult, ListResult]:
         conn = connection_for(ctx)
-        target = self.reach.inside(scope)
+        target = conn.reach.inside(scope)
         records = (
             [] if target is None else conn.session.list(target.path, include_descendants=include_descendants)
         )
@@ -306,7 +302,7 @@ class MemoryTools:
         ] = None,
     ) -> Annotated[CallToolResult, SearchResult]:
         conn = connection_for(ctx)
-        target = self.reach.inside(scope)
+        target = conn.reach.inside(scope)
         hits = [] if target is None else self._search(conn, target, query, k)
         conn.read(h.record for h in hits)
         out: SearchResult = {"hits": [{"record": record_out(h.record), "score": h.score} for h in hits]}
@@ -317,7 +313,7 @@ class MemoryTools:
         returned joins the read set: candidates are found without the session, then each hit is
         fetched through it (a hit forgotten meanwhile drops out, as a read would)."""
         found: dict[str, SearchHit] = {}
-        for where in self.reach.chain(target):
+        for where in conn.reach.chain(target):
             for hit in self.store.search(where.path, query, k=k, fallthrough=False):
                 found.setdefault(hit.record.id, hit)
         best = sorted(found.values(), key=lambda h: -h.score)[:k]
@@ -339,7 +335,7 @@ class MemoryTools:
         ] = "compliance",
     ) -> Annotated[CallToolResult, ForgetResult]:
         conn = connection_for(ctx)
-        target = self._target(scope)
+        target = self._target(conn.reach, scope)
         request = self.store.forget(target.path, key, mode=mode)
         conn.forgot(OwnForget(request.version, target, key))
         status = request.status()
@@ -386,8 +382,13 @@ class MemoryTools:
         return _result(f"erasure {request.id}: {status.state} - {_meaning(request, status)}", out)
 
     # -- registration --------------------------------------------------------------------
-    def tools(self) -> list[Tool]:
-        scope, prefix = self.reach.scope.path, self.reach.prefix.path
+    def tools(self, *, keyed: bool = False) -> list[Tool]:
+        """``keyed``: each API key narrows the reach, so descriptions cannot name the scopes."""
+        scope, prefix = (
+            ("your scope", "the prefix your API key allows")
+            if keyed
+            else (self.reach.scope.path, self.reach.prefix.path)
+        )
         inside = f"A scope must lie inside {prefix}; anything outside it does not exist for this server."
         read_only = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
         return [
@@ -471,21 +472,24 @@ def _meaning(request: ErasureRequest, status: ErasureStatus) -> str:
 
 
 def memory_server(
-    store: Store, confinement: Confinement, *, session_idle_seconds: float | None = None
+    store: Store, confinement: Confinement, *, session_idle_seconds: float | None = None, keyed: bool = False
 ) -> CenotaphMCPServer:
-    """The ``memory`` profile's server over ``store``, confined to ``confinement``."""
+    """The ``memory`` profile's server over ``store``, confined to ``confinement`` (and, when
+    ``keyed``, each connection further to its API key's prefix)."""
     tools = MemoryTools(store, confinement)
+    where = (
+        "Your API key's prefix bounds the scopes you may reach."
+        if keyed
+        else f"Your scope is {confinement.scope.path}; you may reach scopes inside {confinement.prefix.path}."
+    )
     return CenotaphMCPServer(
         "cenotaph-memory",
         instructions=(
-            f"cenotaph memory. Your scope is {confinement.scope.path}; you may reach scopes inside "
-            f"{confinement.prefix.path}. Reads fall back from a scope to its wider scopes. What you "
+            f"cenotaph memory. {where} Reads fall back from a scope to its wider scopes. What you "
             "write is linked to what you read on this connection: forgetting a source forgets what "
             "was made from it. memory_forget is an erasure by default; erasure_status tells whether it "
             "is verified. A refused call says why in one line; nothing was changed."
         ),
-        tools=tools.tools(),
-        registry=lambda: ConnectionRegistry(
-            store, confinement.scope, session_idle_seconds=session_idle_seconds
-        ),
+        tools=tools.tools(keyed=keyed),
+        registry=lambda: ConnectionRegistry(store, confinement, session_idle_seconds=session_idle_seconds),
     )

@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
-from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.mcpserver.tools import Tool
@@ -24,10 +23,12 @@ from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from pydantic import ValidationError
 
-from .connections import AgentConnection, ConnectionRegistry, identity_of
+from ..apikeys import ApiKey
+from .connections import AgentConnection, ConnectionRegistry
 from .refusals import invalid_arguments, reason_for
 
 __all__ = [
+    "API_KEY_SCOPE",
     "DEBUG_ENV",
     "CenotaphMCPServer",
     "Registry",
@@ -36,6 +37,7 @@ __all__ = [
     "text_result",
 ]
 
+API_KEY_SCOPE = "cenotaph.api_key"  # the ASGI scope entry where the HTTP gate puts the caller's key
 DEBUG_ENV = "CENOTAPH_DEBUG"  # set to 1 to let a tool's unexpected exception reach the SDK's log
 Registry = Callable[[], ConnectionRegistry]
 _log = logging.getLogger("cenotaph.mcp")
@@ -124,11 +126,15 @@ def build_tool(
     return tool
 
 
-def connection_for(ctx: Context[ConnectionRegistry, Any]) -> AgentConnection:
-    """The connection this request belongs to (see ``connections.identity_of``)."""
-    token = get_access_token()
-    principal = None if token is None else token.client_id
-    return ctx.request_context.lifespan_context.connection(identity_of(ctx.headers, principal))
+def connection_for(ctx: Context[Any, Any]) -> AgentConnection:
+    """The connection this request belongs to (see ``connections.identity_of``), bounded by the
+    API key the HTTP gate authenticated for this very request, if any."""
+    scope = getattr(ctx.request_context.request, "scope", None)
+    key = scope.get(API_KEY_SCOPE) if isinstance(scope, dict) else None
+    registry = ctx.request_context.lifespan_context
+    if not isinstance(registry, ConnectionRegistry):
+        raise TypeError("the server's lifespan must hold its ConnectionRegistry")
+    return registry.connection(ctx.headers, key if isinstance(key, ApiKey) else None)
 
 
 def text_result(text: str, structured: Mapping[str, Any]) -> CallToolResult:
