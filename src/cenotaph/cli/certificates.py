@@ -21,6 +21,7 @@ import cenotaph
 from cenotaph.durable import write_all
 from cenotaph.errors import CertificateError, ErasureNotProvableError
 
+from .interrupts import held, on_interrupt
 from .options import data_option, open_existing_store
 from .output import emit, generic_table, table_option
 
@@ -69,7 +70,12 @@ def attest(request_id: str, out: Path | None, data: Path, table: bool) -> None:
     try:
         with open_existing_store(data) as store:
             try:
-                certificate = store.attest(request_id)
+                with held():
+                    certificate = store.attest(request_id)
+                    on_interrupt(
+                        "interrupted after the certificate was issued (and audited); run "
+                        f"`cenotaph attest {request_id}` again to print it"
+                    )
             except ErasureNotProvableError as exc:
                 raise click.ClickException(_not_provable(store, request_id, exc)) from None
     except BaseException:
@@ -118,7 +124,7 @@ def _not_provable(store: cenotaph.Store, request_id: str, exc: ErasureNotProvabl
     gaps = "; ".join(exc.gaps) if exc.gaps else str(exc)
     hint = ""
     if store.erasure(request_id).mode == "compliance":
-        hint = " (on the command line: `cenotaph purge`, then attest again)"
+        hint = " (run `cenotaph purge`, then attest again)"
     return f"erasure {request_id} is not provable: {gaps}{hint}"
 
 

@@ -7,6 +7,7 @@ evidence and every gap still open: nothing here says "erased" on the strength of
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,10 @@ from rich.text import Text
 import cenotaph
 from cenotaph.crypto.provider import keyring_from_env
 
+from .interrupts import held, on_interrupt
 from .options import data_option, keyring_location, open_existing_store
 from .output import emit, erasure_table, generic_table, table_option
+from .progress import progress_bar
 
 __all__ = [
     "erasure_counts",
@@ -56,13 +59,37 @@ def request_document(request: cenotaph.ErasureRequest) -> dict[str, Any]:
 def forget(scope: str, key: str | None, mode: str, include_ancestors: bool, data: Path, table: bool) -> None:
     """Forget a key, or a whole scope subtree.
 
-    Forgets KEY in SCOPE and every descendant, or without KEY the whole SCOPE subtree. Prints
-    the erasure request (id, version, mode) and its status; poll it with `cenotaph status ID`.
+    Forgets KEY in SCOPE and every descendant, or without KEY the whole SCOPE subtree. A
+    compliance forget then purges and verifies. Prints the erasure request (id, version, mode)
+    and its status; poll it with `cenotaph status ID`.
     """
     with open_existing_store(data) as store:
-        request = store.forget(scope, key, mode=mode, include_ancestors=include_ancestors)
+        request = committed_forget(
+            store, lambda: store.forget(scope, key, mode=mode, include_ancestors=include_ancestors)
+        )
         doc = request_document(request)
     emit(doc, table=table, render=erasure_table)
+
+
+def committed_forget(
+    store: cenotaph.Store, forget: Callable[[], cenotaph.ErasureRequest]
+) -> cenotaph.ErasureRequest:
+    """Run ``forget`` with Ctrl-C held until it committed, then purge (which Ctrl-C may cut short:
+    the erasure then waits, shredded, for the next `cenotaph purge`)."""
+    store.auto_purge = False  # purged below, where an interruption can say what is left
+    with held():
+        request = forget()
+        if request.mode == "compliance":
+            on_interrupt(
+                f"interrupted after the forget committed (request {request.id}: keys destroyed, "
+                "nothing of it readable); run `cenotaph purge` to finish erasing and verify it"
+            )
+        else:
+            on_interrupt(f"interrupted after the forget committed (request {request.id})")
+    if request.mode == "compliance":
+        with progress_bar("purging and verifying") as progress:
+            store.purge(progress=progress)
+    return request
 
 
 @click.command("forget-subject")
@@ -75,7 +102,7 @@ def forget_subject(subject: str, data: Path, table: bool) -> None:
     Every record carrying SUBJECT, and every record derived from one, always in compliance mode.
     """
     with open_existing_store(data) as store:
-        doc = request_document(store.forget_subject(subject))
+        doc = request_document(committed_forget(store, lambda: store.forget_subject(subject)))
     emit(doc, table=table, render=erasure_table)
 
 
@@ -95,8 +122,9 @@ def reauthorize(scope: str, key: str | None, subject: str | None, data: Path, ta
     SCOPE or to KEY, lands). Pass it to `cenotaph write --reauthorization TOKEN`. It never
     revives a stale write (one whose --base-version predates the forget).
     """
-    with open_existing_store(data) as store:
+    with open_existing_store(data) as store, held():
         token = store.reauthorize(scope, key, subject=subject)
+        on_interrupt("interrupted after the token was issued (it was not printed: request a new one)")
     emit({"token": token}, table=table)
 
 
