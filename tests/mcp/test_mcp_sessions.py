@@ -117,7 +117,7 @@ async def test_another_connections_forget_is_refused(mcp_store: cenotaph.Store) 
         await first.ok("memory_forget", key="diet")
     async with memory_client(mcp_store) as second:
         text = await second.refused("memory_write", key="diet", value="vegan")
-        assert "another connection or an operator" in text and "cenotaph reauthorize" in text
+        assert "another connection or an operator" in text and "reauthorization from an operator" in text
     assert mcp_store.read(SESSION, "diet") is None
 
 

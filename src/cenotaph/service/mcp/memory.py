@@ -256,7 +256,7 @@ class MemoryTools:
         return (
             f"refused: this memory was forgotten (at version {max(foreign or blockers or [refused.version])}) "
             "by another connection or an operator; this server re-opens only what the same connection "
-            "forgot. Writing it again needs an operator's reauthorization (`cenotaph reauthorize`)"
+            "forgot. Writing it again needs a reauthorization from an operator"
         )
 
     def read(

@@ -65,7 +65,7 @@ def _store_reason(exc: CenotaphError) -> str:
     if isinstance(exc, ForgottenError):
         return (
             f"refused: this memory was forgotten (at version {exc.version}); writing it again needs a "
-            "reauthorization from an operator (`cenotaph reauthorize`)"
+            "reauthorization from an operator"
         )
     if isinstance(exc, StaleWriteError):
         return f"refused: {exc}"
