@@ -708,6 +708,31 @@ class Store:
         self._check_open()
         return self._provider.backups()
 
+    def key_epochs(self) -> dict[int, dict[str, Any]]:
+        """Every live KEK epoch and what keeps it alive: ``current`` (new keys are wrapped under
+        it), ``wraps_live_keys``, ``backups`` (registered backups that need it) and
+        ``pending_erasures`` (requests whose probes it seals until they verify). An epoch held by
+        none of these is destroyed by the next :meth:`rotate_keys`."""
+        self._sync()
+        backups = self._provider.backups()
+        probing: dict[int, builtins.list[str]] = {}
+        with self._backend.read() as txn:
+            in_use = txn.epochs_in_use()
+            for row in txn.erasures():
+                found = txn.probe_key(row.id) if row.state != "verified" else None
+                if found is not None:
+                    probing.setdefault(found[1], []).append(row.id)
+        current = self._provider.current_epoch()
+        return {
+            epoch: {
+                "current": epoch == current,
+                "wraps_live_keys": epoch in in_use,
+                "backups": sorted(b for b, epochs in backups.items() if epoch in epochs),
+                "pending_erasures": probing.get(epoch, []),
+            }
+            for epoch in sorted(self._provider.live_epochs())
+        }
+
     def rotate_keys(self, *, progress: Progress | None = None) -> RotationReport:
         """Rewrap every live key under a new KEK epoch; destroy epochs no registered backup needs."""
         check_callback(progress, "progress")
@@ -724,7 +749,7 @@ class Store:
                 "the database was altered (the key provider's ledger says otherwise): "
                 + "; ".join(found)
                 + ". The store refuses what these rows would allow; restore from a backup with "
-                "`cenotaph restore` and investigate"
+                "cenotaph.restore() and investigate"
             )
         return result
 

@@ -33,6 +33,8 @@ API_TO_CLI: dict[str, str] = {
     "store.write()": "`cenotaph write`",
     "store.attest()": "`cenotaph attest`",
     "cenotaph.restore()": "`cenotaph restore`",
+    "ApiKeyRing.create()": "`cenotaph api-keys create`",
+    "ApiKeyRing.list()": "`cenotaph api-keys list`",
     "include_ancestors=True": "--include-ancestors",
     "mode='compliance'": "--mode compliance",
     "base_version": "--base-version",
@@ -50,6 +52,7 @@ API_ONLY = frozenset(
         "store.session(scope)",
         "cenotaph.open(...)",
         "key_provider=LocalKeyring(<keyring dir>)",
+        "store.cenotaph.reauthorize(...)",  # the LangGraph integration's own store
     }
 )
 
