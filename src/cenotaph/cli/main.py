@@ -37,8 +37,8 @@ from .mcp_command import mcp
 from .memory import list_records, read, search, write
 from .options import check_global_options, global_options
 from .progress import stderr_is_tty
-from .spelling import speak_cli
 from .serve import serve
+from .spelling import speak_cli
 
 __all__ = ["COMMANDS", "DEBUG_ENV", "cli", "exit_code_for", "main"]
 
