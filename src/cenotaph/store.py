@@ -436,7 +436,10 @@ class Store:
             token = self._tokens.scope(parsed)
             tokens = txn.subtree_tokens(token) if include_descendants else [token]
             found = [self._materialize(txn, row, generation) for row in txn.records_in_scopes(tokens)]
-        return sorted((r for r in found if r is not None), key=lambda r: (r.scope, r.key))
+        # the subtree is found through the scopes table's parent column, which is not sealed: the
+        # record's sealed scope decides whether it lies inside (a re-parented scope's does not)
+        inside = [r for r in found if r is not None and Scope.parse(r.scope).is_within(parsed)]
+        return sorted(inside, key=lambda r: (r.scope, r.key))
 
     def _materialize(
         self, txn: Txn, row: RecordRow, generation: int, lineage: LineageRow | None = None
@@ -507,7 +510,8 @@ class Store:
         found: dict[str, Record] = {}
         with self._backend.read() as txn:
             self._search.ensure(txn, self._crypto)
-            tokens = {self._tokens.scope(p) for p in (parsed.prefixes() if fallthrough else [parsed])}
+            levels = parsed.prefixes() if fallthrough else [parsed]
+            tokens = {self._tokens.scope(p) for p in levels}
             if include_descendants:
                 tokens.update(txn.subtree_tokens(self._tokens.scope(parsed)))
 
@@ -515,6 +519,10 @@ class Store:
                 row = txn.record(record_id)
                 record = None if row is None else self._materialize(txn, row, generation)
                 if record is None or not matches_filter(record.metadata, conditions):
+                    return False
+                # the sealed scope decides, not the (unsealed) scope rows the token set came from
+                where = Scope.parse(record.scope)
+                if not (where in levels or (include_descendants and where.is_within(parsed))):
                     return False
                 found[record_id] = record
                 return True

@@ -41,6 +41,10 @@ Progress = Callable[[int, int], None]
 BACKUP_MANIFEST = "cenotaph-backup.json"
 PURGE_LAYERS = ("rows", "wal", "index")
 OPERATIONAL_GAP = "an operational forget never reports erasure; use mode='compliance' to erase"
+ALTERED_GAP = (
+    "the database says this request is verified, but the audit log holds no scan that verified it: "
+    "the database was altered; check the audit log against the ledger and investigate"
+)
 
 
 def _now() -> str:
@@ -69,6 +73,7 @@ class ErasureService:
         self._keys = keys
         self._clear_memory = clear_memory  # drops caches and index entries; returns entries left
         self._sync = sync
+        self._vouched_cache: tuple[tuple[int, int], frozenset[str]] | None = None
 
     # -- status ------------------------------------------------------------------------
     def row(self, request_id: object) -> ErasureRow:
@@ -93,10 +98,49 @@ class ErasureService:
         ]
         if row.mode == "operational":
             gaps.insert(0, OPERATIONAL_GAP)
+        state = row.state
+        if state == "verified" and row.mode == "compliance" and row.id not in self._vouched():
+            # the row is a cache: only a verifying scan in the audit log, announced in the
+            # ledger, makes a request report verified (an edited row must not)
+            state = "purged"
+            gaps.insert(0, ALTERED_GAP)
         horizon, reason = self._horizon(row)
         if row.mode == "compliance" and horizon is None:
             layers["horizon"] = LayerStatus("pending", {"reason": reason})
-        return ErasureStatus(row.state, layers, horizon, tuple(gaps))
+        return ErasureStatus(state, layers, horizon, tuple(gaps))
+
+    def _vouched(self) -> frozenset[str]:
+        """Ids of the requests a scan verified, by audit entries whose chain holds and whose heads
+        the ledger announced or anchored (cached until the log or the ledger grows)."""
+        with self._backend.read() as txn:
+            tail = txn.audit_tail()
+            mark = (tail[0] if tail else 0, self._provider.ledger_mark())
+            if self._vouched_cache is not None and self._vouched_cache[0] == mark:
+                return self._vouched_cache[1]
+            raw = txn.audit_entries()
+            chain = txn.meta(AUDIT_CHAIN)
+        ledger = self._provider.ledger()
+        try:
+            entries = [entry_from_dict(json.loads(e)) for e in raw]
+            verify_chain(entries)
+        except (ValueError, StorageError):
+            entries = []  # an altered log vouches for nothing
+        anchors = all_anchors(ledger, chain) or {}
+        heads = all_intents(ledger, chain)
+        heads.update((seq, h) for seq, found in anchors.items() for h in found)
+        by_seq = {e.seq: e.head for e in entries}
+        # the chain holds, so an anchored head vouches for every entry up to it (entries written
+        # before intents existed have no head of their own in the ledger)
+        anchored = max((seq for seq, found in anchors.items() if by_seq.get(seq) in found), default=0)
+        vouched = frozenset(
+            str(e.fields.get("request_id"))
+            for e in entries
+            if e.event == "verify"
+            and e.fields.get("verified") is True
+            and (e.seq <= anchored or (e.seq, e.head) in heads)
+        )
+        self._vouched_cache = (mark, vouched)
+        return vouched
 
     def _horizon(self, row: ErasureRow, epochs: Sequence[int] | None = None) -> tuple[datetime | None, str]:
         """S5: reached once every KEK epoch live at the forget (``epochs``; by default the row's
@@ -127,6 +171,8 @@ class ErasureService:
         if self.row(request_id).mode == "operational":
             raise ErasureNotProvableError(OPERATIONAL_GAP, [OPERATIONAL_GAP])
         status = self.status(request_id)
+        if ALTERED_GAP in status.gaps:
+            self._audited_verification(request_id)  # StorageError: the database was altered
         if status.state != "verified" or status.gaps:  # verified, and no layer short of done
             gaps = list(status.gaps) or [f"the request is {status.state}, not verified"]
             raise ErasureNotProvableError(
@@ -146,6 +192,8 @@ class ErasureService:
         while True:
             status = self.status(request_id)
             if status.state == "verified" or (operational and status.layers["reclaim"].state == "done"):
+                return status
+            if ALTERED_GAP in status.gaps:  # no purge changes that: say so now
                 return status
             self.purge()
             status = self.status(request_id)
