@@ -132,6 +132,19 @@ class Txn(Protocol):
     def destroy_scope_keys(self, tokens: Sequence[bytes], version: int) -> None: ...
     def destroy_subject_keys(self, tokens: Sequence[bytes], version: int) -> None: ...
 
+    # what only a forget's records use (lazily: callers stop at the first that says no), and
+    # what of a target remains after its purge
+    def child_scopes(self, token: bytes) -> Iterator[bytes]: ...
+    def scope_lineage(self, token: bytes) -> Iterator[tuple[str, int, bool]]:
+        """(record id, version, keys live) of every record ever written in exactly this scope."""
+        ...
+
+    def subject_lineage(self, token: bytes) -> Iterator[tuple[str, int, bool]]:
+        """(record id, version, keys live) of every record ever written carrying the subject."""
+        ...
+
+    def existing_records(self, ids: Sequence[str]) -> set[str]: ...
+
     # purge, rotation
     def purge_erased(
         self, ids: Sequence[str], scopes: Sequence[bytes], subjects: Sequence[bytes], version: int

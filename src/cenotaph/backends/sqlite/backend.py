@@ -401,12 +401,42 @@ class SQLiteTxn:
         )
 
     def destroy_subject_keys(self, tokens: Sequence[bytes], version: int) -> None:
+        # an UPDATE only: a subject the store never held (or whose row an earlier purge removed)
+        # gets no row, so a repeated erasure leaves nothing behind to remove or to prove
         self._c.executemany(
-            "INSERT INTO subjects (token, wrapped, epoch, destroyed_version) VALUES (?, NULL, NULL, ?) "
-            "ON CONFLICT(token) DO UPDATE SET wrapped=NULL, epoch=NULL, "
-            "destroyed_version=coalesce(destroyed_version, excluded.destroyed_version)",
-            [(t, version) for t in tokens],
+            "UPDATE subjects SET wrapped=NULL, epoch=NULL, destroyed_version=coalesce(destroyed_version, ?) "
+            "WHERE token=?",
+            [(version, t) for t in tokens],
         )
+
+    # -- what only a forget's records use, what of a target remains ---------------------
+    def child_scopes(self, token: bytes) -> Iterator[bytes]:
+        """The scopes whose parent is ``token``, lazily (a caller may stop at the first)."""
+        for (child,) in self._c.execute("SELECT token FROM scopes WHERE parent=?", (token,)):
+            yield bytes(child)
+
+    def scope_lineage(self, token: bytes) -> Iterator[tuple[str, int, bool]]:
+        """(record id, version, keys live) of every record ever written in exactly this scope."""
+        sql = "SELECT record_id, version, destroyed_version IS NULL FROM lineage WHERE scope_token=?"
+        for record_id, version, live in self._c.execute(sql, (token,)):
+            yield str(record_id), int(version), bool(live)
+
+    def subject_lineage(self, token: bytes) -> Iterator[tuple[str, int, bool]]:
+        """(record id, version, keys live) of every record ever written carrying the subject."""
+        sql = (
+            "SELECT l.record_id, l.version, l.destroyed_version IS NULL FROM record_subjects rs "
+            "JOIN lineage l ON l.record_id = rs.record_id WHERE rs.subject_token=?"
+        )
+        for record_id, version, live in self._c.execute(sql, (token,)):
+            yield str(record_id), int(version), bool(live)
+
+    def existing_records(self, ids: Sequence[str]) -> set[str]:
+        """Which of ``ids`` still have a row in ``records`` (ciphertext)."""
+        found: set[str] = set()
+        for part in _chunks(list(ids)):
+            sql = f"SELECT id FROM records WHERE id IN ({_marks(len(part))})"
+            found.update(str(r[0]) for r in self._c.execute(sql, part))
+        return found
 
     # -- purge -----------------------------------------------------------------------
     def purge_erased(
