@@ -144,6 +144,9 @@ class Txn(Protocol):
         ...
 
     def existing_records(self, ids: Sequence[str]) -> set[str]: ...
+    def plaintext_holds(self, needle: bytes) -> bool:
+        """Does ``needle`` occur in a column the store keeps in plain (content-free bookkeeping)?"""
+        ...
 
     # purge, rotation
     def purge_erased(

@@ -67,6 +67,27 @@ _WRAPPED_TABLES = (("records", "id"), ("lineage", "record_id"), ("scopes", "toke
 _CHUNK = 500  # bound on host parameters per statement
 
 
+# every column the store writes in plain: ids, states, content-free JSON (tokens as hex, counts,
+# versions, timestamps) and the schema; every other column is an HMAC token or AES-GCM ciphertext
+_PLAIN_COLUMNS = (
+    ("audit", "entry"),
+    *(("erasures", c) for c in ("id", "mode", "target_kind", "requested_at", "state", "layers", "plan")),
+    *(("erasures", c) for c in ("horizon", "horizon_reason", "verified_at", "scan")),
+    ("tombstones", "request_id"),
+    ("tombstones", "kind"),
+    ("records", "id"),
+    ("lineage", "record_id"),
+    ("lineage", "sources"),
+    ("derivations", "source_id"),
+    ("derivations", "derived_id"),
+    ("erased_records", "record_id"),
+    ("probe_keys", "request_id"),
+    ("reauth_tokens", "kind"),
+    ("meta", "name"),
+    ("sqlite_master", "sql"),
+)
+
+
 def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
     for start in range(0, len(items), _CHUNK):
         yield items[start : start + _CHUNK]
@@ -429,6 +450,15 @@ class SQLiteTxn:
         )
         for record_id, version, live in self._c.execute(sql, (token,)):
             yield str(record_id), int(version), bool(live)
+
+    def plaintext_holds(self, needle: bytes) -> bool:
+        """Does ``needle`` occur in a column the store keeps in plain (ids, request rows, the audit
+        log, the schema)? Such bytes are content-free bookkeeping by construction (W4)."""
+        for table, column in _PLAIN_COLUMNS:
+            sql = f"SELECT 1 FROM {table} WHERE instr(CAST({column} AS BLOB), ?) > 0 LIMIT 1"
+            if self._c.execute(sql, (needle,)).fetchone() is not None:
+                return True
+        return False
 
     def existing_records(self, ids: Sequence[str]) -> set[str]:
         """Which of ``ids`` still have a row in ``records`` (ciphertext)."""
