@@ -10,14 +10,22 @@ deleted once the request verifies. A copy of the database taken while the reques
 epoch, which is one of the plan's epochs, so the horizon covers them. Rotation does not rewrap a
 probe key (its epoch would then outlive the plan's); it keeps that epoch until the key is gone.
 
+With the probes, the blob records what the forget *found* to erase (records holding ciphertext
+or keys, and wrapped keys): a forget that found nothing -- a repeated erasure, a target the store
+never held, a replay on a copy that never held it -- has nothing to probe, and verifies on a clean
+scan and an empty target (``plan.remains``); one that found something must have probes. Sealed
+with the probes, so editing the database cannot turn one kind into the other.
+
 Requests from before probe keys (schema 4) sealed probes under a key derived from the erasure
-secret, which is never destroyed; :func:`legacy_probe_key` still opens them.
+secret, which is never destroyed; :func:`legacy_probe_key` still opens them. Blobs sealed before
+the tally existed hold a bare list (``found`` is then unknown).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,10 +35,23 @@ from ..model import Record
 from .forget import ForgetPlan
 from .scanner import PROBE_MIN, probe_windows
 
-__all__ = ["legacy_probe_key", "sample_probes", "seal_probes", "open_probes"]
+__all__ = ["ProbeSample", "legacy_probe_key", "sample_probes", "seal_probes", "open_probes"]
 
 _AAD = b"cenotaph-probes/1"
 MAX_PROBES_PER_REQUEST = 4096
+
+
+@dataclass(frozen=True)
+class ProbeSample:
+    """A request's probes, and what its forget found to erase: ``{"records": n, "keys": k}``
+    (``None`` for requests sealed before that was recorded)."""
+
+    probes: list[bytes]
+    found: dict[str, int] | None
+
+    @property
+    def found_nothing(self) -> bool:
+        return self.found is not None and not any(self.found.values())
 
 
 def _texts(value: object) -> Iterable[str]:
@@ -49,8 +70,9 @@ def _texts(value: object) -> Iterable[str]:
 
 def sample_probes(
     txn: Txn, plan: ForgetPlan, open_record: Callable[[Txn, str], tuple[Record, bytes | None] | None]
-) -> list[bytes]:
-    """Probes of everything ``plan`` will destroy; call before the keys are destroyed.
+) -> ProbeSample:
+    """Probes of everything ``plan`` will destroy, and what it found; call before the keys are
+    destroyed.
 
     At most :data:`MAX_PROBES_PER_REQUEST` (the scan's cost grows with the count): the wrapped
     scope and subject keys always, then wrapped record keys and content windows in equal shares,
@@ -58,6 +80,7 @@ def sample_probes(
     pinned: list[bytes] = []  # destroyed scope and subject keys: few, and each guards many records
     keys: list[bytes] = []  # wrapped record and lineage keys
     windows: list[bytes] = []  # ciphertext, plaintext and vector windows
+    held: set[str] = set()  # records of which something is still in the database
     ids = plan.destroy_records
     for record_id in ids:
         row = txn.record(record_id)
@@ -65,6 +88,7 @@ def sample_probes(
             for blob in (row.ciphertext, row.vector):
                 if blob:
                     windows.extend(probe_windows(blob))
+                    held.add(record_id)
             if row.wrapped:
                 keys.append(bytes(row.wrapped))
         opened = open_record(txn, record_id)
@@ -74,28 +98,28 @@ def sample_probes(
                 windows.extend(_text_windows(text))
             if vector:
                 windows.extend(_vector_windows(vector))
-    for lineage in txn.lineage(ids).values():
+    for record_id, lineage in txn.lineage(ids).items():
         for blob in (lineage.wrapped, lineage.subjects):
             if blob:
                 keys.append(bytes(blob))
-    for scope in txn.scope_rows(plan.destroy_scopes).values():
+                held.add(record_id)
+    scopes, subjects = plan.keys_to_destroy(txn)
+    for scope in txn.scope_rows(scopes).values():
         if scope.wrapped:
             pinned.append(bytes(scope.wrapped))
-    for wrapped, _ in txn.subject_rows(plan.destroy_subjects).values():
+    for wrapped, _ in txn.subject_rows(subjects).values():
         if wrapped:
             pinned.append(bytes(wrapped))
+    found = {"records": len(held), "keys": len(keys) + len(pinned)}
     pinned, keys, windows = (_usable(group) for group in (pinned, keys, windows))
     budget = MAX_PROBES_PER_REQUEST - min(len(pinned), MAX_PROBES_PER_REQUEST)
     take_keys = min(len(keys), max(budget // 2, budget - len(windows)))
-    return list(
-        dict.fromkeys(
-            [
-                *_evenly(pinned, MAX_PROBES_PER_REQUEST),
-                *_evenly(keys, take_keys),
-                *_evenly(windows, budget - take_keys),
-            ]
-        )
-    )
+    probes = [
+        *_evenly(pinned, MAX_PROBES_PER_REQUEST),
+        *_evenly(keys, take_keys),
+        *_evenly(windows, budget - take_keys),
+    ]
+    return ProbeSample(list(dict.fromkeys(probes)), found)
 
 
 def _usable(probes: list[bytes]) -> list[bytes]:
@@ -143,16 +167,23 @@ def legacy_probe_key(secret: bytes, request_id: str) -> bytes:
     return derive(secret, b"probes", request_id.encode())
 
 
-def seal_probes(key: bytes, request_id: str, probes: list[bytes]) -> bytes:
-    body = json.dumps([p.hex() for p in probes]).encode()
+def seal_probes(key: bytes, request_id: str, sample: ProbeSample) -> bytes:
+    body = json.dumps({"probes": [p.hex() for p in sample.probes], "found": sample.found}).encode()
     return seal(key, body, _AAD + request_id.encode())
 
 
 def open_probes(
     key: bytes | None, request_id: str, blob: bytes | None, *, legacy: bool = False
-) -> list[bytes] | None:
-    """The probes, or ``None`` if there are none or their key is gone (its epoch destroyed)."""
+) -> ProbeSample | None:
+    """The probes and tally, or ``None`` if there are none or their key is gone (its epoch
+    destroyed) or they do not open under it."""
     if blob is None or key is None:
         return None
     body = open_sealed(key, blob, _AAD if legacy else _AAD + request_id.encode())
-    return None if body is None else [bytes.fromhex(p) for p in json.loads(body)]
+    if body is None:
+        return None
+    doc = json.loads(body)
+    if isinstance(doc, list):  # sealed before the tally was recorded
+        return ProbeSample([bytes.fromhex(p) for p in doc], None)
+    found = {str(k): int(v) for k, v in doc["found"].items()} if doc.get("found") is not None else None
+    return ProbeSample([bytes.fromhex(p) for p in doc["probes"]], found)

@@ -155,7 +155,13 @@ def scan_in_child(
         reason = "the scanner process died" if message is None else message["error"]
         raise StorageError(f"the residue scan failed ({reason}); check the data directory is readable")
     result = message["result"]
-    return ScanResult(**{**result, "matched_files": tuple(result["matched_files"])})
+    return ScanResult(
+        **{
+            **result,
+            "matched_files": tuple(result["matched_files"]),
+            "matched_probes": tuple(bytes.fromhex(p) for p in result.get("matched_probes", [])),
+        }
+    )
 
 
 def _serve_one(request: dict[str, Any]) -> dict[str, Any]:
@@ -176,6 +182,8 @@ def _serve_one(request: dict[str, Any]) -> dict[str, Any]:
         "matches": sum(r.matches for r in results),
         "positive_control": all(r.positive_control for r in results),
         "matched_files": [f for r in results for f in r.matched_files],
+        # back through the pipe only, like the probes themselves
+        "matched_probes": sorted({p.hex() for r in results for p in r.matched_probes}),
     }
 
 

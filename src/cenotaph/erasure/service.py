@@ -19,28 +19,39 @@ from pathlib import Path
 from typing import Any
 
 from ..backends.base import Backend, ErasureRow, Txn
-from ..backends.sqlite.backend import DB_NAME
+from ..backends.sqlite.backend import DB_NAME, busy_timeout_ms
 from ..crypto.keys import KeyChain
 from ..crypto.provider import KeyProvider, LocalKeyring
 from ..durable import fsync, write_atomically
 from ..errors import ErasureNotProvableError, InvalidValueError, NotFoundError, StorageError
 from ..faults import fault_point
-from ..model import BackupInfo, Certificate, ErasureStatus, LayerStatus, PurgeReport, RotationReport
+from ..model import (
+    BackupInfo,
+    Certificate,
+    ErasureStatus,
+    LayerStatus,
+    PurgeReport,
+    Retention,
+    RotationReport,
+)
 from ..validation import check_token_text
 from .audit import AuditEntry, entry_from_dict, verify_chain
 from .certificate import Signer
 from .forget import ForgetPlan
 from .ledger import AUDIT_CHAIN, KEK_EPOCH, KEKS_DESTROYED, all_anchors, all_intents, anchor_audit
-from .probes import legacy_probe_key, open_probes
+from .plan import remains
+from .probes import ProbeSample, legacy_probe_key, open_probes
 from .scan_worker import scan_in_child
 from .scanner import ScanResult
+from .standing import OPERATIONAL_GAP, Standing, judge_scan, standing_of
+from .unshared import dead_key_rows
 
 __all__ = ["ErasureService", "BACKUP_MANIFEST", "Progress"]
 
 Progress = Callable[[int, int], None]
 BACKUP_MANIFEST = "cenotaph-backup.json"
 PURGE_LAYERS = ("rows", "wal", "index")
-OPERATIONAL_GAP = "an operational forget never reports erasure; use mode='compliance' to erase"
+PENDING_STATES = ("shredded", "purged")  # compliance requests not verified yet
 
 
 def _now() -> str:
@@ -85,22 +96,32 @@ class ErasureService:
         layers = {
             n: LayerStatus(v["state"], v.get("evidence", {})) for n, v in json.loads(row.layers).items()
         }
-        gaps = [
-            f"layer {name!r} is {layer.state}"
-            + (f": {layer.evidence['gap']}" if "gap" in layer.evidence else "")
-            for name, layer in sorted(layers.items())
-            if layer.state != "done"
-        ]
-        if row.mode == "operational":
-            gaps.insert(0, OPERATIONAL_GAP)
+        standing = self._standing(row)
         horizon, reason = self._horizon(row)
+        held: tuple[Retention, ...] = ()
         if row.mode == "compliance" and horizon is None:
             layers["horizon"] = LayerStatus("pending", {"reason": reason})
-        return ErasureStatus(row.state, layers, horizon, tuple(gaps))
+            held = tuple(self._retention_of(row))
+        return ErasureStatus(
+            row.state,
+            layers,
+            horizon,
+            standing.gaps,
+            stuck=standing.stuck,
+            next_step=standing.next_step,
+            retained_by=held,
+        )
+
+    def _standing(self, row: ErasureRow) -> Standing:
+        def lookup(request_id: str) -> ErasureRow | None:
+            with self._backend.read() as txn:
+                return txn.erasure(request_id)
+
+        return standing_of(row, lookup)
 
     def _horizon(self, row: ErasureRow, epochs: Sequence[int] | None = None) -> tuple[datetime | None, str]:
         """S5: reached once every KEK epoch live at the forget (``epochs``; by default the row's
-        plan's) is destroyed."""
+        plan's) is destroyed. Its reason names whatever holds a live one back."""
         if row.mode != "compliance":
             return None, "operational forgets have no erasure horizon"
         if epochs is None:
@@ -109,17 +130,20 @@ class ErasureService:
         if not live:
             stamp = row.horizon or _now()
             return datetime.fromisoformat(stamp), "every KEK epoch that wrapped a destroyed key is destroyed"
-        held = sorted(b for b, epochs in self._provider.backups().items() if live & set(epochs))
-        with self._backend.read() as txn:
-            probing = live & txn.probe_key_epochs()
         reason = f"KEK epoch(s) {sorted(live)} still exist"
-        if held:
-            reason += f" and registered backup(s) {held} need them: release_backup() them, then rotate_keys()"
-        elif probing:
+        holders = [r for r in self.retention() if r.epoch in live]
+        backups = sorted({r.id for r in holders if r.holder == "backup"})
+        if backups:
             reason += (
-                " and a pending erasure's probes need them: purge() until it verifies, then rotate_keys()"
+                f" and registered backup(s) {backups} need them: release_backup() them, then rotate_keys()"
             )
-        else:
+        requests = [r for r in holders if r.holder == "erasure"]
+        if requests:
+            reason += (
+                " and " if backups else ": "
+            ) + "a pending erasure's probes need them until it verifies ("
+            reason += "; ".join(f"{r.id}: {r.release}" for r in requests) + ")"
+        if not holders:
             reason += ": run rotate_keys() to destroy them"
         return None, reason
 
@@ -128,26 +152,39 @@ class ErasureService:
             raise ErasureNotProvableError(OPERATIONAL_GAP, [OPERATIONAL_GAP])
         status = self.status(request_id)
         if status.state != "verified" or status.gaps:  # verified, and no layer short of done
-            gaps = list(status.gaps) or [f"the request is {status.state}, not verified"]
-            raise ErasureNotProvableError(
-                "erasure is not provable yet: " + "; ".join(gaps) + ". Run store.purge() and retry.", gaps
-            )
+            raise _not_provable(status, "erasure is not provable yet")
         return status
 
     def wait(self, request_id: str, timeout: float | None) -> ErasureStatus:
-        """Purge until the request is verified (operational: reclaimed) or ``timeout`` passes."""
+        """Purge until the request is verified (operational: reclaimed) or ``timeout`` passes;
+        raise ErasureNotProvableError once it cannot verify by purging (see ErasureRequest.wait)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         operational = self.row(request_id).mode == "operational"
+        blocked_since: float | None = None
+        idle_rounds = 0
         while True:
-            status = self.status(request_id)
-            if status.state == "verified" or (operational and status.layers["reclaim"].state == "done"):
-                return status
+            before = self.status(request_id)
+            if _finished(before, operational):
+                return before
+            if before.stuck:
+                raise _not_provable(before, f"erasure request {request_id} cannot verify by waiting")
             self.purge()
             status = self.status(request_id)
-            if status.state == "verified" or operational:
+            if _finished(status, operational) or operational:
                 return status
-            if deadline is not None and time.monotonic() >= deadline:
+            if status.stuck:
+                raise _not_provable(status, f"erasure request {request_id} cannot verify by waiting")
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
                 return status
+            if self._standing(self.row(request_id)).blocked:  # an open reader: it may go away
+                blocked_since = now if blocked_since is None else blocked_since
+                if deadline is None and now - blocked_since > busy_timeout_ms() / 1000:
+                    raise _not_provable(status, f"erasure request {request_id} is still blocked")
+            else:  # nothing known blocks it, yet purging did not verify it: never loop on that
+                idle_rounds = idle_rounds + 1 if status.state == before.state else 0
+                if deadline is None and idle_rounds >= 3:
+                    raise _not_provable(status, f"purging does not move erasure request {request_id} forward")
             time.sleep(0.05)
 
     # -- purge -------------------------------------------------------------------------
@@ -214,7 +251,9 @@ class ErasureService:
         if layers["rows"]["state"] == "done":
             return 0
         ids = sorted({*plan.destroy_records, *plan.hide})
-        removed = txn.purge_erased(ids, plan.destroy_scopes, plan.destroy_subjects, plan.version)
+        listed = (plan.destroy_scopes, plan.destroy_subjects)
+        scopes, subjects = dead_key_rows(txn, plan.target_kind, plan.target, ids, listed)
+        removed = txn.purge_erased(ids, scopes, subjects, plan.version)
         layers["rows"] = _done(rows_removed=removed, records=len(ids))
         txn.update_erasure(row.id, layers=json.dumps(layers))
         return removed
@@ -232,9 +271,15 @@ class ErasureService:
 
     def _verify(self, rows: list[ErasureRow], progress: Progress | None) -> dict[str, Any]:
         with self._backend.read() as txn:
-            per_request = {r.id: self._open_probes(txn, r) or [] for r in rows}
-        every = [p for probes in per_request.values() for p in probes]
+            samples = {r.id: self._open_probes(txn, r) for r in rows}
+        probes = {rid: [] if s is None else s.probes for rid, s in samples.items()}
+        every = [p for listed in probes.values() for p in listed]
         combined = self._scan(every, progress)
+        uninformative = self._bookkeeping(combined.matched_probes)
+        if uninformative:  # bytes the store keeps by design (an id the erased value quoted)
+            probes = {rid: [p for p in listed if p not in uninformative] for rid, listed in probes.items()}
+            every = [p for listed in probes.values() for p in listed]
+            combined = self._scan(every, progress)
         in_database = any(Path(f).name.startswith(DB_NAME) for f in combined.matched_files)
         # once per request: a match in live cells (a value quoting text the store keeps, say)
         # survives any rewrite, and must not cost the store's size on every purge after
@@ -247,46 +292,90 @@ class ErasureService:
             combined = self._scan(every, progress)
         results = {r.id: combined for r in rows}
         if combined.matches:  # attribute residue to the requests it belongs to
-            results = {r.id: self._scan(per_request[r.id], None) for r in rows}
+            results = {r.id: self._scan(probes[r.id], None) for r in rows}
         fault_point("purge.scanned")
         with self._backend.write() as txn:
-            for row in rows:
-                self._conclude(txn, row, results[row.id], len(per_request[row.id]), rewritten)
+            for row in rows:  # oldest first: a request may wait for an earlier one concluded here
+                sample = samples[row.id]
+                scanned = None if sample is None else ProbeSample(probes[row.id], sample.found)
+                dropped = 0 if sample is None else len(sample.probes) - len(probes[row.id])
+                self._conclude(txn, row, results[row.id], scanned, rewritten, dropped)
         # the sealed probes were just deleted: push that out of the WAL too
         self._backend.checkpoint_truncate()
         return combined.to_dict()
 
-    def _open_probes(self, txn: Txn, row: ErasureRow) -> list[bytes] | None:
+    def _bookkeeping(self, matched: Sequence[bytes]) -> set[bytes]:
+        """Matched probes that also occur in what the store keeps in plain by design (ids, the
+        audit log, request rows; the ledger): content-free bytes, which no scan can tell from
+        residue. An erased value that quoted a request id would otherwise never verify."""
+        if not matched:
+            return set()
+        ledger = b""
+        if isinstance(self._provider, LocalKeyring):
+            ledger = b"\n".join(f.read_bytes() for f in sorted(self._provider.path.iterdir()) if f.is_file())
+        with self._backend.read() as txn:
+            return {p for p in matched if p in ledger or txn.plaintext_holds(p)}
+
+    def _open_probes(self, txn: Txn, row: ErasureRow) -> ProbeSample | None:
         wrapped = txn.probe_key(row.id)
         if wrapped is None:  # sealed before probe keys existed
             key = legacy_probe_key(self._provider.erasure_secret(), row.id)
             return open_probes(key, row.id, row.probes, legacy=True)
         return open_probes(self._keys.unwrap(*wrapped), row.id, row.probes)
 
+    def _earlier_unverified(self, txn: Txn, row: ErasureRow) -> list[str]:
+        """Earlier compliance requests for the same target that are not verified: a request that
+        found nothing to erase proves nothing about data one of them still has to remove."""
+        return [
+            r.id
+            for r in txn.erasures(PENDING_STATES)
+            if r.version < row.version
+            and r.mode == "compliance"
+            and (r.target_kind, bytes(r.target)) == (row.target_kind, bytes(row.target))
+        ]
+
     def _conclude(
-        self, txn: Txn, row: ErasureRow, result: ScanResult, probe_count: int, rewritten: bool
+        self,
+        txn: Txn,
+        row: ErasureRow,
+        result: ScanResult,
+        sample: ProbeSample | None,
+        rewritten: bool,
+        uninformative: int,
     ) -> None:
         layers = json.loads(row.layers)
-        # rows this purge really removed: a replayed forget of records this copy never held (a
-        # restore from an older backup) removes none, and its clean scan needs no probes
+        plan = ForgetPlan.from_entry(json.loads(row.plan))
+        # rows this purge really removed (for requests sealed before the forget's tally existed)
         evidence_rows = layers["rows"]["evidence"]
         removed = int(evidence_rows.get("rows_removed", evidence_rows.get("records", 0)))
-        evidence = {**result.to_dict(), "probes": probe_count}
-        if rewritten or _scan_evidence(row).get("rewritten"):
-            evidence["rewritten"] = True  # the database was rewritten for this request already
-        gap = None
-        if result.matches:
-            gap = f"{result.matches} probe match(es) in {list(result.matched_files)}; purge again or investigate"
-        elif not result.positive_control:
-            gap = "the scanner's positive control failed, so a clean scan proves nothing"
-        elif probe_count == 0 and removed:
-            gap = "rows were removed but no probes were taken, so a clean scan proves nothing"
-        elif result.files == 0 or result.bytes == 0:
-            gap = "the scan read no file, so it proves nothing; check the data directory"
-        layers["scan"] = {
-            "state": "failed" if gap else "done",
-            "evidence": evidence | ({"gap": gap} if gap else {}),
+        remaining = remains(txn, plan)
+        tried = rewritten or bool(_scan_evidence(row).get("rewritten"))
+        found_nothing = sample is not None and sample.found_nothing
+        verdict = judge_scan(
+            result,
+            sample,
+            removed=removed,
+            remaining=remaining,
+            rewrite_tried=tried,
+            waiting_for=self._earlier_unverified(txn, row) if found_nothing else [],
+        )
+        evidence: dict[str, Any] = {
+            **result.to_dict(),
+            "probes": len(sample.probes) if sample else 0,
+            "remaining": remaining,
         }
+        if sample is not None and sample.found is not None:
+            evidence |= {"found": sample.found, "nothing_to_erase": found_nothing}
+        if uninformative:
+            evidence["uninformative_probes"] = uninformative  # they occur in the store's bookkeeping
+        if tried:
+            evidence["rewritten"] = True  # the database was rewritten for this request already
+        gap = verdict.gap
+        if gap is not None:
+            evidence |= {"gap": gap, "release": verdict.release}
+            evidence |= {"stuck": True} if verdict.stuck else {}
+            evidence |= {"waiting_for": list(verdict.waiting_for)} if verdict.waiting_for else {}
+        layers["scan"] = {"state": verdict.state, "evidence": evidence}
         fields: dict[str, Any] = {"layers": json.dumps(layers), "scan": json.dumps(evidence)}
         verified_at = None if gap else _now()
         if gap is None:
@@ -303,7 +392,7 @@ class ErasureService:
                 "request_id": row.id,
                 "verified": gap is None,
                 "matches": result.matches,
-                "probes": probe_count,
+                "probes": evidence["probes"],
                 "scan": evidence,  # what a certificate states is what this audited entry says
                 "verified_at": verified_at,
             },
@@ -467,17 +556,53 @@ class ErasureService:
             # backup registering at this moment (another thread or process) never loses its epoch
             if epoch != new_epoch and epoch not in probing and self._provider.destroy_epoch(epoch)
         ]
-        retained = {e for epochs in self._provider.backups().values() for e in epochs} | probing
         self._keys.forget_epoch_sealers()
         self._record_horizons(destroyed=bool(destroyed))
         if progress is not None:
             progress(len(rows), len(rows))
+        # every old epoch still alive is held by someone: name each holder, why, and the release
+        retained = tuple(r for r in self.retention() if r.epoch != new_epoch)
         return RotationReport(
             new_epoch=new_epoch,
             rewrapped=len(rewrapped),
             destroyed_epochs=tuple(destroyed),
-            retained_epochs=tuple(sorted(retained & set(self._provider.live_epochs()))),
+            retained_epochs=tuple(sorted({r.epoch for r in retained})),
+            retained=retained,
         )
+
+    def retention(self) -> list[Retention]:
+        """Who keeps each live KEK epoch from being destroyed by rotation, why, and what releases
+        it: registered backups, and pending requests whose probes that epoch wraps."""
+        live = set(self._provider.live_epochs())
+        held = [
+            Retention(
+                epoch,
+                "backup",
+                backup_id,
+                "a registered backup needs this epoch to stay restorable",
+                f"store.release_backup({backup_id!r}) once the backup is no longer needed, then store.rotate_keys()",
+            )
+            for backup_id, epochs in sorted(self._provider.backups().items())
+            for epoch in sorted(set(epochs) & live)
+        ]
+        with self._backend.read() as txn:
+            pending = [(r, txn.probe_key(r.id)) for r in txn.erasures(PENDING_STATES)]
+        for row, key in pending:
+            if key is None or key[1] not in live:
+                continue
+            standing = self._standing(row)
+            why = f"its probes are sealed under this epoch until it verifies; it is {row.state}"
+            why += f": {standing.gaps[0]}" if standing.gaps else ""
+            release = f"{standing.next_step}, then store.rotate_keys()"
+            if standing.stuck:
+                release = f"it cannot verify by purging again: {standing.next_step}; then store.rotate_keys()"
+            held.append(Retention(key[1], "erasure", row.id, why, release, standing.stuck))
+        return sorted(held, key=lambda r: (r.epoch, r.holder, r.id))
+
+    def _retention_of(self, row: ErasureRow) -> list[Retention]:
+        """What holds back a live epoch of ``row``'s horizon."""
+        epochs = set(ForgetPlan.from_entry(json.loads(row.plan)).epochs)
+        return [r for r in self.retention() if r.epoch in epochs]
 
     def _record_horizons(self, *, destroyed: bool = False) -> None:
         """Persist the instant each request's horizon was reached (first seen after rotation).
@@ -546,6 +671,21 @@ class ErasureService:
         self._provider.release_backup(backup_id)
         with self._backend.write() as txn:
             anchor_audit(self._provider, txn, "release_backup", {"backup_id": backup_id})
+
+
+def _finished(status: ErasureStatus, operational: bool) -> bool:
+    if operational:
+        return status.layers["reclaim"].state == "done"
+    return status.state == "verified"
+
+
+def _not_provable(status: ErasureStatus, what: str) -> ErasureNotProvableError:
+    """The error naming every gap and the one thing to do next."""
+    gaps = list(status.gaps) or [f"the request is {status.state}, not verified"]
+    step = status.next_step or "run store.purge()"
+    if status.stuck:
+        step = "purging again will not change this: " + step
+    return ErasureNotProvableError(f"{what}: " + "; ".join(gaps) + f". Next: {step}.", gaps)
 
 
 def _scan_evidence(row: ErasureRow) -> dict[str, Any]:

@@ -1,0 +1,175 @@
+"""Where an erasure request stands: why it is not verified, whether purging again can change
+that, and what to do -- the words ``status``, ``wait``, ``confirm_erasure``, ``rotate_keys`` and
+``doctor`` share, so none of them advises a purge that changes nothing.
+
+A request the verifying scan could not conclude is *stuck* when purging again cannot verify it
+until someone acts: residue that survived a full rewrite of the database (live bytes the store
+keeps hold a probe), a file the store does not write holding one, a failed positive control,
+probes that can no longer be opened, rows of its target that no erasure will remove, or an
+earlier erasure of the same target that is stuck itself. Every verdict records what releases it.
+An open reader blocking WAL truncation is not stuck: it clears when the reader goes away.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..backends.base import ErasureRow
+from .probes import ProbeSample
+from .scanner import ScanResult
+
+__all__ = [
+    "OPERATIONAL_GAP",
+    "PURGE",
+    "Standing",
+    "Verdict",
+    "judge_scan",
+    "standing_of",
+]
+
+OPERATIONAL_GAP = "an operational forget never reports erasure; use mode='compliance' to erase"
+PURGE = "run store.purge()"
+READER = (
+    "close the open read transaction that keeps the WAL (another connection or process holds it), "
+    "then run store.purge()"
+)
+REFORGET = "forget the same target again: the new request takes its own evidence and verifies"
+INVESTIGATE = "check the store with `cenotaph doctor` (the database may have been altered) and report it"
+_DB_PREFIX = "cenotaph.db"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The outcome of one verifying scan for one request."""
+
+    gap: str | None  # None: verified
+    stuck: bool = False
+    release: str = PURGE
+    waiting_for: tuple[str, ...] = ()
+
+    @property
+    def state(self) -> str:
+        """The scan layer's state: done, pending (waiting for another request) or failed."""
+        return "done" if self.gap is None else "pending" if self.waiting_for else "failed"
+
+
+def judge_scan(
+    result: ScanResult,
+    sample: ProbeSample | None,
+    *,
+    removed: int,
+    remaining: Mapping[str, int],
+    rewrite_tried: bool,
+    waiting_for: Sequence[str],
+) -> Verdict:
+    """Decide one request from its scan, its probes and what of its target is left (S4)."""
+    if sample is None:
+        return Verdict(
+            "its sealed probes cannot be opened (their key, or the KEK epoch wrapping it, is gone), "
+            "so no scan can prove it",
+            stuck=True,
+            release=REFORGET,
+        )
+    if result.matches:
+        return _residue(result, rewrite_tried)
+    if not result.positive_control:
+        return Verdict(
+            "the scanner's positive control failed, so a clean scan proves nothing",
+            stuck=True,
+            release="make the temporary directory writable and check `cenotaph doctor` passes, then "
+            "run store.purge()",
+        )
+    if result.files == 0 or result.bytes == 0:
+        return Verdict(
+            "the scan read no file, so it proves nothing",
+            stuck=True,
+            release="check the data directory holds the store's files, then run store.purge()",
+        )
+    # what the forget found (sealed with its probes); for requests sealed before that was
+    # recorded, what the purge removed stands in for it
+    found_something = removed > 0 if sample.found is None else any(sample.found.values())
+    if found_something and not sample.probes:
+        return Verdict(
+            "the forget removed data but took no probes of it, so a clean scan proves nothing",
+            stuck=True,
+            release=REFORGET,
+        )
+    if any(remaining.values()):
+        return Verdict(
+            f"{remaining.get('records', 0)} record row(s) and {remaining.get('keys', 0)} live record key(s) "
+            "of its target, written before the forget, are still in the database, and no pending erasure "
+            "removes them",
+            stuck=True,
+            release=INVESTIGATE,
+        )
+    if waiting_for:
+        return Verdict(
+            f"an earlier erasure of the same target ({', '.join(waiting_for)}) is not verified yet; this "
+            "request found nothing left to erase and verifies with it",
+            waiting_for=tuple(waiting_for),
+        )
+    return Verdict(None)
+
+
+def _residue(result: ScanResult, rewrite_tried: bool) -> Verdict:
+    files = list(result.matched_files)
+    gap = f"{result.matches} probe match(es) in {files}"
+    outside = [f for f in files if not f.rsplit("/", 1)[-1].startswith(_DB_PREFIX)]
+    if outside:
+        return Verdict(
+            gap + ": file(s) the store's database does not own hold bytes of what was erased",
+            stuck=True,
+            release=f"remove or move {outside} out of the directories the store scans, then run store.purge()",
+        )
+    if rewrite_tried:
+        return Verdict(
+            gap + ", after the database was rewritten from its live rows: live data the store keeps "
+            "holds those bytes (e.g. a record or a request id that quotes the erased text)",
+            stuck=True,
+            release="find the record that holds a copy of the erased data and forget it too, then run "
+            "store.purge(); " + INVESTIGATE,
+        )
+    return Verdict(gap + "; the next purge rewrites the database and scans again")
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """Why a request is not verified (``gaps``), whether purging again can change that (``stuck``),
+    whether an open reader blocks it (``blocked``), and what to do next."""
+
+    gaps: tuple[str, ...]
+    stuck: bool
+    blocked: bool
+    next_step: str | None
+
+
+def standing_of(row: ErasureRow, lookup: Callable[[str], ErasureRow | None], _depth: int = 0) -> Standing:
+    """Where ``row`` stands; ``lookup`` finds the requests it waits for."""
+    layers: dict[str, dict[str, Any]] = json.loads(row.layers)
+    gaps = [
+        f"layer {name!r} is {layer['state']}"
+        + (f": {layer['evidence']['gap']}" if "gap" in layer.get("evidence", {}) else "")
+        for name, layer in sorted(layers.items())
+        if layer["state"] != "done"
+    ]
+    if row.mode == "operational":
+        pending = layers["reclaim"]["state"] != "done"
+        return Standing((OPERATIONAL_GAP, *gaps), False, False, PURGE if pending else None)
+    if row.state == "verified" and not gaps:
+        return Standing((), False, False, None)
+    scan = layers.get("scan", {}).get("evidence", {})
+    if scan.get("stuck"):
+        return Standing(tuple(gaps), True, False, str(scan.get("release") or INVESTIGATE))
+    for earlier_id in scan.get("waiting_for", []):
+        earlier = lookup(str(earlier_id))
+        if earlier is not None and earlier.state != "verified" and _depth < 64:
+            waited = standing_of(earlier, lookup, _depth + 1)
+            if waited.stuck:
+                return Standing(
+                    tuple(gaps), True, False, f"{earlier.id} cannot verify yet: {waited.next_step}"
+                )
+    blocked = layers.get("wal", {}).get("state") == "pending" and "gap" in layers["wal"].get("evidence", {})
+    return Standing(tuple(gaps), False, blocked, READER if blocked else PURGE)
