@@ -42,6 +42,7 @@ from .model import (
     JSONValue,
     PurgeReport,
     Record,
+    Retention,
     RotationReport,
     SearchHit,
 )
@@ -650,6 +651,12 @@ class Store:
         """Registered backups: id -> the KEK epochs each one keeps alive."""
         self._check_open()
         return self._provider.backups()
+
+    def retention(self) -> builtins.list[Retention]:
+        """Every KEK epoch that a registered backup or a pending erasure request keeps from being
+        destroyed by rotation: who holds it, why, and what releases it."""
+        self._sync()
+        return self._erasure.retention()
 
     def rotate_keys(self, *, progress: Progress | None = None) -> RotationReport:
         """Rewrap every live key under a new KEK epoch; destroy epochs no registered backup needs."""
