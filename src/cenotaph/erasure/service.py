@@ -97,11 +97,13 @@ class ErasureService:
             n: LayerStatus(v["state"], v.get("evidence", {})) for n, v in json.loads(row.layers).items()
         }
         standing = self._standing(row)
-        horizon, reason = self._horizon(row)
+        retention = self.retention() if row.mode == "compliance" else []
+        horizon, reason = self._horizon(row, retention=retention)
         held: tuple[Retention, ...] = ()
         if row.mode == "compliance" and horizon is None:
             layers["horizon"] = LayerStatus("pending", {"reason": reason})
-            held = tuple(self._retention_of(row))
+            epochs = set(ForgetPlan.from_entry(json.loads(row.plan)).epochs)
+            held = tuple(r for r in retention if r.epoch in epochs)
         return ErasureStatus(
             row.state,
             layers,
@@ -119,9 +121,15 @@ class ErasureService:
 
         return standing_of(row, lookup)
 
-    def _horizon(self, row: ErasureRow, epochs: Sequence[int] | None = None) -> tuple[datetime | None, str]:
+    def _horizon(
+        self,
+        row: ErasureRow,
+        epochs: Sequence[int] | None = None,
+        retention: Sequence[Retention] | None = None,
+    ) -> tuple[datetime | None, str]:
         """S5: reached once every KEK epoch live at the forget (``epochs``; by default the row's
-        plan's) is destroyed. Its reason names whatever holds a live one back."""
+        plan's) is destroyed. Its reason names whatever holds a live one back (``retention``:
+        :meth:`retention`, looked up if not given)."""
         if row.mode != "compliance":
             return None, "operational forgets have no erasure horizon"
         if epochs is None:
@@ -131,7 +139,7 @@ class ErasureService:
             stamp = row.horizon or _now()
             return datetime.fromisoformat(stamp), "every KEK epoch that wrapped a destroyed key is destroyed"
         reason = f"KEK epoch(s) {sorted(live)} still exist"
-        holders = [r for r in self.retention() if r.epoch in live]
+        holders = [r for r in (self.retention() if retention is None else retention) if r.epoch in live]
         backups = sorted({r.id for r in holders if r.holder == "backup"})
         if backups:
             reason += (
@@ -166,9 +174,7 @@ class ErasureService:
             before = self.status(request_id)
             if _finished(before, operational):
                 return before
-            if before.stuck:
-                raise _not_provable(before, f"erasure request {request_id} cannot verify by waiting")
-            self.purge()
+            self.purge()  # always once: whatever kept it stuck may have been fixed since
             status = self.status(request_id)
             if _finished(status, operational) or operational:
                 return status
@@ -381,8 +387,10 @@ class ErasureService:
         if gap is None:
             fields |= {"state": "verified", "verified_at": verified_at, "probes": None}
             txn.delete_probe_key(row.id)
-            horizon, reason = self._horizon(row)
-            fields |= {"horizon": horizon.isoformat() if horizon else None, "horizon_reason": reason}
+            # stored once reached; until then the reason is whatever holds an epoch now (status)
+            horizon, reason = self._horizon(row, retention=())
+            if horizon is not None:
+                fields |= {"horizon": horizon.isoformat(), "horizon_reason": reason}
         txn.update_erasure(row.id, **fields)
         anchor_audit(
             self._provider,
@@ -599,11 +607,6 @@ class ErasureService:
             held.append(Retention(key[1], "erasure", row.id, why, release, standing.stuck))
         return sorted(held, key=lambda r: (r.epoch, r.holder, r.id))
 
-    def _retention_of(self, row: ErasureRow) -> list[Retention]:
-        """What holds back a live epoch of ``row``'s horizon."""
-        epochs = set(ForgetPlan.from_entry(json.loads(row.plan)).epochs)
-        return [r for r in self.retention() if r.epoch in epochs]
-
     def _record_horizons(self, *, destroyed: bool = False) -> None:
         """Persist the instant each request's horizon was reached (first seen after rotation).
         After epochs were ``destroyed``, also commit a change every other process notices at its
@@ -613,7 +616,7 @@ class ErasureService:
                 txn.set_meta(KEKS_DESTROYED, txn.meta_all().get(KEKS_DESTROYED, 0) + 1)
             for row in txn.erasures():
                 if row.mode == "compliance" and row.horizon is None:
-                    horizon, reason = self._horizon(row)
+                    horizon, reason = self._horizon(row, retention=())  # stored only once reached
                     if horizon is not None:
                         txn.update_erasure(row.id, horizon=horizon.isoformat(), horizon_reason=reason)
 
