@@ -195,6 +195,12 @@ def certificate_claims(fields: Mapping[str, Any]) -> dict[str, list[str]]:
         f"probe(s) of the erased data found {scan.get('matches')} match(es)"
         + (", and found a planted copy (positive control)" if scan.get("positive_control") is True else ""),
     ]
+    if scan.get("nothing_to_erase") is True:
+        proves.append(
+            "the forget found nothing of its target left to erase (no record, no key: an erasure "
+            "repeated, or of a target this store never held), and after the purge no record of the "
+            "target written before the forget was left in the database"
+        )
     not_proven = []
     horizon = fields.get("horizon")
     if horizon:
