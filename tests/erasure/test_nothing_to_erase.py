@@ -19,6 +19,7 @@ control. Such a request also waits for an earlier, unverified erasure of the sam
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -177,3 +178,31 @@ def test_a_request_that_found_nothing_waits_for_an_earlier_erasure_of_the_same_t
         assert report.requests == {first.id: "verified", again.id: "verified"}
         assert _scan(first)["nothing_to_erase"] is False
         assert_verified_with_nothing_to_erase(store, again)
+
+
+def test_the_cli_verifies_a_repeated_subject_erasure_and_its_certificate_says_what_it_proves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from cenotaph.cli.main import cli
+
+    monkeypatch.setenv("CENOTAPH_KEYRING", str(tmp_path / "keyring"))
+    data = ("--data", str(tmp_path / "data"))
+
+    def run(*args: str) -> dict[str, object]:
+        result = CliRunner().invoke(cli, [*args, *data], catch_exceptions=False)
+        assert result.exit_code == 0, result.stderr
+        return dict(json.loads(result.stdout))
+
+    run("init")
+    run("write", SESSION, "note", "cardiology appointment on Tuesday")
+    run("forget-subject", SUBJECT)
+    again = run("forget-subject", SUBJECT)
+    assert again["status"]["state"] == "verified"  # type: ignore[index]
+    certificate = tmp_path / "cert.json"
+    run("attest", str(again["id"]), "--out", str(certificate))
+    key = json.loads(certificate.read_text())["public_key"]
+    checked = CliRunner().invoke(cli, ["verify-cert", str(certificate), "--public-key", key])
+    assert checked.exit_code == 0, checked.stderr
+    assert any("found nothing of its target" in claim for claim in json.loads(checked.stdout)["proves"])
