@@ -299,3 +299,33 @@ def test_an_open_reader_is_named_and_wait_gives_up_after_the_busy_timeout(
             reader.communicate("", timeout=30)
         done = _wait_in_thread(request)
         assert isinstance(done, cenotaph.ErasureStatus) and done.state == "verified"
+
+
+def test_setting_bookkeeping_probes_aside_never_hides_a_real_copy(root: Path) -> None:
+    """Only windows made wholly of bytes the store keeps by design are set aside: a copy of a
+    value that quoted a request id is still found by its other windows, and a copy next to the
+    ledger (in the keyring's directory) is not taken for the ledger -- nor answered with "remove
+    the file": nothing there is the store's to advise removing."""
+    with _open(root, auto_purge=False) as store:
+        store.write(OTHER, "k", "v")
+        first = store.forget(OTHER, "k")
+        store.write(SESSION, "filed", {"filed": first.id, "note": TEXT})
+        copy = f"filed {first.id}: {TEXT}"
+        (root / "data" / "copy.txt").write_text(copy)
+        (root / "keyring" / "copy.txt").write_text(copy)
+        request = store.forget_subject(SUBJECT)
+        store.purge()
+        status = request.status()
+        assert status.state == "purged" and status.stuck
+        scan = status.layers["scan"].evidence
+        assert scan["uninformative_probes"] >= 1 and scan["matches"] > 0
+        assert status.next_step is not None and "'copy.txt'" in status.next_step  # the data directory's
+        (root / "data" / "copy.txt").unlink()
+        store.purge()
+        status = request.status()
+        assert status.state == "purged" and status.stuck  # the keyring directory's copy still counts
+        assert (
+            status.next_step is not None and "doctor" in status.next_step and "remove" not in status.next_step
+        )
+        (root / "keyring" / "copy.txt").unlink()
+        assert store.purge().requests[request.id] == "verified"

@@ -52,6 +52,7 @@ Progress = Callable[[int, int], None]
 BACKUP_MANIFEST = "cenotaph-backup.json"
 PURGE_LAYERS = ("rows", "wal", "index")
 PENDING_STATES = ("shredded", "purged")  # compliance requests not verified yet
+KEYRING_LABEL = "<keyring>/"  # how a scan names the files of a keyring kept outside the data directory
 
 
 def _now() -> str:
@@ -264,16 +265,34 @@ class ErasureService:
         txn.update_erasure(row.id, layers=json.dumps(layers))
         return removed
 
-    def _scan_roots(self) -> list[Path]:
-        roots = [p for p in (self._backend.location,) if p is not None]
+    def _scan_roots(self) -> dict[str, Path]:
+        """The directories a scan reads, by the prefix of their files' names in its evidence: the
+        data directory, and a local keyring kept outside it (``<keyring>/``)."""
+        location = self._backend.location
+        roots = {} if location is None else {"": location.resolve()}
         if isinstance(self._provider, LocalKeyring) and not any(
-            self._provider.path.resolve().is_relative_to(r.resolve()) for r in roots
+            self._provider.path.resolve().is_relative_to(r) for r in roots.values()
         ):
-            roots.append(self._provider.path)
+            roots[KEYRING_LABEL] = self._provider.path.resolve()
         return roots
 
+    def _keyring_files(self) -> set[str]:
+        """The names a scan gives the files in a local keyring's directory: a match there is never
+        answered with "remove the file"."""
+        if not isinstance(self._provider, LocalKeyring):
+            return set()
+        keyring = self._provider.path.resolve()
+        return {
+            label + f.resolve().relative_to(root).as_posix()
+            for label, root in self._scan_roots().items()
+            if keyring.is_relative_to(root)
+            for f in keyring.iterdir()
+            if f.is_file()
+        }
+
     def _scan(self, probes: list[bytes], progress: Progress | None) -> ScanResult:
-        return scan_in_child([r.resolve() for r in self._scan_roots()], probes, progress)
+        roots = self._scan_roots()
+        return scan_in_child(list(roots.values()), probes, progress, labels=list(roots))
 
     def _verify(self, rows: list[ErasureRow], progress: Progress | None) -> dict[str, Any]:
         with self._backend.read() as txn:
@@ -316,9 +335,11 @@ class ErasureService:
         residue. An erased value that quoted a request id would otherwise never verify."""
         if not matched:
             return set()
-        ledger = b""
-        if isinstance(self._provider, LocalKeyring):
-            ledger = b"\n".join(f.read_bytes() for f in sorted(self._provider.path.iterdir()) if f.is_file())
+        # the ledger's entries as a local keyring writes them (other providers' are not scanned);
+        # never any other file of the keyring's directory, which could hold a real copy
+        ledger = b"\n".join(
+            json.dumps(e, sort_keys=True, separators=(",", ":")).encode() for e in self._provider.ledger()
+        )
         with self._backend.read() as txn:
             return {p for p in matched if p in ledger or txn.plaintext_holds(p)}
 
@@ -364,6 +385,7 @@ class ErasureService:
             remaining=remaining,
             rewrite_tried=tried,
             waiting_for=self._earlier_unverified(txn, row) if found_nothing else [],
+            keyring_files=self._keyring_files(),
         )
         evidence: dict[str, Any] = {
             **result.to_dict(),

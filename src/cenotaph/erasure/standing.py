@@ -13,7 +13,7 @@ An open reader blocking WAL truncation is not stuck: it clears when the reader g
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,8 +64,10 @@ def judge_scan(
     remaining: Mapping[str, int],
     rewrite_tried: bool,
     waiting_for: Sequence[str],
+    keyring_files: Collection[str] = (),
 ) -> Verdict:
-    """Decide one request from its scan, its probes and what of its target is left (S4)."""
+    """Decide one request from its scan, its probes and what of its target is left (S4).
+    ``keyring_files``: the names the scan gives the key provider's own files."""
     if sample is None:
         return Verdict(
             "its sealed probes cannot be opened (their key, or the KEK epoch wrapping it, is gone), "
@@ -74,7 +76,7 @@ def judge_scan(
             release=REFORGET,
         )
     if result.matches:
-        return _residue(result, rewrite_tried)
+        return _residue(result, rewrite_tried, keyring_files)
     if not result.positive_control:
         return Verdict(
             "the scanner's positive control failed, so a clean scan proves nothing",
@@ -114,15 +116,21 @@ def judge_scan(
     return Verdict(None)
 
 
-def _residue(result: ScanResult, rewrite_tried: bool) -> Verdict:
+def _residue(result: ScanResult, rewrite_tried: bool, keyring_files: Collection[str]) -> Verdict:
     files = list(result.matched_files)
     gap = f"{result.matches} probe match(es) in {files}"
-    outside = [f for f in files if not f.rsplit("/", 1)[-1].startswith(_DB_PREFIX)]
-    if outside:
+    database = [f for f in files if f.rsplit("/", 1)[-1].startswith(_DB_PREFIX)]
+    keyring = [f for f in files if f in keyring_files]
+    stray = [f for f in files if f not in database and f not in keyring]
+    if stray:
         return Verdict(
-            gap + ": file(s) the store's database does not own hold bytes of what was erased",
+            gap + ": file(s) the store does not write hold bytes of what was erased",
             stuck=True,
-            release=f"remove or move {outside} out of the directories the store scans, then run store.purge()",
+            release=f"remove or move {stray} out of the directories the store scans, then run store.purge()",
+        )
+    if keyring:  # nothing the store writes there holds content: never advise removing them
+        return Verdict(
+            gap + ": the key provider's files hold bytes of what was erased", stuck=True, release=INVESTIGATE
         )
     if rewrite_tried:
         return Verdict(
