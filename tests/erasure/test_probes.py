@@ -38,7 +38,7 @@ def test_capped_probes_still_cover_the_last_records_and_the_subject_key(
         request = store.forget_subject(SUBJECT)
         row = store._erasure.row(request.id)
         with store._backend.read() as txn:
-            sample = store._erasure._open_probes(txn, row)
+            sample = store._erasure._verifier._open_probes(txn, row)
         assert sample is not None
         sampled = set(sample.probes)
     assert len(sampled) == cap
