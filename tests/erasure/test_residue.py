@@ -266,7 +266,7 @@ def test_a_match_in_live_data_costs_one_rewrite_not_one_per_purge(
             store.purge()
         status = request.status()
         assert status.state == "purged"  # the match is real: never verified
-        assert status.stuck and status.next_step is not None and "forget it too" in status.next_step
+        assert status.stuck and status.next_step is not None and "remove that copy" in status.next_step
         assert len(rewrites) == 1
         with pytest.raises(cenotaph.ErasureNotProvableError, match="cannot verify by waiting"):
             request.wait()

@@ -3,8 +3,8 @@ that, and what to do -- the words ``status``, ``wait``, ``confirm_erasure``, ``r
 ``doctor`` share, so none of them advises a purge that changes nothing.
 
 A request the verifying scan could not conclude is *stuck* when purging again cannot verify it
-until someone acts: residue that survived a full rewrite of the database (live bytes the store
-keeps hold a probe), a file the store does not write holding one, a failed positive control,
+until someone acts: residue that survived a full rewrite of the database (a live row the store
+does not write holds a copy), a file the store does not write holding one, a failed positive control,
 probes that can no longer be opened, rows of its target that no erasure will remove, or an
 earlier erasure of the same target that is stuck itself. Every verdict records what releases it.
 An open reader blocking WAL truncation is not stuck: it clears when the reader goes away.
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..backends.base import ErasureRow
+from ..backends.sqlite.backend import DB_NAME
 from .probes import ProbeSample
 from .scanner import ScanResult
 
@@ -38,7 +39,6 @@ READER = (
 )
 REFORGET = "forget the same target again: the new request takes its own evidence and verifies"
 INVESTIGATE = "check the store with `cenotaph doctor` (the database may have been altered) and report it"
-_DB_PREFIX = "cenotaph.db"
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +119,7 @@ def judge_scan(
 def _residue(result: ScanResult, rewrite_tried: bool, keyring_files: Collection[str]) -> Verdict:
     files = list(result.matched_files)
     gap = f"{result.matches} probe match(es) in {files}"
-    database = [f for f in files if f.rsplit("/", 1)[-1].startswith(_DB_PREFIX)]
+    database = [f for f in files if f.rsplit("/", 1)[-1].startswith(DB_NAME)]
     keyring = [f for f in files if f in keyring_files]
     stray = [f for f in files if f not in database and f not in keyring]
     if stray:
@@ -132,13 +132,12 @@ def _residue(result: ScanResult, rewrite_tried: bool, keyring_files: Collection[
         return Verdict(
             gap + ": the key provider's files hold bytes of what was erased", stuck=True, release=INVESTIGATE
         )
-    if rewrite_tried:
+    if rewrite_tried:  # what the store writes in plain was set aside as bookkeeping already
         return Verdict(
-            gap + ", after the database was rewritten from its live rows: live data the store keeps "
-            "holds those bytes (e.g. a record or a request id that quotes the erased text)",
+            gap + ", after the database was rewritten from its live rows: a live row holds a copy of "
+            "what was erased (a table or row the store does not write, added to its database file)",
             stuck=True,
-            release="find the record that holds a copy of the erased data and forget it too, then run "
-            "store.purge(); " + INVESTIGATE,
+            release="remove that copy from the database file, then run store.purge(); " + INVESTIGATE,
         )
     return Verdict(gap + "; the next purge rewrites the database and scans again")
 
