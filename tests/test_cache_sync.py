@@ -86,10 +86,10 @@ def test_a_record_decrypted_before_a_forget_is_not_cached_after_it(tmp_path: Pat
         assert written.id in store._cache
 
 
-def test_the_tombstone_filter_sees_another_connections_forget(tmp_path: Path) -> None:
-    """The in-memory tombstone set is per forget epoch: a forget elsewhere refreshes it."""
+def test_the_tombstone_set_sees_another_connections_forget(tmp_path: Path) -> None:
+    """The in-memory tombstone set is the ledger's: a forget elsewhere extends it."""
     with cenotaph.open(tmp_path) as writer, cenotaph.open(tmp_path) as forgetter:
-        writer.write(SCOPE, "diagnosis", "flu")  # the filter now holds "no tombstones" at epoch 0
+        writer.write(SCOPE, "diagnosis", "flu")  # the set now holds no tombstone
         forgetter.forget(SCOPE, "diagnosis", mode="operational")
         try:
             writer.write(SCOPE, "diagnosis", "flu again")
@@ -97,16 +97,10 @@ def test_the_tombstone_filter_sees_another_connections_forget(tmp_path: Path) ->
             pass
         else:
             raise AssertionError("a write after another connection's forget landed")
-        writer.write(SCOPE, "unrelated", "ok")  # not covered: lands through the filter
+        writer.write(SCOPE, "unrelated", "ok")  # not covered: lands without a query
 
 
-@pytest.mark.parametrize("limit", [0, 1, 100_000])
-def test_dominance_is_the_same_with_the_filter_off_or_overflowing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit: int
-) -> None:
-    from cenotaph import writes
-
-    monkeypatch.setattr(writes, "TOMBSTONE_FILTER_LIMIT", limit)
+def test_dominance_holds_over_many_forgets_and_a_token(tmp_path: Path) -> None:
     with cenotaph.open(tmp_path) as store:
         for key in ("a", "b", "c"):
             store.write(SCOPE, key, 1)
@@ -285,23 +279,6 @@ def test_a_replay_is_applied_to_memory_before_anyone_sees_its_commit(
         monkeypatch.setattr(store, "_sync", sync)
         monkeypatch.setattr(store._ledger, "_seen", seen)
         gate.reads_miss_while_held(store, lambda: store.write(SCOPE, "other", 1), "k")
-
-
-def test_the_tombstone_filter_turns_off_when_own_forgets_overflow_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from cenotaph import writes
-
-    monkeypatch.setattr(writes, "TOMBSTONE_FILTER_LIMIT", 3)
-    with cenotaph.open(tmp_path) as store:
-        store.write(SCOPE, "k0", 0)  # loads the (empty) set
-        for i in range(6):
-            store.forget(SCOPE, f"gone{i}", mode="operational")
-            store.write(SCOPE, f"k{i + 1}", i)
-        assert store._writer.tombstones._overflowed
-        for i in range(6):
-            with pytest.raises(cenotaph.ForgottenError):
-                store.write(SCOPE, f"gone{i}", 1)
 
 
 def test_a_callback_that_writes_inside_a_transaction_gets_a_clear_error(tmp_path: Path) -> None:

@@ -58,6 +58,7 @@ def test_a_schema_3_store_migrates_and_its_outstanding_subject_tokens_keep_their
         db.execute("UPDATE meta SET value=? WHERE name='clock'", (clock + 1,))
         db.execute("PRAGMA user_version=3")
     db.close()
+    _as_left_by_older_code(tmp_path / "keyring")
 
     store = cenotaph.open(tmp_path)
     try:
@@ -74,6 +75,13 @@ def test_a_schema_3_store_migrates_and_its_outstanding_subject_tokens_keep_their
             store.write(S1, "k", 5)
     finally:
         store.close()
+
+
+def _as_left_by_older_code(keyring: Path) -> None:
+    """Code from before the ledger decided lifts and tokens never recorded their import."""
+    ledger = keyring / "ledger.jsonl"
+    lines = ledger.read_text().splitlines(keepends=True)
+    ledger.write_text("".join(line for line in lines if '"cache-import"' not in line))
 
 
 def test_a_store_from_a_newer_cenotaph_is_refused_and_left_as_it_is(tmp_path: Path) -> None:

@@ -1,9 +1,14 @@
 """Sealing and opening records: the only code that turns rows into :class:`Record` and back.
 
-Payload layout (AES-256-GCM under the record's content key, aad = record id)::
+Payload layout (AES-256-GCM under the record's content key, aad = record id and version)::
 
     {"v": <value JSON>, "r": {"s": scope, "k": key, "u": subjects, "m": metadata,
                              "d": derived_from, "c": created_at, "x": expires_at}}
+
+What decides whether a row may be served is authenticated (S9): its version is in the AAD (an
+edited version column no longer opens; rows sealed before that opened with the id alone and
+still do), and its expiry is read from the payload, never from the ``expires_at`` column,
+which only indexes the sweep.
 
 The lineage row keeps the record's subjects sealed under its lineage key, so a derived record can
 inherit them after the source expired, and nobody can once the source is compliance-forgotten.
@@ -23,7 +28,7 @@ from .crypto.keys import KeyChain, content_key, lineage_key
 from .jsoncodec import compact_encoder
 from .model import Record
 
-__all__ = ["OpenedRecord", "RecordCrypto", "SealedRecord", "is_visible"]
+__all__ = ["OpenedRecord", "RecordCrypto", "SealedRecord", "is_visible", "record_aad", "sealed_expiry"]
 
 _SUBJECTS_AAD = b"cenotaph-subjects/1"
 _COMPACT = compact_encoder(ensure_ascii=True, allow_nan=True)
@@ -36,6 +41,22 @@ def is_visible(row: RecordRow, now: float) -> bool:
         and row.wrapped is not None
         and (row.expires_at is None or row.expires_at > now)
     )
+
+
+def record_aad(record_id: str, version: int) -> bytes:
+    """What a record's payload is bound to: its id and its version."""
+    return f"{record_id}@{version}".encode()
+
+
+_EXPIRY = b',"x":'
+
+
+def sealed_expiry(payload: bytes) -> float | None:
+    """The expiry a payload was sealed with (``"x"`` is the last field of ``"r"``, which is the
+    last field of the payload, so the last occurrence is it: a value or metadata string holding
+    the same bytes comes earlier)."""
+    raw = payload[payload.rindex(_EXPIRY) + len(_EXPIRY) : -2]
+    return None if raw == b"null" else float(raw)
 
 
 def _ts(value: float | None) -> datetime | None:
@@ -242,7 +263,7 @@ class RecordCrypto:
             hidden_version=None,
             wrapped=wrapped_content,
             epoch=epoch,
-            ciphertext=sealer.seal(payload, aad),
+            ciphertext=sealer.seal(payload, record_aad(record_id, version)),
         )
         lineage = LineageRow(
             record_id=record_id,
@@ -299,5 +320,9 @@ class RecordCrypto:
         sealer = None if row.ciphertext is None else self._content_sealer(txn, row, lineage)
         if sealer is None or row.ciphertext is None:
             return None
-        payload = sealer.open(row.ciphertext, row.id.encode())
-        return None if payload is None else OpenedRecord(row.id, row.version, row.expires_at, payload)
+        payload = sealer.open(row.ciphertext, record_aad(row.id, row.version))
+        if payload is None:  # sealed before the version was bound (id only): still opens
+            payload = sealer.open(row.ciphertext, row.id.encode())
+        if payload is None:
+            return None
+        return OpenedRecord(row.id, row.version, sealed_expiry(payload), payload)

@@ -20,11 +20,13 @@ from .crypto.keys import KeyChain
 from .crypto.provider import KeyProvider, keyring_from_env
 from .crypto.tokens import TokenMaker
 from .dominance import WriteTargets
+from .erasure.audit import verified_requests
 from .erasure.forget import ForgetPlan
+from .erasure.integrity import find_tampering
 from .erasure.ledger import AUDIT_CHAIN, KEK_EPOCH, Ledger, anchor_audit, start_audit_chain
 from .erasure.plan import ForgetPlanner, check_postcondition
 from .erasure.probes import sample_probes, seal_probes
-from .erasure.restoring import check_not_restoring, check_outside_stores, restoring
+from .erasure.restoring import audited_forgets, check_not_restoring, check_outside_stores, restoring
 from .erasure.service import ErasureService, Progress
 from .errors import (
     InvalidValueError,
@@ -62,6 +64,10 @@ __all__ = ["Store", "StoreSession", "open_store", "restore"]
 
 MODES = ("compliance", "operational")
 RECORD_CACHE_LIMIT = 65_536
+
+
+def _unexpired(opened: OpenedRecord, now: float) -> bool:
+    return opened.expires_at is None or opened.expires_at > now
 
 
 def _now_iso() -> str:
@@ -117,6 +123,7 @@ class Store:
         try:
             with self._backend.write() as txn:
                 self._check_keyring(txn)
+                audited: set[str] | None = None
                 if restored or txn.meta(AUDIT_CHAIN) is None:
                     if not restored and (txn.audit_tail() is not None or _ledger_has_history(provider)):
                         # a chain id is minted once, for a new store on a new keyring; losing it
@@ -126,10 +133,17 @@ class Store:
                             "has history: the database was altered or replaced; restore it from a "
                             "backup with `cenotaph restore`, or investigate"
                         )
+                    if restored:  # the copy's log, still under its source's chain id (S9)
+                        self._ledger.view.refresh()
+                        logged = set(self._ledger.view.plans)
+                        audited = audited_forgets(txn, provider.ledger(), logged)
                     start_audit_chain(provider, txn)
                 if restored:
                     anchor_audit(provider, txn, "restore", {})
-                self._ledger.reconcile(txn)  # forgets logged but never committed happen now (W7)
+                self._ledger.import_cache(txn)  # once per keyring: lifts and tokens of an older store
+                # forgets logged but never committed happen now (W7); a restore replays every
+                # forget its copy's audit log does not hold, whatever its request rows say
+                self._ledger.reconcile(txn, audited if restored else None)
                 self._forget_epoch = txn.forget_epoch()
         except BaseException:
             self._backend.close()  # a refused open leaves no connection behind
@@ -222,7 +236,10 @@ class Store:
             self._keys.drop_destroyed_epochs()  # a rotation elsewhere commits before it destroys
         # inside a transaction (a callback called back into the store) the ledger waits for its
         # owner: a replay here could not begin its own, and would read uncommitted rows
-        if not self._backend.in_transaction() and self._ledger.changed():
+        mark = self._provider.ledger_mark()
+        if self._ledger.view.refresh(mark):
+            self._forget_from_memory(None)  # a forget in the ledger decides at once (S9), in any process
+        if not self._backend.in_transaction() and self._ledger.changed(mark):
             with self._backend.read() as txn:
                 missing = self._ledger.missing(txn)
             if missing:
@@ -282,15 +299,20 @@ class Store:
         try:
             with self._backend.write() as txn:
                 self._ledger.reconcile_if_changed(txn)
+                view = self._ledger.view
+                if view.refresh():
+                    self._keys.clear()  # a forget elsewhere may have destroyed cached keys
                 meta = txn.meta_all()
                 if meta["forget_epoch"] != self._forget_epoch:
                     self._keys.clear()  # a forget since our last sync may have destroyed cached keys
                 if meta.get(KEK_EPOCH) != self._kek_seen:  # another process rotated: wrap under the new epoch
                     self._keys.refresh_epoch()
                     self._kek_seen = meta.get(KEK_EPOCH)
-                sealed, replaced = self._writer.write_batch(
-                    txn, prepared, meta["clock"], meta["forget_epoch"]
-                )
+                # never behind the ledger: a clock set back in the file would reuse forgotten versions
+                clock = max(meta["clock"], view.max_version)
+                sealed, replaced, uses = self._writer.write_batch(txn, prepared, clock, view)
+                for use in uses:  # durable before COMMIT: the ledger decides a token's use (S9)
+                    self._ledger.lift(use.digest, use.version, use.lifts)
                 # under the backend lock, right after COMMIT: a forget of these records can
                 # only commit after this, and its own post-commit drop then removes them again
                 txn.after_commit(lambda: self._written(sealed))
@@ -325,9 +347,11 @@ class Store:
         self._sync()
         with self._backend.write() as txn:
             self._ledger.reconcile_if_changed(txn)  # a token must postdate every logged forget
-            version = txn.clock() + 1
-            txn.insert_reauth(self._tokens.reauth(token), kind, target, version, subject_token)
+            version = max(txn.clock(), self._ledger.view.max_version) + 1
+            digest = self._tokens.reauth(token)
+            txn.insert_reauth(digest, kind, target, version, subject_token)
             txn.set_clock(version)
+            self._ledger.grant(digest, kind, target, version, subject_token)  # a row alone is no token
         return token
 
     # -- reads ---------------------------------------------------------------------------
@@ -351,7 +375,8 @@ class Store:
             for token in tokens:
                 found = rows.get(token)
                 opened = None if found is None else self._checked(txn, found[0], generation, found[1])
-                if opened is not None:
+                # the slot's key token is a column: a row moved into it must not answer for it
+                if opened is not None and opened[1].key == key:
                     if cacheable:
                         self._resolve(scope, key, fallthrough, opened[0], generation)
                     return opened[1]
@@ -401,29 +426,35 @@ class Store:
     ) -> tuple[OpenedRecord, Record] | None:
         """A visible, undominated row decrypted (from the cache if it holds this version), and a
         fresh Record of it for the caller."""
-        if not is_visible(row, time.time()):
+        now = time.time()
+        # the ledger decides what was forgotten, not the row's marks (S9)
+        if not is_visible(row, now) or row.id in self._ledger.view.forgotten:
             return None
         cached = self._cache.get(row.id)
         if cached is not None and cached.version == row.version:
-            return cached, cached.record()
+            return (cached, cached.record()) if _unexpired(cached, now) else None
         opened = self._crypto.open(txn, row, lineage)
-        if opened is None:
+        if opened is None or not _unexpired(opened, now):  # the sealed expiry, not the column
             return None
         record = opened.record()
-        # with no forget ever applied (forget_epoch 0) there is no tombstone to check
-        if self._forget_epoch != 0 and self._dominated(txn, record):
+        if self._dominated(record):
             return None
         self._remember(opened, generation)
         return opened, record
 
-    def _dominated(self, txn: Txn, record: Record) -> bool:
+    def _dominated(self, record: Record) -> bool:
+        """Does a ledger tombstone newer than the record cover its decrypted scope, key or
+        subjects? (The record's version is bound to its ciphertext.)"""
+        view = self._ledger.view
+        if not view.tombstones:
+            return False
         targets = WriteTargets.build(
             self._tokens,
             Scope.parse(record.scope),
             record.key,
             tuple(self._tokens.subject(s) for s in record.subjects),
         )
-        versions = txn.tombstone_versions(list(targets.tombstone_targets()))
+        versions = view.tombstone_versions(targets.tombstone_targets())
         return any(v > record.version for v in versions.values())
 
     # -- search --------------------------------------------------------------------------
@@ -481,6 +512,8 @@ class Store:
             chunk = rows[start : start + 500]
             lineage = txn.lineage([r.id for r in chunk])
             for row in chunk:
+                if row.id in self._ledger.view.forgotten:
+                    continue
                 opened = self._crypto.open(txn, row, lineage.get(row.id))
                 if opened is not None:
                     ids.append(row.id)
@@ -573,11 +606,12 @@ class Store:
         with self._backend.write() as txn:
             self._ledger.reconcile_if_changed(txn)
             # another process forgot since our last sync: its records are not in our plan
-            others = txn.forget_epoch() != self._forget_epoch
+            others = txn.forget_epoch() != self._forget_epoch or self._ledger.view.refresh() > 0
             request_id = "er_" + os.urandom(12).hex()
-            plan: ForgetPlan = planner(txn, request_id, txn.clock() + 1)
+            plan: ForgetPlan = planner(txn, request_id, max(txn.clock(), self._ledger.view.max_version) + 1)
             fault_point("forget.planned")
             self._ledger.commit_plan(txn, plan, check_postcondition)
+            others = others or self._ledger.view.refresh() > 0  # commit_plan read only ours
             epoch = txn.forget_epoch()
             # under the backend lock, right after COMMIT: no other thread may see the forget in
             # the database and still be answered from memory
@@ -589,7 +623,6 @@ class Store:
 
     def _forgotten(self, plan: ForgetPlan, epoch: int, others: bool) -> None:
         """This process's forget committed at ``epoch``: drop what memory holds of it."""
-        self._writer.tombstones.forgot(epoch, (target for target, _ in plan.tombstones))
         self._forget_from_memory(None if others else [*plan.hide, *plan.destroy_records])
         self._forget_epoch = epoch
 
@@ -664,9 +697,35 @@ class Store:
         return self._erasure.rotate(progress)
 
     def verify_audit(self) -> dict[str, Any]:
-        """Check the audit chain against the head anchored in the key provider (S7)."""
+        """Check the audit chain against the head anchored in the key provider (S7), and the
+        database against the key provider's ledger (S9); raises StorageError naming every edit."""
         self._sync()  # a forget another process logged but never committed is replayed first
-        return self._erasure.verify_audit()
+        result = self._erasure.verify_audit()
+        found = self._integrity()
+        if found:
+            raise StorageError(
+                "the database was altered (the key provider's ledger says otherwise): "
+                + "; ".join(found)
+                + ". The store refuses what these rows would allow; restore from a backup with "
+                "`cenotaph restore` and investigate"
+            )
+        return result
+
+    def check_integrity(self) -> builtins.list[str]:
+        """Every way the database disagrees with the key provider's ledger (S9), one sentence
+        each (counts only); empty when it is a faithful cache. Verifies the audit log first."""
+        self._sync()
+        self._erasure.verify_audit()
+        return self._integrity()
+
+    def _integrity(self) -> builtins.list[str]:
+        # under the write lock: no other process is between its ledger append and its COMMIT,
+        # and the log, the requests and the ledger are read as of one instant
+        with self._backend.write() as txn:
+            self._ledger.reconcile_if_changed(txn)  # a forget whose process died before COMMIT
+            verified = verified_requests(txn.audit_entries())  # a log verify_audit just checked
+            live = set(self._provider.live_epochs())
+            return find_tampering(txn, self._ledger.view, self._crypto.open, verified, live)
 
     @property
     def public_key(self) -> str:
@@ -763,6 +822,11 @@ def restore(
     with restoring(check_path(src, "the backup"), check_path(target, "the restore target")):
         # committed in its constructor: its own chain id, the ledger replayed; then it may serve
         store = Store(SQLiteBackend(Path(target)), key_provider, restored=True)
+        try:
+            store.verify_audit()  # before its first read: an altered copy is removed, not served
+        except BaseException:
+            store.close()
+            raise
     try:
         store.purge(progress=progress)
     except BaseException:

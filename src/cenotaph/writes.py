@@ -15,6 +15,7 @@ from .backends.base import ScopeKeyRow, Txn
 from .crypto.keys import KeyChain
 from .crypto.tokens import TokenMaker
 from .dominance import Reauth, WriteTargets, decide
+from .erasure.authority import LedgerView
 from .errors import DerivedFromForgottenError, InvalidValueError, StaleWriteError
 from .records import RecordCrypto, SealedRecord, is_visible
 from .scope import Scope, default_subjects
@@ -29,7 +30,7 @@ from .validation import (
     encode_json,
 )
 
-__all__ = ["RecordWriter", "WRITE_OPTIONS"]
+__all__ = ["RecordWriter", "TokenUse", "WRITE_OPTIONS"]
 
 WRITE_OPTIONS = (
     "scope",
@@ -44,7 +45,15 @@ WRITE_OPTIONS = (
 )
 
 _OPTION_SET = frozenset(WRITE_OPTIONS)
-TOMBSTONE_FILTER_LIMIT = 20_000  # targets kept in memory (a reload reads them all, ~20 ms); beyond, SQL
+
+
+@dataclass(frozen=True, slots=True)
+class TokenUse:
+    """A reauthorization token consumed by a write: recorded in the ledger before COMMIT."""
+
+    digest: bytes
+    version: int
+    lifts: tuple[tuple[bytes, int], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,65 +71,11 @@ class Prepared:
     reauthorization: str | None
 
 
-class TombstoneFilter:
-    """Which tombstone targets exist, kept in memory per forget epoch (W1 without a query).
-
-    Every forget inserts its tombstones and bumps ``forget_epoch`` in one transaction
-    (``erasure.forget.apply_plan``, the only writer of tombstones), and tombstones are never
-    deleted, so the set of targets committed at epoch ``e`` is exact in any transaction that reads
-    ``e``. A write none of whose targets is in the set cannot be dominated: no tombstone query, no
-    lift query. Any hit asks the database as before.
-
-    A set read inside a transaction is used by that transaction only and published when it
-    commits: a transaction that replayed a ledger entry and then rolled back must not leave its
-    uncommitted tombstones (and epoch) behind. This process's own forgets extend the set in place;
-    another process's forget costs one reload (inside the write lock), so past
-    :data:`TOMBSTONE_FILTER_LIMIT` targets the filter switches itself off for good.
-    """
-
-    def __init__(self) -> None:
-        self._state: tuple[int, frozenset[bytes]] | None = None  # (forget_epoch, targets)
-        self._overflowed = False
-
-    def versions(self, txn: Txn, targets: Sequence[bytes], forget_epoch: int) -> dict[bytes, int]:
-        """Newest tombstone version per covered target (what ``txn.tombstone_versions`` returns)."""
-        if self._overflowed:
-            return txn.tombstone_versions(targets)
-        state = self._state
-        if state is None or state[0] != forget_epoch:
-            known = txn.tombstone_targets(TOMBSTONE_FILTER_LIMIT)
-            if known is None:
-                txn.after_commit(self._overflow)
-                return txn.tombstone_versions(targets)
-            state = (forget_epoch, known)
-            txn.after_commit(lambda: self._publish(state))
-        if state[1].isdisjoint(targets):
-            return {}
-        return txn.tombstone_versions(targets)
-
-    def forgot(self, epoch: int, targets: Iterable[bytes]) -> None:
-        """After this process's forget committed at ``epoch``: extend the set if it was current."""
-        state = self._state
-        if state is not None and state[0] == epoch - 1:
-            grown = state[1].union(targets)
-            if len(grown) > TOMBSTONE_FILTER_LIMIT:
-                self._overflow()
-            else:
-                self._state = (epoch, grown)
-
-    def _publish(self, state: tuple[int, frozenset[bytes]]) -> None:
-        self._state = state
-
-    def _overflow(self) -> None:
-        self._overflowed, self._state = True, None
-
-
 class RecordWriter:
     def __init__(self, tokens: TokenMaker, keys: KeyChain, crypto: RecordCrypto) -> None:
         self._tokens = tokens
         self._keys = keys
         self._crypto = crypto
-        self.tombstones = TombstoneFilter()
 
     def prepare(self, item: Mapping[str, Any]) -> Prepared:
         if not isinstance(item, Mapping):
@@ -151,13 +106,14 @@ class RecordWriter:
         )
 
     def write_batch(
-        self, txn: Txn, prepared: Sequence[Prepared], version: int, forget_epoch: int
-    ) -> tuple[list[SealedRecord], list[str]]:
-        """Seal and insert ``prepared`` at versions ``version + 1 ...``; ``forget_epoch`` is the
-        one read in this transaction."""
+        self, txn: Txn, prepared: Sequence[Prepared], version: int, view: LedgerView
+    ) -> tuple[list[SealedRecord], list[str], list[TokenUse]]:
+        """Seal and insert ``prepared`` at versions ``version + 1 ...``. Tombstones, lifts and
+        tokens are the ledger's (``view``, read inside this transaction), never the database's
+        rows (S9). Returns the rows, the ids replaced, and the tokens used (for the ledger)."""
         now = time.time()
         source_ids = sorted({s for p in prepared for s in p.derived_from})
-        sources = self._open_sources(txn, source_ids)
+        sources = self._open_sources(txn, source_ids, view)
         plans: list[tuple[Prepared, WriteTargets, list[str], list[tuple[str, bytes]]]] = []
         for p in prepared:
             inherited = [subject for s in p.derived_from for subject in sources[s][1]]
@@ -167,26 +123,29 @@ class RecordWriter:
             )
             plans.append((p, targets, subjects, [(s, sources[s][0]) for s in p.derived_from]))
         all_targets = list({t for _, w, _, _ in plans for t in w.tombstone_targets()})
-        tombstones = self.tombstones.versions(txn, all_targets, forget_epoch)
+        tombstones = view.tombstone_versions(all_targets)
         lifts = (
-            txn.lift_versions(list({t for _, w, _, _ in plans for t in w.lift_targets()}))
+            view.lift_versions(list({t for _, w, _, _ in plans for t in w.lift_targets()}))
             if tombstones
             else {}
         )
+        uses: list[TokenUse] = []
         existing = {
             (r.scope_token, r.key_token): r
             for r in txn.records_in_slots(list({(w.scope_token, w.key_token) for _, w, _, _ in plans}))
         }
         for i, (p, targets, _, _) in enumerate(plans, start=version + 1):
-            reauth = self._reauth(txn, p.reauthorization)
+            digest = None if p.reauthorization is None else self._tokens.reauth(p.reauthorization)
+            reauth = self._reauth(txn, digest, view)
             lifted = decide(targets, tombstones, lifts, p.base_version, reauth)
-            if lifted and reauth is not None and p.reauthorization is not None:
-                txn.consume_reauth(self._tokens.reauth(p.reauthorization), i)
+            if lifted and reauth is not None and digest is not None:
+                txn.consume_reauth(digest, i)
                 # the lift reaches back to the token's issue, not to its use: a tombstone newer
                 # than the token anywhere in a scope token's subtree stays in force (W1)
                 for lift in lifted:
                     txn.insert_lift(lift, reauth.issued_version)
                     lifts[lift] = max(lifts.get(lift, 0), reauth.issued_version)
+                uses.append(TokenUse(digest, i, tuple((t, reauth.issued_version) for t in lifted)))
         self._ensure_scope_keys(txn, [p.scope for p in prepared])
         subject_keys = self._ensure_subject_keys(txn, {t for _, w, _, _ in plans for t in w.subject_tokens})
         sealed: dict[tuple[bytes, bytes], SealedRecord] = {}
@@ -229,12 +188,21 @@ class RecordWriter:
         txn.set_clock(version)
         for s in sealed.values():
             self._keys.remember_lineage(s.opened.id, s.lineage_key)
-        return [sealed[(w.scope_token, w.key_token)] for _, w, _, _ in plans], replaced
+        return [sealed[(w.scope_token, w.key_token)] for _, w, _, _ in plans], replaced, uses
 
-    def _open_sources(self, txn: Txn, ids: Sequence[str]) -> dict[str, tuple[bytes, list[str]]]:
+    def _open_sources(
+        self, txn: Txn, ids: Sequence[str], view: LedgerView
+    ) -> dict[str, tuple[bytes, list[str]]]:
         """Lineage key and subjects of each derived_from source; raises if one was forgotten."""
         if not ids:
             return {}
+        for source in ids:
+            if source in view.forgotten:  # the ledger's word: the source's rows may have been edited
+                raise DerivedFromForgottenError(
+                    f"a derived_from source was forgotten at version {view.forgotten[source]}; do not "
+                    "write data derived from forgotten records",
+                    view.forgotten[source],
+                )
         rows = txn.lineage(ids)
         records = {i: txn.record(i) for i in ids}
         found: dict[str, tuple[bytes, list[str]]] = {}
@@ -269,11 +237,16 @@ class RecordWriter:
             found[source] = (key, subjects)
         return found
 
-    def _reauth(self, txn: Txn, token: str | None) -> Reauth | None:
-        if token is None:
+    @staticmethod
+    def _reauth(txn: Txn, digest: bytes | None, view: LedgerView) -> Reauth | None:
+        """The token as the ledger issued it; used if the ledger or the database says so (a row
+        can only make a token stricter: one the ledger never issued is no token)."""
+        grant = None if digest is None else view.grants.get(digest)
+        if grant is None or digest is None:
             return None
-        row = txn.reauth(self._tokens.reauth(token))
-        return None if row is None else Reauth(*row)
+        row = txn.reauth(digest)
+        used = view.consumed.get(digest, None if row is None else row[3])
+        return Reauth(grant.kind, grant.target, grant.issued_version, used, grant.subject)
 
     def _ensure_scope_keys(self, txn: Txn, scopes: Iterable[Scope]) -> None:
         wanted = {self._tokens.scope(p): p for s in scopes for p in s.prefixes()}

@@ -17,10 +17,10 @@ import click
 from rich.console import RenderableType
 from rich.text import Text
 
-import cenotaph
 from cenotaph.backends.sqlite.backend import DB_NAME, SQLiteBackend
 from cenotaph.crypto.provider import keyring_from_env
 from cenotaph.errors import CenotaphError
+from cenotaph.store import Store
 
 from .forgetting import in_cli_words, retention_rows
 from .options import data_option, keyring_location, open_existing_store, root_of_trust_warning
@@ -49,9 +49,11 @@ def doctor(ctx: click.Context, data: Path, table: bool) -> None:
     directory is 0700 and its files 0600; whether the keyring is inside the data directory (S8);
     the keyring opens; SQLite reads secure_delete back as 1 on a fresh connection and runs in WAL
     mode; the database passes SQLite's quick_check; the audit chain matches the heads anchored in
-    the key provider; erasure requests not yet verified (a warning with their gaps and next step;
-    a failure if one cannot verify by purging); KEK epochs held back from rotation, by whom and
-    what releases them (a failure if the holder is such a request); Python and SQLite versions.
+    the key provider; the database agrees with the key provider's ledger (tombstones, hidden
+    marks, destroyed keys, lifts, tokens, request states, sealed versions and expiries); erasure
+    requests not yet verified (a warning with their gaps and next step; a failure if one cannot
+    verify by purging); KEK epochs held back from rotation, by whom and what releases them (a
+    failure if the holder is such a request); Python and SQLite versions.
     """
     checks = [*_data_checks(data), *_keyring_checks(data), *_sqlite_checks(data)]
     if all(c.status != "fail" for c in checks) and (data / DB_NAME).is_file():
@@ -167,13 +169,14 @@ def _store_checks(data: Path) -> list[Check]:
                         f"{audit['entries']} entries, anchored up to {audit['anchored_seq']}",
                     )
                 )
+            checks.append(_ledger_agreement(store))
             checks += _erasure_checks(store)
     except (CenotaphError, click.BadParameter) as exc:
         return [Check("store opens", "fail", " ".join(str(exc).split()))]
     return checks
 
 
-def _erasure_checks(store: cenotaph.Store) -> list[Check]:
+def _erasure_checks(store: Store) -> list[Check]:
     """Compliance requests not verified yet, each with what moves it forward (a stuck one, which
     purging cannot verify, fails); and every KEK epoch held back from rotation, and by whom."""
     pending = [
@@ -195,7 +198,7 @@ def _erasure_checks(store: cenotaph.Store) -> list[Check]:
     return [requests, _retention_check(store)]
 
 
-def _retention_check(store: cenotaph.Store) -> Check:
+def _retention_check(store: Store) -> Check:
     """Which KEK epochs rotation must keep, who holds each, why, and what releases it. A backup
     is a choice (a warning); an erasure request that cannot verify holds every horizon it shares
     back for good, so it fails."""
@@ -207,6 +210,19 @@ def _retention_check(store: cenotaph.Store) -> Check:
         for r in held
     )
     return Check("epoch retention", "fail" if any(r["stuck"] for r in held) else "warn", detail)
+
+
+def _ledger_agreement(store: Store) -> Check:
+    """The database is a faithful cache of the key provider's ledger: no tombstone deleted, no
+    hidden mark cleared, no destroyed key back, no lift, token or request state planted, no row
+    whose sealed version or expiry disagrees with its columns (S9)."""
+    try:
+        found = store.check_integrity()
+    except CenotaphError as exc:
+        return Check("ledger agreement", "fail", " ".join(str(exc).split()))
+    if found:
+        return Check("ledger agreement", "fail", "the database was altered: " + "; ".join(found))
+    return Check("ledger agreement", "ok", "the database agrees with the key provider's ledger")
 
 
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "red"}

@@ -300,6 +300,26 @@ class LocalKeyring:
                 continue  # a torn final line from a crash mid-append: that forget never committed
         return entries
 
+    def ledger_since(self, offset: int) -> tuple[list[dict[str, Any]], int] | None:
+        """The whole entries appended after byte ``offset`` and the offset after them; ``None``
+        if the ledger is shorter than ``offset`` (it was replaced: read it whole again)."""
+        try:
+            with open(self._ledger_path, "rb") as handle:
+                if os.fstat(handle.fileno()).st_size < offset:
+                    return None
+                handle.seek(offset)
+                data = handle.read()
+        except FileNotFoundError:
+            return None if offset else ([], 0)
+        whole = data[: data.rfind(b"\n") + 1]  # a line still being appended is read next time
+        entries = []
+        for line in whole.splitlines():
+            try:
+                entries.append(json.loads(line))
+            except ValueError:
+                continue  # a line torn by a crash mid-append (as in ledger())
+        return entries, offset + len(whole)
+
     def ledger_mark(self) -> int:
         try:
             return os.stat(self._ledger_path).st_size  # a plain str path: this runs before every read

@@ -33,7 +33,15 @@ from typing import Any
 from ..errors import InvalidValueError, StorageError
 from ..model import canonical_json
 
-__all__ = ["GENESIS", "AuditEntry", "chain_entry", "entry_from_dict", "entry_to_dict", "verify_chain"]
+__all__ = [
+    "GENESIS",
+    "AuditEntry",
+    "chain_entry",
+    "entry_from_dict",
+    "entry_to_dict",
+    "verified_requests",
+    "verify_chain",
+]
 
 GENESIS = "0" * 64
 _HEAD = re.compile(r"[0-9a-f]{64}")
@@ -178,3 +186,14 @@ def _link_hash(prev_head: str, seq: int, at: str, event: str, fields: Mapping[st
 def _plain_json(canonical: str) -> dict[str, Any]:
     parsed: dict[str, Any] = json.loads(canonical)
     return parsed
+
+
+def verified_requests(raw_entries: Iterable[str]) -> set[str]:
+    """Request ids of every ``verify`` entry whose scan verified its request (from a log that
+    was verified against the ledger: a request row saying verified is no proof)."""
+    found: set[str] = set()
+    for raw in raw_entries:
+        entry = entry_from_dict(json.loads(raw))
+        if entry.event == "verify" and entry.fields.get("verified") is True:
+            found.add(str(entry.fields.get("request_id")))
+    return found

@@ -13,7 +13,7 @@ from typing import Any
 from ..backends.base import Txn
 from .unshared import unshared_keys
 
-__all__ = ["ForgetPlan", "apply_plan"]
+__all__ = ["ForgetPlan", "apply_plan", "reapply_to_records"]
 
 
 @dataclass
@@ -100,3 +100,13 @@ def apply_plan(txn: Txn, plan: ForgetPlan) -> None:
         txn.destroy_scope_keys(scopes, plan.version)
         txn.destroy_subject_keys(subjects, plan.version)
     txn.bump_forget_epoch()
+
+
+def reapply_to_records(txn: Txn, plan: ForgetPlan) -> None:
+    """Re-apply what a plan did to its records (tombstones, hidden marks, destroyed record keys)
+    on a copy that says it holds the forget already. Scope and subject keys are left: a scope
+    re-keyed after a later reauthorization must keep its new key. Idempotent."""
+    txn.insert_tombstones((t, plan.version, kind, plan.request_id) for t, kind in plan.tombstones)
+    txn.hide_records(plan.hide, plan.version, plan.mode)
+    if plan.compliance:
+        txn.destroy_record_keys(plan.destroy_records, plan.version)

@@ -21,7 +21,8 @@ from ..crypto.provider import KeyProvider
 from ..errors import KeyProviderError
 from ..faults import fault_point
 from .audit import GENESIS, chain_entry, entry_from_dict, entry_to_dict
-from .forget import ForgetPlan, apply_plan
+from .authority import FORGET_KIND, GRANT_KIND, IMPORT_KIND, LIFT_KIND, LedgerView
+from .forget import ForgetPlan, apply_plan, reapply_to_records
 
 __all__ = [
     "Ledger",
@@ -38,7 +39,7 @@ INTENT_KIND = "audit-intent"  # an audit entry announced before its COMMIT (see 
 KEK_EPOCH = "kek_epoch"  # meta: the current KEK epoch, bumped by rotation so writers re-read it
 KEKS_DESTROYED = "keks_destroyed"  # meta: bumped after a rotation destroyed epochs (others forget them)
 
-ENTRY_KIND = "forget"
+ENTRY_KIND = FORGET_KIND
 
 _log = logging.getLogger("cenotaph")
 
@@ -95,16 +96,17 @@ class Ledger:
         self._sampler = sampler  # seals probes of what a compliance plan destroys (S4)
         self._mark: int | None = None
         self._replayed = False  # set when a replay changed the database: caches must be rechecked
+        self.view = LedgerView(provider)  # what decides; the database's rows only cache it (S9)
 
-    def changed(self) -> bool:
-        return self._provider.ledger_mark() != self._mark
+    def changed(self, mark: int | None = None) -> bool:
+        return (self._provider.ledger_mark() if mark is None else mark) != self._mark
 
     def missing(self, txn: Txn) -> bool:
         """Cheap check (a read): does the ledger hold forgets the database lacks? Marks the ledger
         as seen when it does not."""
         mark = self._provider.ledger_mark()
-        known = txn.erasure_ids()
-        if any(e.get("kind") == ENTRY_KIND and e["request_id"] not in known for e in self._provider.ledger()):
+        self.view.refresh()
+        if not self.view.plans.keys() <= txn.erasure_ids():
             return True
         self._mark = mark
         return False
@@ -116,8 +118,13 @@ class Ledger:
     def reconcile_if_changed(self, txn: Txn) -> int:
         return self.reconcile(txn) if self.changed() else 0
 
-    def reconcile(self, txn: Txn) -> int:
+    def reconcile(self, txn: Txn, audited: set[str] | None = None) -> int:
         """Apply every ledger forget the database lacks.
+
+        ``audited`` (a restore): the forgets the copy's verified audit log holds. Every other
+        ledger forget is replayed whatever the copy's request rows say (a row is no proof: anyone
+        who can write the backup's file can plant one), and those it holds are re-applied to
+        their records (idempotent), so no edit of the copy's rows survives the restore.
 
         Nothing flows the other way: a request row the ledger lacks was never ledgered by a
         forget (which ledgers before it commits), so it was written into the database by someone
@@ -125,15 +132,19 @@ class Ledger:
         plan every restore then applies, and have a purge verify and certify it. ``verify_audit``
         reports such a row's audit entry instead."""
         mark = self._provider.ledger_mark()
-        entries = [e for e in self._provider.ledger() if e.get("kind") == ENTRY_KIND]
-        known = txn.erasure_ids()
+        self.view.refresh()
+        known = txn.erasure_ids() if audited is None else audited
         applied = 0
-        for entry in entries:
-            if entry["request_id"] not in known:
+        for request_id, entry in list(self.view.plans.items()):
+            plan = ForgetPlan.from_entry(entry)
+            if request_id not in known:
                 # not anchored: a stale copy or a rolled-back database opened on the same keyring
                 # would otherwise fork this chain's anchors; the next anchor covers the entry
-                self._record(txn, ForgetPlan.from_entry(entry["plan"]), replayed=True)
+                self._record(txn, plan, replayed=True, replace=audited is not None)
                 applied += 1
+            elif audited is not None:
+                reapply_to_records(txn, plan)
+        txn.set_clock(self.view.max_version)  # a clock set back would reuse forgotten versions
         # Seen: the ledger as it was read above, not as it is now (an entry appended since, by a
         # process that does not share this database's lock, is still unseen; our own appends
         # cost one extra `missing` check). And only once the replay is committed: a caller's
@@ -156,12 +167,57 @@ class Ledger:
         # the plan must be durable before COMMIT (W7); its audit anchor only after it, like every
         # anchor (a forget that never commits is replayed, and its replay is anchored instead)
         self._provider.append_ledger(self._entry(plan.to_entry(), intent=anchor))
+        self.view.refresh()  # authoritative from here on, in every process (S9)
         anchor_after_commit(self._provider, txn, anchor)
         mark = self._provider.ledger_mark()
         txn.after_commit(lambda: self._seen(mark, replayed=False))  # uncommitted: replay it later
         fault_point("forget.ledgered")
 
-    def _record(self, txn: Txn, plan: ForgetPlan, *, replayed: bool) -> dict[str, Any]:
+    def grant(self, digest: bytes, kind: str, target: bytes, version: int, subject: bytes | None) -> None:
+        """Record a reauthorization token's issue in the ledger (before its COMMIT): a token row
+        the ledger lacks is no token."""
+        self._provider.append_ledger(
+            {
+                "kind": GRANT_KIND,
+                "digest": digest.hex(),
+                "target_kind": kind,
+                "target": target.hex(),
+                "version": version,
+                "subject": None if subject is None else subject.hex(),
+            }
+        )
+
+    def lift(self, digest: bytes, version: int, lifts: Sequence[tuple[bytes, int]]) -> None:
+        """Record a token's use and what it lifted (before the write's COMMIT). A write that then
+        never commits leaves the token used and its target reopened, as its holder asked."""
+        self._provider.append_ledger(
+            {
+                "kind": LIFT_KIND,
+                "digest": digest.hex(),
+                "version": version,
+                "lifts": [[t.hex(), v] for t, v in lifts],
+            }
+        )
+
+    def import_cache(self, txn: Txn) -> None:
+        """Once per key provider: carry the lifts and tokens of a store from before the ledger
+        decided them into the ledger. Trust on first use: the database is believed this once."""
+        self.view.refresh()
+        if self.view.imported:
+            return
+        self._provider.append_ledger(
+            {
+                "kind": IMPORT_KIND,
+                "lifts": [[t.hex(), v] for t, v in txn.all_lifts()],
+                "grants": [
+                    [d.hex(), kind, t.hex(), v, None if s is None else s.hex(), used]
+                    for d, kind, t, v, used, s in txn.all_reauths()
+                ],
+            }
+        )
+        self.view.refresh()
+
+    def _record(self, txn: Txn, plan: ForgetPlan, *, replayed: bool, replace: bool = False) -> dict[str, Any]:
         if not plan.epochs:
             plan.epochs = self._provider.live_epochs()
         probes = self._sampler(txn, plan) if plan.compliance else None
@@ -182,7 +238,8 @@ class Ledger:
                 horizon_reason=None,
                 verified_at=None,
                 scan=None,
-            )
+            ),
+            replace=replace,
         )
         return append_audit(
             txn,

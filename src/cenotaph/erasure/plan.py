@@ -110,7 +110,7 @@ def check_postcondition(txn: Txn, plan: ForgetPlan) -> None:
     """W2/W3, checked inside the forget's transaction: nothing planned is still readable, and
     (key and scope forgets) no visible record is left anywhere in the forgotten subtree."""
     now = time.time()
-    still = [r.id for r in map(txn.record, plan.hide) if r is not None and is_visible(r, now)]
+    still = txn.unhidden(plan.hide)  # one query per 500 ids (a row each was 0.85 s for 100k)
     if plan.compliance:
         still += [i for i, row in txn.lineage(plan.destroy_records).items() if row.wrapped is not None]
     if plan.target_kind == "scope":

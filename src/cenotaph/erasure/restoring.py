@@ -22,13 +22,23 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..backends.base import Txn
 from ..backends.sqlite.backend import DB_NAME
 from ..durable import fsync
 from ..errors import InvalidValueError, StorageError
 from ..faults import fault_point
-from .service import BACKUP_MANIFEST
+from .audit import entry_from_dict, verify_chain
+from .ledger import AUDIT_CHAIN, all_anchors, all_intents
+from .service import BACKUP_MANIFEST, _check_tail_announced
 
-__all__ = ["RESTORE_MARKER", "check_not_restoring", "check_outside_stores", "restore_committed", "restoring"]
+__all__ = [
+    "RESTORE_MARKER",
+    "audited_forgets",
+    "check_not_restoring",
+    "check_outside_stores",
+    "restore_committed",
+    "restoring",
+]
 
 RESTORE_MARKER = ".restore-incomplete"
 KEYRING_DIR = "keyring"  # a target may hold the source's keyring directory, and keeps it
@@ -128,3 +138,41 @@ def _copy(src: Path, target: Path) -> None:
     fsync(target / DB_NAME)
     fsync(target)
     fault_point("restore.copied")
+
+
+_ALTERED_BACKUP = (
+    "the backup was altered: {}; nothing was restored. Restore from another backup and investigate"
+)
+
+
+def audited_forgets(txn: Txn, ledger: list[dict[str, Any]], logged: set[str]) -> set[str]:
+    """The forgets a backup's copy holds, as its audit log says -- after checking that log, still
+    under the source's chain id, against the key provider's ledger (``ledger``; ``logged``: its
+    forgets' request ids): the chain links, every anchored entry the copy holds matches its
+    anchor, entries past the newest such anchor were announced, and every forget it holds was
+    ledgered. The copy may end anywhere (it is a prefix of the source's history), but a copy
+    whose log was edited is refused before it serves anything (S9)."""
+    try:
+        entries = [entry_from_dict(json.loads(e)) for e in txn.audit_entries()]
+    except ValueError:
+        raise StorageError(_ALTERED_BACKUP.format("an audit entry is not valid JSON")) from None
+    try:
+        verify_chain(entries)
+    except StorageError as exc:
+        raise StorageError(_ALTERED_BACKUP.format("its audit log's hash chain is broken")) from exc
+    last = max((e.seq for e in entries), default=0)
+    heads = {e.seq: e.head for e in entries}
+    anchors = all_anchors(ledger, txn.meta(AUDIT_CHAIN))
+    if anchors is None and entries:
+        raise StorageError(_ALTERED_BACKUP.format("its audit chain id is not in the key provider's ledger"))
+    held = {seq: found for seq, found in (anchors or {}).items() if seq <= last}
+    if any(len(found) > 1 or heads.get(seq) not in found for seq, found in held.items()):
+        raise StorageError(_ALTERED_BACKUP.format("an audit entry differs from its anchor in the ledger"))
+    try:
+        _check_tail_announced(entries, held, all_intents(ledger, txn.meta(AUDIT_CHAIN)))
+    except StorageError as exc:
+        raise StorageError(_ALTERED_BACKUP.format("its audit log holds an entry never announced")) from exc
+    forgets = {str(e.fields.get("request_id")) for e in entries if e.event == "forget"}
+    if not forgets <= logged:
+        raise StorageError(_ALTERED_BACKUP.format("its audit log holds a forget the ledger never recorded"))
+    return forgets

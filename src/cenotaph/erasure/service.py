@@ -154,6 +154,11 @@ class ErasureService:
         status = self.status(request_id)
         if status.state != "verified" or status.gaps:  # verified, and no layer short of done
             raise _not_provable(status, "erasure is not provable yet")
+        # the row says verified; the ledger must hold the forget and the verified audit log a
+        # scan that verified it, or the row was written by someone who can edit the database
+        if self._ledgered_plan(request_id)["mode"] != "compliance":
+            raise ErasureNotProvableError(OPERATIONAL_GAP, [OPERATIONAL_GAP])
+        self._audited_verification(request_id)  # StorageError: the database was altered
         return status
 
     def wait(self, request_id: str, timeout: float | None) -> ErasureStatus:

@@ -184,9 +184,22 @@ class SQLiteTxn:
     def lift_versions(self, targets: Sequence[bytes]) -> dict[bytes, int]:
         return self._max_by_target("lifts", targets)
 
-    def tombstone_targets(self, limit: int) -> frozenset[bytes] | None:
-        rows = self._c.execute("SELECT DISTINCT target FROM tombstones LIMIT ?", (limit + 1,)).fetchall()
-        return None if len(rows) > limit else frozenset(bytes(r[0]) for r in rows)
+    def all_lifts(self) -> list[tuple[bytes, int]]:
+        return [(bytes(t), int(v)) for t, v in self._c.execute("SELECT target, version FROM lifts")]
+
+    def all_reauths(self) -> list[tuple[bytes, str, bytes, int, int | None, bytes | None]]:
+        sql = "SELECT digest, kind, target, issued_version, consumed_version, subject FROM reauth_tokens"
+        return [
+            (
+                bytes(d),
+                str(k),
+                bytes(t),
+                int(v),
+                None if c is None else int(c),
+                None if s is None else bytes(s),
+            )
+            for d, k, t, v, c, s in self._c.execute(sql)
+        ]
 
     def insert_tombstones(self, rows: Iterable[tuple[bytes, int, str, str]]) -> None:
         self._c.executemany("INSERT OR IGNORE INTO tombstones VALUES (?,?,?,?)", rows)
@@ -213,6 +226,24 @@ class SQLiteTxn:
 
     def consume_reauth(self, digest: bytes, version: int) -> None:
         self._c.execute("UPDATE reauth_tokens SET consumed_version=? WHERE digest=?", (version, digest))
+
+    def unhidden(self, ids: Sequence[str]) -> list[str]:
+        found: list[str] = []
+        for part in _chunks(list(ids)):
+            sql = f"SELECT id FROM records WHERE hidden_version IS NULL AND id IN ({_marks(len(part))})"
+            found.extend(r[0] for r in self._c.execute(sql, part))
+        return found
+
+    def keyed(self, ids: Sequence[str]) -> list[str]:
+        found: set[str] = set()
+        for part in _chunks(list(ids)):
+            marks = _marks(len(part))
+            for sql in (
+                f"SELECT id FROM records WHERE wrapped IS NOT NULL AND id IN ({marks})",
+                f"SELECT record_id FROM lineage WHERE wrapped IS NOT NULL AND record_id IN ({marks})",
+            ):
+                found.update(r[0] for r in self._c.execute(sql, part))
+        return sorted(found)
 
     # -- keys ------------------------------------------------------------------------
     def scope_rows(self, tokens: Sequence[bytes]) -> dict[bytes, ScopeKeyRow]:
@@ -392,27 +423,33 @@ class SQLiteTxn:
 
     # -- forgetting ------------------------------------------------------------------
     def hide_records(self, ids: Sequence[str], version: int, mode: str) -> int:
-        self._c.executemany(
-            "UPDATE lineage SET forgotten_version=coalesce(forgotten_version, ?) WHERE record_id=?",
-            [(version, i) for i in ids],
-        )
-        cur = self._c.executemany(
-            "UPDATE records SET hidden_version=?, hidden_mode=? WHERE id=? AND hidden_version IS NULL",
-            [(version, mode, i) for i in ids],
-        )
-        return cur.rowcount
+        # one statement per chunk of ids (an UPDATE per id was 1.1 s of a 100k-record forget)
+        hidden = 0
+        for part in _chunks(list(ids)):
+            marks = _marks(len(part))
+            self._c.execute(
+                f"UPDATE lineage SET forgotten_version=coalesce(forgotten_version, ?) WHERE record_id IN ({marks})",
+                (version, *part),
+            )
+            hidden += self._c.execute(
+                f"UPDATE records SET hidden_version=?, hidden_mode=? WHERE hidden_version IS NULL AND id IN ({marks})",
+                (version, mode, *part),
+            ).rowcount
+        return hidden
 
     def destroy_record_keys(self, ids: Sequence[str], version: int) -> None:
-        self._c.executemany(
-            "UPDATE records SET wrapped=NULL, epoch=NULL, hidden_version=coalesce(hidden_version, ?), "
-            "hidden_mode='compliance' WHERE id=?",
-            [(version, i) for i in ids],
-        )
-        self._c.executemany(
-            "UPDATE lineage SET wrapped=NULL, subjects=NULL, destroyed_version=coalesce(destroyed_version, ?) "
-            "WHERE record_id=?",
-            [(version, i) for i in ids],
-        )
+        for part in _chunks(list(ids)):
+            marks = _marks(len(part))
+            self._c.execute(
+                "UPDATE records SET wrapped=NULL, epoch=NULL, hidden_version=coalesce(hidden_version, ?), "
+                f"hidden_mode='compliance' WHERE id IN ({marks})",
+                (version, *part),
+            )
+            self._c.execute(
+                "UPDATE lineage SET wrapped=NULL, subjects=NULL, destroyed_version=coalesce(destroyed_version, ?) "
+                f"WHERE record_id IN ({marks})",
+                (version, *part),
+            )
 
     def destroy_scope_keys(self, tokens: Sequence[bytes], version: int) -> None:
         self._c.executemany(
@@ -545,9 +582,9 @@ class SQLiteTxn:
         return {int(r[0]) for r in self._c.execute("SELECT DISTINCT epoch FROM probe_keys")}
 
     # -- erasure requests and audit ----------------------------------------------------
-    def insert_erasure(self, row: ErasureRow) -> None:
+    def insert_erasure(self, row: ErasureRow, *, replace: bool = False) -> None:
         self._c.execute(
-            f"INSERT OR IGNORE INTO erasures ({_ERASURE_COLS}) VALUES ({_marks(14)})",
+            f"INSERT OR {'REPLACE' if replace else 'IGNORE'} INTO erasures ({_ERASURE_COLS}) VALUES ({_marks(14)})",
             (
                 row.id,
                 row.mode,

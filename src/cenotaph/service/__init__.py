@@ -1,0 +1,1 @@
+"""Network services over the store: the HTTP API and the MCP server."""
