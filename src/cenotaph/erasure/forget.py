@@ -7,10 +7,11 @@ restore (S5) -- so it holds only tokens, record ids and versions.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..backends.base import Txn
+from ..backends.base import LineageRow, Txn
 from .unshared import unshared_keys
 
 __all__ = ["ForgetPlan", "apply_plan", "reapply_to_records"]
@@ -39,11 +40,14 @@ class ForgetPlan:
     def compliance(self) -> bool:
         return self.mode == "compliance"
 
-    def keys_to_destroy(self, txn: Txn) -> tuple[list[bytes], list[bytes]]:
+    def keys_to_destroy(
+        self, txn: Txn, lineage: Mapping[str, LineageRow] | None = None
+    ) -> tuple[list[bytes], list[bytes]]:
         """(scope tokens, subject tokens) whose keys this plan destroys: those listed, and (if
-        ``unshared``) those only its records use, found in ``txn`` (once, before it is applied)."""
+        ``unshared``) those only its records use, found in ``txn`` (once, before it is applied;
+        ``lineage``: its records' lineage rows, if the caller read them already)."""
         if self.unshared and self._found is None:
-            self._found = unshared_keys(txn, self.target_kind, self.target, self.destroy_records)
+            self._found = unshared_keys(txn, self.target_kind, self.target, self.destroy_records, lineage)
         scopes, subjects = self._found or ([], [])
         return sorted({*self.destroy_scopes, *scopes}), sorted({*self.destroy_subjects, *subjects})
 

@@ -114,7 +114,7 @@ def sample_probes(
         for blob in (sampled.wrapped, sampled.subjects):
             if blob:
                 keys.append(bytes(blob))
-    scopes, subjects = plan.keys_to_destroy(txn)
+    scopes, subjects = plan.keys_to_destroy(txn, lineage)
     for scope in txn.scope_rows(scopes).values():
         if scope.wrapped:
             pinned.append(bytes(scope.wrapped))

@@ -22,9 +22,9 @@ that says "shared" (a scope's children and lineage are read lazily).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
-from ..backends.base import Txn
+from ..backends.base import LineageRow, Txn
 
 __all__ = ["dead_key_rows", "split_tokens", "unshared_keys"]
 
@@ -37,13 +37,18 @@ def split_tokens(blob: bytes) -> list[bytes]:
 
 
 def unshared_keys(
-    txn: Txn, kind: str, target: bytes, record_ids: Sequence[str]
+    txn: Txn,
+    kind: str,
+    target: bytes,
+    record_ids: Sequence[str],
+    lineage: Mapping[str, LineageRow] | None = None,
 ) -> tuple[list[bytes], list[bytes]]:
     """(scope tokens, subject tokens) whose keys only ``record_ids`` use, for a compliance forget of
     ``kind`` (``scope``: its whole subtree; ``subject``: the unshared scopes of its records); the
-    forget's own target subject is not included (the plan lists it)."""
+    forget's own target subject is not included (the plan lists it). ``lineage``: the records'
+    lineage rows, if the caller has them already."""
     destroyed = set(record_ids)
-    rows = txn.lineage(list(record_ids)).values()
+    rows = (txn.lineage(list(record_ids)) if lineage is None else lineage).values()
     if kind == "scope":
         scopes = txn.subtree_tokens(target)
     elif kind == "subject":
