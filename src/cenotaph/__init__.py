@@ -1,13 +1,14 @@
 """cenotaph: a memory store for AI agents whose erasure claims are true statements about bytes.
 
 >>> import cenotaph, tempfile
->>> store = cenotaph.open(tempfile.mkdtemp())
->>> rec = store.write("tenant:acme/user:alice", "diet", "vegetarian")
->>> store.forget("tenant:acme/user:alice", "diet").status().state
-'shredded'
->>> store.read("tenant:acme/user:alice", "diet") is None
-True
->>> store.close()
+>>> with tempfile.TemporaryDirectory() as data, cenotaph.open(data) as store:
+...     _ = store.write("tenant:acme/user:alice", "diet", "vegetarian")
+...     request = store.forget("tenant:acme/user:alice", "diet")   # compliance: erase, then verify
+...     print(request.status().state, store.read("tenant:acme/user:alice", "diet"))
+...     certificate = store.attest(request.id)                    # signed, holds no names
+...     print(cenotaph.verify_certificate(certificate.to_json(), store.public_key)["target_kind"])
+verified None
+key
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from . import errors
 from .crypto.provider import KeyProvider, LocalKeyring
 from .erasure.certificate import verify_certificate
+from .erasure.service import Progress
 from .errors import (
     CenotaphError,
     CertificateError,
@@ -29,6 +31,7 @@ from .errors import (
     StaleWriteError,
     StorageError,
 )
+from .index.embedder import Embedder, HashingEmbedder
 from .model import (
     BackupInfo,
     Certificate,
@@ -53,10 +56,12 @@ __all__ = [
     "Certificate",
     "CertificateError",
     "DerivedFromForgottenError",
+    "Embedder",
     "ErasureNotProvableError",
     "ErasureRequest",
     "ErasureStatus",
     "ForgottenError",
+    "HashingEmbedder",
     "InvalidScopeError",
     "InvalidValueError",
     "KeyProvider",
@@ -64,6 +69,7 @@ __all__ = [
     "NotFoundError",
     "LayerStatus",
     "LocalKeyring",
+    "Progress",
     "PurgeReport",
     "Record",
     "Retention",

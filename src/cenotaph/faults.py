@@ -1,18 +1,23 @@
 """Named crash points for crash-injection tests (SIGKILL of this process at a named step).
 
 Set ``CENOTAPH_FAULT=<point>`` in a child process's environment; when execution reaches that
-point the process kills itself with SIGKILL, exactly as a power cut would stop it. Unset (the
-normal case), each point costs one dict lookup.
+point the process kills itself with SIGKILL, exactly as a power cut would stop it. Set
+``CENOTAPH_PAUSE=<point>:<file>`` instead to stop there while a test acts (sends Ctrl-C, say):
+the process creates ``file`` and waits while it exists (at most a minute). Unset (the normal
+case), each point costs two dict lookups.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
+from pathlib import Path
 
-__all__ = ["FAULT_ENV", "FAULT_POINTS", "fault_point"]
+__all__ = ["FAULT_ENV", "FAULT_POINTS", "PAUSE_ENV", "fault_point"]
 
 FAULT_ENV = "CENOTAPH_FAULT"
+PAUSE_ENV = "CENOTAPH_PAUSE"
 FAULT_POINTS = (
     "forget.planned",  # plan computed, nothing applied
     "forget.applied",  # tombstones and key destruction applied, not in the ledger, not committed
@@ -23,9 +28,21 @@ FAULT_POINTS = (
     "purge.scanned",  # scan done, verdict not recorded
     "purge.done",  # verdict recorded
     "restore.copied",  # backup copied into the target, the copy not yet opened (source's chain id)
+    "keyring.copied",  # keyring move: the copy is whole and opened, the source untouched
+    "keyring.unkeyed",  # keyring move: the source's key file removed, its ledger and lock not yet
 )
 
 
 def fault_point(name: str) -> None:
     if os.environ.get(FAULT_ENV) == name:
         os.kill(os.getpid(), signal.SIGKILL)
+    pause = os.environ.get(PAUSE_ENV)
+    if pause is not None and pause.partition(":")[0] == name:
+        _pause(Path(pause.partition(":")[2]))
+
+
+def _pause(marker: Path) -> None:
+    marker.touch()
+    deadline = time.monotonic() + 60
+    while marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)

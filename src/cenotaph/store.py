@@ -131,7 +131,7 @@ class Store:
                         raise StorageError(
                             "the audit chain id is missing, but this store or its key provider already "
                             "has history: the database was altered or replaced; restore it from a "
-                            "backup with `cenotaph restore`, or investigate"
+                            "backup with cenotaph.restore(), or investigate"
                         )
                     if restored:  # the copy's log, still under its source's chain id (S9)
                         self._ledger.view.refresh()
@@ -395,7 +395,7 @@ class Store:
     def get(self, record_id: str) -> Record | None:
         """The record with this id, under the same checks as :meth:`read` (R2)."""
         if not isinstance(record_id, str) or not record_id.isalnum() or len(record_id) > 64:
-            raise InvalidValueError("record_id must be an id returned by write()")
+            raise InvalidValueError("record_id must be an id returned by store.write()")
         self._sync()
         generation = self._resolved_gen
         with self._backend.read() as txn:
@@ -677,7 +677,7 @@ class Store:
         """End a backup's retention so rotate_keys() may destroy the epochs only it needed."""
         self._check_open()
         if not isinstance(backup_id, str):
-            raise InvalidValueError("backup_id must be the id returned by backup()")
+            raise InvalidValueError("backup_id must be the id returned by store.backup()")
         self._erasure.release_backup(backup_id)
 
     def backups(self) -> dict[str, builtins.list[int]]:
@@ -707,7 +707,7 @@ class Store:
                 "the database was altered (the key provider's ledger says otherwise): "
                 + "; ".join(found)
                 + ". The store refuses what these rows would allow; restore from a backup with "
-                "`cenotaph restore` and investigate"
+                "cenotaph.restore() and investigate"
             )
         return result
 
@@ -790,6 +790,10 @@ def open_store(
         ) from exc
     if not directory.is_dir():
         raise InvalidValueError("the data location exists and is not a directory; choose another path")
+    if not os.access(directory, os.R_OK | os.X_OK):
+        raise StorageError(
+            f"cannot read the data directory {directory} (permission denied); check its owner and mode"
+        )
     check_not_restoring(directory)
     provider = key_provider if key_provider is not None else keyring_from_env(directory)
     return Store(SQLiteBackend(directory), provider, auto_purge=auto_purge, embedder=embedder)

@@ -12,7 +12,6 @@ Tests that inspect what is at rest (files, raw rows) call ``store_factory.raw(st
 from __future__ import annotations
 
 import contextlib
-import inspect
 import os
 import sqlite3
 from collections.abc import Iterator
@@ -32,8 +31,9 @@ DB_FILE = "cenotaph.db"
 # forget. The rules here are about what a forget guarantees *when it returns*, so most tests open
 # stores without auto-purge: the stricter case for R2/W1/W2/S2, since the ciphertext is still on
 # disk and only tombstones and destroyed keys stand between it and a reader. The at-rest tests
-# (S1, S2, W4) run both ways via ``store_factory(purge=True)``.
-_CAN_DISABLE_PURGE = "auto_purge" in inspect.signature(cenotaph.open).parameters
+# (S1, S2, W4) run both ways via ``store_factory(purge=True)``. Every backend must accept
+# ``auto_purge=False``: a backend without it fails here, loudly, instead of silently turning the
+# suite into one that only ever sees verified forgets.
 
 # Flip to True when `cenotaph.open("postgresql://...")` exists. From then on, CI (CENOTAPH_CI set)
 # must provide CENOTAPH_TEST_PG_DSN: a skipped postgres run there becomes a failure.
@@ -67,8 +67,9 @@ class StoreFactory:
     def __call__(self, *, purge: bool = False) -> Store:
         """A fresh, empty store; ``purge=True`` keeps the default auto-purge on every forget."""
         self._count += 1
-        options = {} if purge or not _CAN_DISABLE_PURGE else {"auto_purge": False}
-        return self._open(self._new_location(), options)
+        store = self._open(self._new_location(), {"auto_purge": purge})
+        assert store.auto_purge is purge, "the store ignored auto_purge"
+        return store
 
     def _new_location(self) -> str:
         if self.backend == "sqlite":

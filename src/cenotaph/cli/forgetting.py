@@ -6,9 +6,8 @@ evidence and every gap still open: nothing here says "erased" on the strength of
 
 from __future__ import annotations
 
-import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,53 +18,26 @@ from rich.text import Text
 import cenotaph
 from cenotaph.crypto.provider import keyring_from_env
 
+from .interrupts import held, on_interrupt
 from .options import data_option, keyring_location, open_existing_store
-from .output import emit, erasure_table, generic_table, table_option
+from .output import cell, emit, erasure_table, generic_table, message_cell, new_table, table_option
+from .progress import progress_bar
 
 __all__ = [
     "erasure_counts",
     "forget",
     "forget_subject",
-    "in_cli_words",
     "reauthorize",
     "registered_backups",
     "request_rows",
-    "retention_rows",
     "retention_table",
     "status",
 ]
 
-# the API's advice, as the CLI says it
-_CLI_WORDS = (
-    (re.compile(r"store\.release_backup\('([^']+)'\)"), r"`cenotaph release-backup \1`"),
-    (re.compile(r"store\.rotate_keys\(\)"), "`cenotaph rotate-keys`"),
-    (re.compile(r"store\.purge\(\)"), "`cenotaph purge`"),
-)
-
-
-def in_cli_words(text: str) -> str:
-    """An API message's advice (``store.purge()``) in the CLI's words (`cenotaph purge`)."""
-    for pattern, words in _CLI_WORDS:
-        text = pattern.sub(words, text)
-    return text
-
 
 def request_document(request: cenotaph.ErasureRequest) -> dict[str, Any]:
     """One erasure request and its current status, as printed by every command that shows one."""
-    doc = request.status().to_dict()
-    if doc["next_step"] is not None:
-        doc["next_step"] = in_cli_words(doc["next_step"])
-    doc["retained_by"] = [_in_cli_words(r) for r in doc["retained_by"]]
-    return {**request.to_dict(), "status": doc}
-
-
-def _in_cli_words(retention: dict[str, Any]) -> dict[str, Any]:
-    return {**retention, "release": in_cli_words(str(retention["release"]))}
-
-
-def retention_rows(retention: Iterable[cenotaph.Retention]) -> list[dict[str, Any]]:
-    """Who holds each KEK epoch back, why, and what releases it, in the CLI's words."""
-    return [_in_cli_words(r.to_dict()) for r in retention]
+    return {**request.to_dict(), "status": request.status().to_dict()}
 
 
 @click.command()
@@ -88,13 +60,37 @@ def retention_rows(retention: Iterable[cenotaph.Retention]) -> list[dict[str, An
 def forget(scope: str, key: str | None, mode: str, include_ancestors: bool, data: Path, table: bool) -> None:
     """Forget a key, or a whole scope subtree.
 
-    Forgets KEY in SCOPE and every descendant, or without KEY the whole SCOPE subtree. Prints
-    the erasure request (id, version, mode) and its status; poll it with `cenotaph status ID`.
+    Forgets KEY in SCOPE and every descendant, or without KEY the whole SCOPE subtree. A
+    compliance forget then purges and verifies. Prints the erasure request (id, version, mode)
+    and its status; poll it with `cenotaph status ID`.
     """
     with open_existing_store(data) as store:
-        request = store.forget(scope, key, mode=mode, include_ancestors=include_ancestors)
+        request = committed_forget(
+            store, lambda: store.forget(scope, key, mode=mode, include_ancestors=include_ancestors)
+        )
         doc = request_document(request)
     emit(doc, table=table, render=erasure_table)
+
+
+def committed_forget(
+    store: cenotaph.Store, forget: Callable[[], cenotaph.ErasureRequest]
+) -> cenotaph.ErasureRequest:
+    """Run ``forget`` with Ctrl-C held until it committed, then purge (which Ctrl-C may cut short:
+    the erasure then waits, shredded, for the next `cenotaph purge`)."""
+    store.auto_purge = False  # purged below, where an interruption can say what is left
+    with held():
+        request = forget()
+        if request.mode == "compliance":
+            on_interrupt(
+                f"interrupted after the forget committed (request {request.id}: keys destroyed, "
+                "nothing of it readable); run `cenotaph purge` to finish erasing and verify it"
+            )
+        else:
+            on_interrupt(f"interrupted after the forget committed (request {request.id})")
+    if request.mode == "compliance":
+        with progress_bar("purging and verifying") as progress:
+            store.purge(progress=progress)
+    return request
 
 
 @click.command("forget-subject")
@@ -107,7 +103,7 @@ def forget_subject(subject: str, data: Path, table: bool) -> None:
     Every record carrying SUBJECT, and every record derived from one, always in compliance mode.
     """
     with open_existing_store(data) as store:
-        doc = request_document(store.forget_subject(subject))
+        doc = request_document(committed_forget(store, lambda: store.forget_subject(subject)))
     emit(doc, table=table, render=erasure_table)
 
 
@@ -127,8 +123,9 @@ def reauthorize(scope: str, key: str | None, subject: str | None, data: Path, ta
     SCOPE or to KEY, lands). Pass it to `cenotaph write --reauthorization TOKEN`. It never
     revives a stale write (one whose --base-version predates the forget).
     """
-    with open_existing_store(data) as store:
+    with open_existing_store(data) as store, held():
         token = store.reauthorize(scope, key, subject=subject)
+        on_interrupt("interrupted after the token was issued (it was not printed: request a new one)")
     emit({"token": token}, table=table)
 
 
@@ -155,7 +152,7 @@ def status(request_id: str | None, data: Path, table: bool) -> None:
         requests = request_rows(store)
         public_key = store.public_key
         backups = registered_backups(data)
-        retained = retention_rows(store.retention())
+        retained = [r.to_dict() for r in store.retention()]
     summary = {
         "data": str(data.resolve()),
         "keyring": str(keyring_location(data).resolve()),
@@ -214,5 +211,23 @@ def retention_table(rows: list[dict[str, Any]]) -> RenderableType:
     """The KEK epochs held back from rotation, each with its holder, why and what releases it."""
     if not rows:
         return Text("(no KEK epoch is held back: `cenotaph rotate-keys` destroys every old one)", style="dim")
-    columns = ("epoch", "holder", "id", "reason", "release", "stuck")
-    return generic_table([{c: r[c] for c in columns} for r in rows], "KEK epochs held back from rotation")
+    table = new_table(
+        "epoch",
+        "holder",
+        "id",
+        "reason",
+        "release",
+        "stuck",
+        title="KEK epochs held back from rotation",
+        free=("reason", "release"),
+    )
+    for r in rows:
+        table.add_row(
+            cell(r["epoch"]),
+            r["holder"],
+            r["id"],
+            message_cell(r["reason"]),
+            message_cell(r["release"]),
+            cell(r["stuck"]),
+        )
+    return table

@@ -118,7 +118,7 @@ def check_postcondition(txn: Txn, plan: ForgetPlan) -> None:
     if still:
         raise ErasureNotProvableError(
             "the forget's postcondition failed (records still readable); nothing was changed. "
-            "Run `cenotaph doctor` and report this.",
+            "This is a bug in cenotaph; please report it.",
             ["postcondition"],
         )
 

@@ -38,7 +38,7 @@ READER = (
     "then run store.purge()"
 )
 REFORGET = "forget the same target again: the new request takes its own evidence and verifies"
-INVESTIGATE = "check the store with `cenotaph doctor` (the database may have been altered) and report it"
+INVESTIGATE = "run store.check_integrity() (the database may have been altered) and report what it finds"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +81,7 @@ def judge_scan(
         return Verdict(
             "the scanner's positive control failed, so a clean scan proves nothing",
             stuck=True,
-            release="make the temporary directory writable and check `cenotaph doctor` passes, then "
-            "run store.purge()",
+            release="make the temporary directory writable (the control is planted there), then run store.purge()",
         )
     if result.files == 0 or result.bytes == 0:
         return Verdict(
