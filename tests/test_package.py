@@ -39,6 +39,7 @@ PUBLIC_API = {
     "Progress",
     "PurgeReport",
     "Record",
+    "Retention",
     "RotationReport",
     "Scope",
     "ScopeClosureError",

@@ -53,6 +53,7 @@ API_ONLY = frozenset(
         "store.session(scope)",
         "cenotaph.open(...)",
         "key_provider=LocalKeyring(<keyring dir>)",
+        "store.cenotaph.reauthorize(...)",  # the LangGraph integration's own store
     }
 )
 
