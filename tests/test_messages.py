@@ -21,6 +21,9 @@ SRC = Path(cenotaph.__file__).parent
 CLI_DIR = SRC / "cli"
 # the demo narrates the API and the CLI side by side on purpose; spelling.py is the table itself
 BILINGUAL = {CLI_DIR / "demo.py", CLI_DIR / "spelling.py"}
+# the HTTP server and its remote client speak to a server's users over the wire: what they can do
+# next is a request, or an operator's command on the server (`cenotaph api-keys create`)
+SERVER_SIDE = (SRC / "service" / "http", SRC / "client.py")
 
 CLI_SPELLING = re.compile(r"`cenotaph [a-z][^`]*`")
 # store.purge(), cenotaph.restore(), a bare purge(), include_ancestors=True, mode='compliance'
@@ -53,7 +56,7 @@ def _strings(path: Path, *, docstrings: bool) -> Iterator[tuple[int, str]]:
 
 def _store_messages() -> Iterator[tuple[str, str]]:
     for path in sorted(SRC.rglob("*.py")):
-        if CLI_DIR not in path.parents:
+        if CLI_DIR not in path.parents and not any(p == path or p in path.parents for p in SERVER_SIDE):
             for line, text in _strings(path, docstrings=False):
                 yield f"{path.relative_to(SRC)}:{line}", text
 

@@ -18,10 +18,12 @@ import cenotaph
 
 # The curated public API. A change here is a change of the contract: update it on purpose.
 PUBLIC_API = {
+    "AccessDeniedError",
     "BackupInfo",
     "CenotaphError",
     "Certificate",
     "CertificateError",
+    "Client",
     "DerivedFromForgottenError",
     "Embedder",
     "ErasureNotProvableError",

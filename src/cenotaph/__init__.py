@@ -13,11 +13,14 @@ key
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from . import errors
 from .crypto.provider import KeyProvider, LocalKeyring
 from .erasure.certificate import verify_certificate
 from .erasure.service import Progress
 from .errors import (
+    AccessDeniedError,
     CenotaphError,
     CertificateError,
     DerivedFromForgottenError,
@@ -48,13 +51,18 @@ from .scope import Scope
 from .store import Store, StoreSession, restore
 from .store import open_store as open
 
+if TYPE_CHECKING:
+    from .client import Client
+
 __version__ = "0.1.0"
 
 __all__ = [
+    "AccessDeniedError",
     "BackupInfo",
     "CenotaphError",
     "Certificate",
     "CertificateError",
+    "Client",
     "DerivedFromForgottenError",
     "Embedder",
     "ErasureNotProvableError",
@@ -86,3 +94,12 @@ __all__ = [
     "restore",
     "verify_certificate",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # the remote client needs httpx (the server extra): imported on first use, not by `import cenotaph`
+    if name == "Client":
+        from .client import Client
+
+        return Client
+    raise AttributeError(f"module 'cenotaph' has no attribute {name!r}")

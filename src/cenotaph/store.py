@@ -164,6 +164,7 @@ class Store:
     # -- lifecycle -----------------------------------------------------------------------
     def close(self) -> None:
         if not self._closed:
+            self._search.flush(self._store_vectors, force=True)
             self._closed = True
             self._drop_caches()
             self._backend.close()
@@ -482,7 +483,7 @@ class Store:
         qvec = self._search.embed_query(query)
         found: dict[str, Record] = {}
         with self._backend.read() as txn:
-            self._search.ensure(txn.clock(), lambda after: self._load_values(txn, after))
+            self._search.ensure(txn, self._crypto)
             tokens = {self._tokens.scope(p) for p in (parsed.prefixes() if fallthrough else [parsed])}
             if include_descendants:
                 tokens.update(txn.subtree_tokens(self._tokens.scope(parsed)))
@@ -495,31 +496,20 @@ class Store:
                 found[record_id] = record
                 return True
 
+            # hits at or below the embedder's relevance floor are noise, and in a session they would taint
+            # the writes: the index leaves them out
             hits = self._search.search(qvec, k, tokens, allow)
         qvec.fill(0)
-        # a hit with no similarity at all is noise, and in a session it would taint the writes
-        return [SearchHit(found[i], score) for i, score in hits if score > 0.0]
+        self._search.flush(self._store_vectors)
+        return [SearchHit(found[i], score) for i, score in hits]
 
-    def _load_values(
-        self, txn: Txn, after_version: int
-    ) -> tuple[builtins.list[str], builtins.list[JSONValue], builtins.list[bytes]]:
-        """Decrypted values of live records newer than ``after_version``, to embed in memory."""
-        ids: builtins.list[str] = []
-        values: builtins.list[JSONValue] = []
-        scopes: builtins.list[bytes] = []
-        rows = builtins.list(txn.live_records(after_version))
-        for start in range(0, len(rows), 500):
-            chunk = rows[start : start + 500]
-            lineage = txn.lineage([r.id for r in chunk])
-            for row in chunk:
-                if row.id in self._ledger.view.forgotten:
-                    continue
-                opened = self._crypto.open(txn, row, lineage.get(row.id))
-                if opened is not None:
-                    ids.append(row.id)
-                    values.append(opened.record().value)
-                    scopes.append(row.scope_token)
-        return ids, values, scopes
+    def _store_vectors(self, cells: builtins.list[tuple[bytes, str, int]]) -> None:
+        """Write sealed vectors (a cache: a failure only means they are embedded again after a restart)."""
+        try:
+            with self._backend.write() as txn:
+                txn.store_vectors(cells)
+        except StorageError:
+            pass
 
     # -- access requests -----------------------------------------------------------------
     def export_subject(self, subject: str) -> dict[str, Any]:
@@ -691,6 +681,26 @@ class Store:
         self._sync()
         return self._erasure.retention()
 
+    def key_epochs(self) -> dict[int, dict[str, Any]]:
+        """Every live KEK epoch and what keeps it alive: ``current`` (new keys are wrapped under
+        it), ``wraps_live_keys``, ``backups`` (registered backups that need it) and
+        ``pending_erasures`` (requests whose probes it seals until they verify; :meth:`retention`
+        says why each holds it and what releases it). An epoch held by none of these is destroyed
+        by the next :meth:`rotate_keys`."""
+        held = self.retention()
+        with self._backend.read() as txn:
+            in_use = txn.epochs_in_use()
+        current = self._provider.current_epoch()
+        return {
+            epoch: {
+                "current": epoch == current,
+                "wraps_live_keys": epoch in in_use,
+                "backups": [r.id for r in held if r.epoch == epoch and r.holder == "backup"],
+                "pending_erasures": [r.id for r in held if r.epoch == epoch and r.holder == "erasure"],
+            }
+            for epoch in sorted(self._provider.live_epochs())
+        }
+
     def rotate_keys(self, *, progress: Progress | None = None) -> RotationReport:
         """Rewrap every live key under a new KEK epoch; destroy epochs no registered backup needs."""
         check_callback(progress, "progress")
@@ -757,7 +767,7 @@ class Store:
         if opened is None:
             return None
         record = opened.record()
-        return record, self._search.embed_values([record.value])[0].tobytes()
+        return record, self._search.embed_records([record])[0].tobytes()
 
 
 def open_store(

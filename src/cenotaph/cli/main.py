@@ -19,6 +19,7 @@ import click
 
 from cenotaph.errors import CenotaphError, InvalidScopeError, InvalidValueError, NotFoundError
 
+from .api_keys import api_keys
 from .audit import audit
 from .backups import backup, release_backup, restore
 from .certificates import attest, verify_cert
@@ -34,6 +35,7 @@ from .maintenance import purge, rotate_keys
 from .memory import list_records, read, search, write
 from .options import check_global_options, global_options
 from .progress import stderr_is_tty
+from .serve import serve
 from .spelling import speak_cli
 
 __all__ = ["COMMANDS", "DEBUG_ENV", "cli", "exit_code_for", "main"]
@@ -174,6 +176,8 @@ COMMANDS: tuple[click.Command, ...] = (
     audit,
     doctor,
     keyring,
+    serve,
+    api_keys,
 )
 for _command in COMMANDS:
     cli.add_command(_command)

@@ -257,6 +257,12 @@ class ApiKeyRing:
             )
         return sorted((_to_key(e) for e in entries), key=lambda k: (k.created_at, k.id))
 
+    def get(self, key_id: str) -> ApiKey | None:
+        """The key with this id (revoked or not), unless its entry was edited outside cenotaph."""
+        self._refresh()
+        entry = self._entries.get(key_id)
+        return _to_key(entry) if entry is not None and self._intact(entry) else None
+
     def revoke(self, key_id: str) -> None:
         """Revoke a key: every request from the next one on is refused. Revoking twice is a no-op."""
         if not isinstance(key_id, str):

@@ -419,6 +419,27 @@ class SQLiteTxn:
         if derived:
             self._c.executemany("INSERT OR IGNORE INTO derivations VALUES (?,?)", derived)
 
+    def store_vectors(self, cells: Sequence[tuple[bytes, str, int]]) -> int:
+        """Keep ``(cell, id, version)`` sealed vectors of rows still live at that version; returns how many."""
+        cursor = self._c.executemany(
+            "INSERT OR REPLACE INTO vectors (version, cell) SELECT version, ?1 FROM records "
+            "WHERE version=?3 AND id=?2 AND wrapped IS NOT NULL AND hidden_version IS NULL",
+            cells,
+        )
+        return cursor.rowcount
+
+    def live_vectors(self, after_version: int = 0) -> list[tuple[str, int, bytes, bytes, int, bytes | None]]:
+        sql = (
+            "SELECT r.id, r.version, r.scope_token, r.wrapped, r.epoch, v.cell FROM records r "
+            "LEFT JOIN vectors v ON v.version = r.version "
+            "WHERE r.version > ? AND r.hidden_version IS NULL AND r.wrapped IS NOT NULL"
+        )
+        return self._c.execute(sql, (after_version,)).fetchall()
+
+    def vector_cell(self, version: int) -> bytes | None:
+        row = self._c.execute("SELECT cell FROM vectors WHERE version=?", (version,)).fetchone()
+        return None if row is None else bytes(row[0])
+
     def delete_records(self, ids: Sequence[str]) -> None:
         if ids:
             self._c.executemany("DELETE FROM records WHERE id=?", [(i,) for i in ids])

@@ -3,12 +3,24 @@ content column holds AES-GCM ciphertext (S1); nothing here is plaintext personal
 
 from __future__ import annotations
 
+import sqlite3
+
 
 def statements(script: str) -> list[str]:
     """The statements of a migration script, in order; ``--`` comment lines are dropped first,
-    so a comment may hold any text (a ';' in one would otherwise cut a statement)."""
+    so a comment may hold any text (a ';' in one would otherwise cut a statement). A ';' inside a
+    statement (a trigger's body) does not end it: pieces are joined until SQLite calls them complete."""
     code = "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("--"))
-    return [part.strip() for part in code.split(";") if part.strip()]
+    found: list[str] = []
+    pending = ""
+    for part in code.split(";"):
+        pending = f"{pending};{part}" if pending else part
+        if pending.strip() and sqlite3.complete_statement(pending + ";"):
+            found.append(pending.strip())
+            pending = ""
+    if pending.strip():
+        found.append(pending.strip())
+    return found
 
 
 MIGRATIONS: tuple[tuple[int, str], ...] = (
@@ -114,6 +126,25 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         CREATE TABLE probe_keys (
             request_id TEXT PRIMARY KEY, wrapped BLOB NOT NULL, epoch INTEGER NOT NULL
         ) WITHOUT ROWID;
+        """,
+    ),
+    (
+        6,
+        """
+        -- the search index's vectors at rest, one sealed cell per live record, keyed like the record by
+        -- version (index.atrest: sealed under a key derived from the record's own keys). A cell goes with
+        -- its record: when the row is deleted (purge, expiry, overwrite) and as soon as the record is
+        -- hidden or its key destroyed (a forget), in the same statement.
+        CREATE TABLE IF NOT EXISTS vectors (version INTEGER PRIMARY KEY, cell BLOB NOT NULL);
+        CREATE TRIGGER IF NOT EXISTS vectors_follow_delete AFTER DELETE ON records
+        BEGIN
+            DELETE FROM vectors WHERE version = OLD.version;
+        END;
+        CREATE TRIGGER IF NOT EXISTS vectors_follow_forget AFTER UPDATE OF wrapped, hidden_version ON records
+        WHEN NEW.wrapped IS NULL OR NEW.hidden_version IS NOT NULL
+        BEGIN
+            DELETE FROM vectors WHERE version = OLD.version;
+        END;
         """,
     ),
 )
