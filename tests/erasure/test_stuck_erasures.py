@@ -20,19 +20,19 @@ An open reader blocking WAL truncation is not stuck -- it clears when the reader
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from _erasure_kit import write_sql
-from click.testing import CliRunner
 
 import cenotaph
-from cenotaph.cli.main import cli
 from cenotaph.crypto.tokens import TokenMaker
 from cenotaph.errors import ErasureNotProvableError
 
@@ -53,10 +53,26 @@ def _open(root: Path, **options: bool) -> cenotaph.Store:
     return cenotaph.open(root / "data", key_provider=cenotaph.LocalKeyring(root / "keyring"), **options)
 
 
-def _cli(root: Path, *args: str) -> Any:
-    # a wide terminal, so a table's cells are not folded across lines
-    runner = CliRunner(env={"COLUMNS": "400"})
-    return runner.invoke(cli, [*args, "--data", str(root / "data")], catch_exceptions=False)
+@dataclass(frozen=True)
+class Ran:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+def _cli(root: Path, *args: str) -> Ran:
+    """The real ``cenotaph`` command in a child process (keyring outside the data directory; a
+    wide terminal, so a table's cells are not folded across lines)."""
+    env = {**os.environ, "CENOTAPH_KEYRING": str(root / "keyring"), "COLUMNS": "400"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "cenotaph.cli.main", *args, "--data", str(root / "data")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    return Ran(proc.returncode, proc.stdout, proc.stderr)
 
 
 def _cli_json(root: Path, *args: str) -> Any:
