@@ -19,7 +19,7 @@ from .crypto.aead import new_key
 from .crypto.keys import KeyChain
 from .crypto.provider import KeyProvider, keyring_from_env
 from .crypto.tokens import TokenMaker
-from .dominance import WriteTargets
+from .dominance import WriteTargets, blocking
 from .erasure.audit import verified_requests
 from .erasure.forget import ForgetPlan
 from .erasure.integrity import find_tampering
@@ -49,7 +49,7 @@ from .model import (
     SearchHit,
 )
 from .records import OpenedRecord, RecordCrypto, SealedRecord, is_visible
-from .scope import Scope
+from .scope import Scope, default_subjects
 from .session import StoreSession
 from .validation import (
     check_callback,
@@ -354,6 +354,30 @@ class Store:
             txn.set_clock(version)
             self._ledger.grant(digest, kind, target, version, subject_token)  # a row alone is no token
         return token
+
+    def forgets_blocking(self, scope: str, key: str) -> builtins.list[int]:
+        """The versions of the forgets that refuse a write of ``key`` in ``scope`` without a
+        reauthorization token (W1), oldest first; empty if such a write would land.
+
+        Content-free, and the same answer a write would get: the scope and key tombstones no lift
+        reaches, and those of the scope's default subjects. An interface that reauthorizes its
+        caller's own forgets (a token lifts *every* older forget of its target) asks this after
+        taking the token: a forget committed later is newer than the token and refuses anyway.
+        """
+        parsed = Scope.parse(scope)
+        targets = WriteTargets.build(
+            self._tokens,
+            parsed,
+            check_key(key),
+            tuple(self._tokens.subject(s) for s in default_subjects(parsed)),
+        )
+        self._sync()  # the ledger decides tombstones and lifts (S9), as it does for a write
+        view = self._ledger.view
+        view.refresh()
+        tombstones = view.tombstone_versions(targets.tombstone_targets())
+        lifts = view.lift_versions(targets.lift_targets()) if tombstones else {}
+        general, subjects = blocking(targets, tombstones, lifts)
+        return sorted({*general, *subjects.values()})
 
     # -- reads ---------------------------------------------------------------------------
     def read(self, scope: str, key: str, *, fallthrough: bool = True) -> Record | None:
