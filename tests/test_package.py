@@ -41,6 +41,7 @@ PUBLIC_API = {
     "Progress",
     "PurgeReport",
     "Record",
+    "Retention",
     "RotationReport",
     "Scope",
     "ScopeClosureError",

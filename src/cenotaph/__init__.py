@@ -43,6 +43,7 @@ from .model import (
     LayerStatus,
     PurgeReport,
     Record,
+    Retention,
     RotationReport,
     SearchHit,
 )
@@ -79,6 +80,7 @@ __all__ = [
     "Progress",
     "PurgeReport",
     "Record",
+    "Retention",
     "RotationReport",
     "Scope",
     "ScopeClosureError",

@@ -44,6 +44,7 @@ from .model import (
     JSONValue,
     PurgeReport,
     Record,
+    Retention,
     RotationReport,
     SearchHit,
 )
@@ -706,27 +707,28 @@ class Store:
         self._check_open()
         return self._provider.backups()
 
+    def retention(self) -> builtins.list[Retention]:
+        """Every KEK epoch that a registered backup or a pending erasure request keeps from being
+        destroyed by rotation: who holds it, why, and what releases it."""
+        self._sync()
+        return self._erasure.retention()
+
     def key_epochs(self) -> dict[int, dict[str, Any]]:
         """Every live KEK epoch and what keeps it alive: ``current`` (new keys are wrapped under
         it), ``wraps_live_keys``, ``backups`` (registered backups that need it) and
-        ``pending_erasures`` (requests whose probes it seals until they verify). An epoch held by
-        none of these is destroyed by the next :meth:`rotate_keys`."""
-        self._sync()
-        backups = self._provider.backups()
-        probing: dict[int, builtins.list[str]] = {}
+        ``pending_erasures`` (requests whose probes it seals until they verify; :meth:`retention`
+        says why each holds it and what releases it). An epoch held by none of these is destroyed
+        by the next :meth:`rotate_keys`."""
+        held = self.retention()
         with self._backend.read() as txn:
             in_use = txn.epochs_in_use()
-            for row in txn.erasures():
-                found = txn.probe_key(row.id) if row.state != "verified" else None
-                if found is not None:
-                    probing.setdefault(found[1], []).append(row.id)
         current = self._provider.current_epoch()
         return {
             epoch: {
                 "current": epoch == current,
                 "wraps_live_keys": epoch in in_use,
-                "backups": sorted(b for b, epochs in backups.items() if epoch in epochs),
-                "pending_erasures": probing.get(epoch, []),
+                "backups": [r.id for r in held if r.epoch == epoch and r.holder == "backup"],
+                "pending_erasures": [r.id for r in held if r.epoch == epoch and r.holder == "erasure"],
             }
             for epoch in sorted(self._provider.live_epochs())
         }

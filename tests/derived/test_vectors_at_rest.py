@@ -251,7 +251,7 @@ def test_the_probes_of_a_forget_include_the_sealed_cell(stores) -> None:
     cell = _entry(store, note)[5]
     plan = ForgetPlan("er_test", "compliance", "key", b"t" * 32, 1, "now", destroy_records=[note.id])
     with store._backend.read() as txn:
-        probes = sample_probes(txn, plan, store._open_for_probe)
+        probes = sample_probes(txn, plan, store._open_for_probe).probes
     sealed = sealed_part(cell)
     assert any(p in sealed for p in probes)
     assert not any(p in cell[: len(cell) - len(sealed)] for p in probes)  # never the shared header

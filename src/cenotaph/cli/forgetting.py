@@ -20,7 +20,7 @@ from cenotaph.crypto.provider import keyring_from_env
 
 from .interrupts import held, on_interrupt
 from .options import data_option, keyring_location, open_existing_store
-from .output import emit, erasure_table, generic_table, table_option
+from .output import cell, emit, erasure_table, generic_table, message_cell, new_table, table_option
 from .progress import progress_bar
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "reauthorize",
     "registered_backups",
     "request_rows",
+    "retention_table",
     "status",
 ]
 
@@ -135,11 +136,14 @@ def reauthorize(scope: str, key: str | None, subject: str | None, data: Path, ta
 def status(request_id: str | None, data: Path, table: bool) -> None:
     """Show an erasure request, or sum up the store.
 
-    With REQUEST_ID: that request and its status. Without: where the store and its keyring are,
-    its certificate-signing public key, every erasure request (id, mode, kind, version, state,
-    and horizon: when copies made before the forget became undecryptable, null until
-    `cenotaph rotate-keys` reaches it) with counts by state and mode, and the registered backups
-    with the KEK epochs each retains. It holds no names.
+    With REQUEST_ID: that request and its status (with `stuck`: purging again cannot verify it,
+    `next_step`, and `retained_by`: what keeps its horizon back). Without: where the store and
+    its keyring are, its certificate-signing public key, every erasure request (id, mode, kind,
+    version, state, stuck, and horizon: when copies made before the forget became undecryptable,
+    null until `cenotaph rotate-keys` reaches it) with counts by state and mode, the registered
+    backups with the KEK epochs each retains, and `retained`: every KEK epoch a registered backup
+    or a pending erasure request holds back from rotation, why, and what releases it. It holds
+    no names.
     """
     with open_existing_store(data) as store:
         if request_id is not None:
@@ -148,6 +152,7 @@ def status(request_id: str | None, data: Path, table: bool) -> None:
         requests = request_rows(store)
         public_key = store.public_key
         backups = registered_backups(data)
+        retained = [r.to_dict() for r in store.retention()]
     summary = {
         "data": str(data.resolve()),
         "keyring": str(keyring_location(data).resolve()),
@@ -155,6 +160,7 @@ def status(request_id: str | None, data: Path, table: bool) -> None:
         "erasures": erasure_counts(requests),
         "requests": requests,
         "backups": backups,
+        "retained": retained,
     }
     emit(summary, table=table, render=_summary_table)
 
@@ -165,7 +171,7 @@ def request_rows(store: cenotaph.Store) -> list[dict[str, Any]]:
     for request in store.erasures():
         status = request.status()
         horizon = status.horizon.isoformat() if status.horizon is not None else None
-        rows.append({**request.to_dict(), "state": status.state, "horizon": horizon})
+        rows.append({**request.to_dict(), "state": status.state, "stuck": status.stuck, "horizon": horizon})
     return rows
 
 
@@ -186,7 +192,7 @@ def registered_backups(data: Path) -> dict[str, list[int]]:
 def _summary_table(doc: dict[str, Any]) -> RenderableType:
     head = {k: doc[k] for k in ("data", "keyring", "public_key")} | doc["erasures"]
     rows = [
-        {k: r.get(k) for k in ("id", "mode", "target_kind", "version", "state")}
+        {k: r.get(k) for k in ("id", "mode", "target_kind", "version", "state", "stuck")}
         | {"horizon": r.get("horizon") or "not reached"}
         for r in doc["requests"]
     ]
@@ -197,4 +203,31 @@ def _summary_table(doc: dict[str, Any]) -> RenderableType:
         generic_table(backups, "registered backups")
         if backups
         else Text("(no registered backups)", style="dim"),
+        retention_table(doc["retained"]),
     )
+
+
+def retention_table(rows: list[dict[str, Any]]) -> RenderableType:
+    """The KEK epochs held back from rotation, each with its holder, why and what releases it."""
+    if not rows:
+        return Text("(no KEK epoch is held back: `cenotaph rotate-keys` destroys every old one)", style="dim")
+    table = new_table(
+        "epoch",
+        "holder",
+        "id",
+        "reason",
+        "release",
+        "stuck",
+        title="KEK epochs held back from rotation",
+        free=("reason", "release"),
+    )
+    for r in rows:
+        table.add_row(
+            cell(r["epoch"]),
+            r["holder"],
+            r["id"],
+            message_cell(r["reason"]),
+            message_cell(r["release"]),
+            cell(r["stuck"]),
+        )
+    return table

@@ -13,6 +13,7 @@ import click
 from rich.console import Group, RenderableType
 from rich.text import Text
 
+from .forgetting import retention_table
 from .interrupts import on_interrupt
 from .options import data_option, open_existing_store
 from .output import emit, generic_table, table_option
@@ -73,9 +74,11 @@ def _scan_part(scan: dict[str, Any]) -> RenderableType:
 def rotate_keys(data: Path, table: bool) -> None:
     """Rewrap every live key under a new KEK epoch and destroy the old ones.
 
-    Epochs still needed by a registered backup are retained (see `cenotaph release-backup`).
-    Destroying the epochs live at a forget is what reaches that forget's erasure horizon: copies
-    made before it (backups, old key files) can no longer be decrypted.
+    An old epoch is retained while a registered backup needs it (`cenotaph release-backup`) or a
+    pending erasure request's probes are sealed under it (until that request verifies);
+    `retained` names each holder, why, and what releases it. Destroying the epochs live at a
+    forget is what reaches that forget's erasure horizon: copies made before it (backups, old
+    key files) can no longer be decrypted.
     """
     on_interrupt(
         "interrupted: the rotation either committed or rolled back whole; run `cenotaph rotate-keys` "
@@ -87,12 +90,14 @@ def rotate_keys(data: Path, table: bool) -> None:
 
 
 def _rotation_table(doc: dict[str, Any]) -> RenderableType:
-    parts: list[RenderableType] = [generic_table(doc, "key rotation")]
-    if doc.get("retained_epochs"):
+    head = {k: v for k, v in doc.items() if k != "retained"}
+    parts: list[RenderableType] = [generic_table(head, "key rotation")]
+    if doc["retained"]:
+        parts.append(retention_table(doc["retained"]))
         parts.append(
             Text(
-                "retained epochs are needed by registered backups: `cenotaph release-backup ID`, "
-                "then `cenotaph rotate-keys` again, to destroy them",
+                "each retained epoch is destroyed by the next `cenotaph rotate-keys` once its holder "
+                "lets go (see release)",
                 style="yellow",
             )
         )

@@ -32,6 +32,7 @@ API_TO_CLI: dict[str, str] = {
     "store.forget()": "`cenotaph forget`",
     "store.write()": "`cenotaph write`",
     "store.attest()": "`cenotaph attest`",
+    "store.check_integrity()": "`cenotaph doctor`",
     "cenotaph.restore()": "`cenotaph restore`",
     "ApiKeyRing.create()": "`cenotaph api-keys create`",
     "ApiKeyRing.list()": "`cenotaph api-keys list`",

@@ -7,10 +7,12 @@ restore (S5) -- so it holds only tokens, record ids and versions.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..backends.base import Txn
+from ..backends.base import LineageRow, Txn
+from .unshared import unshared_keys
 
 __all__ = ["ForgetPlan", "apply_plan", "reapply_to_records"]
 
@@ -29,10 +31,31 @@ class ForgetPlan:
     destroy_scopes: list[bytes] = field(default_factory=list)
     destroy_subjects: list[bytes] = field(default_factory=list)
     epochs: list[int] = field(default_factory=list)  # KEK epochs live at forget time (S5 horizon)
+    # also destroy the scope and subject keys only these records use (erasure.unshared): found
+    # again wherever the plan is applied, never listed (a list of tokens would name them)
+    unshared: bool = False
+    _found: tuple[list[bytes], list[bytes]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def compliance(self) -> bool:
         return self.mode == "compliance"
+
+    def keys_to_destroy(
+        self, txn: Txn, lineage: Mapping[str, LineageRow] | None = None
+    ) -> tuple[list[bytes], list[bytes]]:
+        """(scope tokens, subject tokens) whose keys this plan destroys: those listed, and (if
+        ``unshared``) those only its records use, found in ``txn`` (once, before it is applied;
+        ``lineage``: its records' lineage rows, if the caller read them already)."""
+        if self.unshared and self._found is None:
+            self._found = unshared_keys(txn, self.target_kind, self.target, self.destroy_records, lineage)
+        scopes, subjects = self._found or ([], [])
+        return sorted({*self.destroy_scopes, *scopes}), sorted({*self.destroy_subjects, *subjects})
+
+    @property
+    def key_counts(self) -> tuple[int, int]:
+        """How many scope and subject keys it destroys (known once :meth:`keys_to_destroy` ran)."""
+        scopes, subjects = self._found or ([], [])
+        return len({*self.destroy_scopes, *scopes}), len({*self.destroy_subjects, *subjects})
 
     def to_entry(self) -> dict[str, Any]:
         return {
@@ -48,6 +71,7 @@ class ForgetPlan:
             "destroy_scopes": [t.hex() for t in self.destroy_scopes],
             "destroy_subjects": [t.hex() for t in self.destroy_subjects],
             "epochs": self.epochs,
+            "unshared": self.unshared,
         }
 
     @classmethod
@@ -65,6 +89,7 @@ class ForgetPlan:
             destroy_scopes=[bytes.fromhex(t) for t in entry["destroy_scopes"]],
             destroy_subjects=[bytes.fromhex(t) for t in entry["destroy_subjects"]],
             epochs=[int(e) for e in entry.get("epochs", [])],
+            unshared=entry.get("unshared") is True,
         )
 
 
@@ -74,9 +99,10 @@ def apply_plan(txn: Txn, plan: ForgetPlan) -> None:
     txn.insert_tombstones((t, plan.version, kind, plan.request_id) for t, kind in plan.tombstones)
     txn.hide_records(plan.hide, plan.version, plan.mode)
     if plan.compliance:
+        scopes, subjects = plan.keys_to_destroy(txn)
         txn.destroy_record_keys(plan.destroy_records, plan.version)
-        txn.destroy_scope_keys(plan.destroy_scopes, plan.version)
-        txn.destroy_subject_keys(plan.destroy_subjects, plan.version)
+        txn.destroy_scope_keys(scopes, plan.version)
+        txn.destroy_subject_keys(subjects, plan.version)
     txn.bump_forget_epoch()
 
 

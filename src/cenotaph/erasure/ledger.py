@@ -57,8 +57,8 @@ def initial_layers(plan: ForgetPlan) -> dict[str, Any]:
             "state": "done",
             "evidence": {
                 "records": len(plan.destroy_records),
-                "scopes": len(plan.destroy_scopes),
-                "subjects": len(plan.destroy_subjects),
+                "scopes": plan.key_counts[0],
+                "subjects": plan.key_counts[1],
             },
         },
         "lineage": {"state": "done", "evidence": {"cascaded": len(plan.destroy_records)}},

@@ -20,7 +20,7 @@ from ..records import is_visible
 from ..scope import Scope
 from .forget import ForgetPlan
 
-__all__ = ["ForgetPlanner"]
+__all__ = ["ForgetPlanner", "check_postcondition", "remains", "with_derived"]
 
 
 def _now_iso() -> str:
@@ -53,7 +53,9 @@ class ForgetPlanner:
             plan.tombstones.append((scope_token, "scope"))
             live = txn.records_in_scopes(subtree)
             affected = txn.lineage_ids(subtree, None, unforgotten=unforgotten)
-            plan.destroy_scopes = subtree if mode == "compliance" else []
+            # the subtree's scope keys (and subjects only its records carry) are found again from
+            # the target where the plan is applied: listing them would name every scope in it
+            plan.unshared = mode == "compliance"
         else:
             key_token = self._tokens.key(key)
             plan.target = self._tokens.key_subtree(scope_token, key_token)
@@ -96,6 +98,7 @@ class ForgetPlanner:
         plan.destroy_records = with_derived(txn, txn.lineage_ids_for_subject(token))
         plan.hide = list(plan.destroy_records)
         plan.destroy_subjects = [token]
+        plan.unshared = True  # and the scopes and other subjects only these records use
         return plan
 
 
@@ -118,3 +121,19 @@ def check_postcondition(txn: Txn, plan: ForgetPlan) -> None:
             "This is a bug in cenotaph; please report it.",
             ["postcondition"],
         )
+
+
+def remains(txn: Txn, plan: ForgetPlan) -> dict[str, int]:
+    """What of a compliance forget's target, written before it, is still in the database: record
+    rows (ciphertext) and live record keys -- of the records it planned, and of any record the
+    target covers now (a subject's records; a scope subtree's). Zero for a verified request;
+    records written after a reauthorization (newer than the forget) are not the target's past."""
+    ids = {*plan.destroy_records, *plan.hide}
+    if plan.target_kind == "subject":
+        ids.update(i for i, version, _ in txn.subject_lineage(plan.target) if version < plan.version)
+    elif plan.target_kind == "scope":
+        for token in txn.subtree_tokens(plan.target):
+            ids.update(i for i, version, _ in txn.scope_lineage(token) if version < plan.version)
+    wanted = sorted(ids)
+    keys = sum(1 for row in txn.lineage(wanted).values() if row.wrapped is not None)
+    return {"records": len(txn.existing_records(wanted)), "keys": keys}

@@ -10,14 +10,22 @@ deleted once the request verifies. A copy of the database taken while the reques
 epoch, which is one of the plan's epochs, so the horizon covers them. Rotation does not rewrap a
 probe key (its epoch would then outlive the plan's); it keeps that epoch until the key is gone.
 
+With the probes, the blob records what the forget *found* to erase (records holding ciphertext
+or keys, and wrapped keys): a forget that found nothing -- a repeated erasure, a target the store
+never held, a replay on a copy that never held it -- has nothing to probe, and verifies on a clean
+scan and an empty target (``plan.remains``); one that found something must have probes. Sealed
+with the probes, so editing the database cannot turn one kind into the other.
+
 Requests from before probe keys (schema 4) sealed probes under a key derived from the erasure
-secret, which is never destroyed; :func:`legacy_probe_key` still opens them.
+secret, which is never destroyed; :func:`legacy_probe_key` still opens them. Blobs sealed before
+the tally existed hold a bare list (``found`` is then unknown).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
@@ -29,7 +37,7 @@ from ..model import Record
 from .forget import ForgetPlan
 from .scanner import PROBE_MIN, probe_windows
 
-__all__ = ["legacy_probe_key", "sample_probes", "seal_probes", "open_probes"]
+__all__ = ["ProbeSample", "legacy_probe_key", "sample_probes", "seal_probes", "open_probes"]
 
 T = TypeVar("T")
 _AAD = b"cenotaph-probes/1"
@@ -37,6 +45,19 @@ MAX_PROBES_PER_REQUEST = 4096
 # records sampled per request, spread evenly over all it destroys: opening and embedding each one
 # inside the forget's transaction was 84% of a 20k-record forget's lock time (bench_forget_lock)
 MAX_SAMPLED_RECORDS = 1024
+
+
+@dataclass(frozen=True)
+class ProbeSample:
+    """A request's probes, and what its forget found to erase: ``{"records": n, "keys": k}``
+    (``None`` for requests sealed before that was recorded)."""
+
+    probes: list[bytes]
+    found: dict[str, int] | None
+
+    @property
+    def found_nothing(self) -> bool:
+        return self.found is not None and not any(self.found.values())
 
 
 def _texts(value: object) -> Iterable[str]:
@@ -55,17 +76,26 @@ def _texts(value: object) -> Iterable[str]:
 
 def sample_probes(
     txn: Txn, plan: ForgetPlan, open_record: Callable[[Txn, str], tuple[Record, bytes | None] | None]
-) -> list[bytes]:
-    """Probes of everything ``plan`` will destroy; call before the keys are destroyed.
+) -> ProbeSample:
+    """Probes of everything ``plan`` will destroy, and what it found; call before the keys are
+    destroyed.
 
     At most :data:`MAX_PROBES_PER_REQUEST` (the scan's cost grows with the count): the wrapped
     scope and subject keys always, then wrapped record keys and content windows in equal shares,
     each spread evenly over every record the plan destroys (not the first records only), from at
-    most :data:`MAX_SAMPLED_RECORDS` records chosen the same way."""
+    most :data:`MAX_SAMPLED_RECORDS` records chosen the same way among those of which something is
+    still in the database. What it found is counted over all of them."""
     pinned: list[bytes] = []  # destroyed scope and subject keys: few, and each guards many records
     keys: list[bytes] = []  # wrapped record and lineage keys
     windows: list[bytes] = []  # ciphertext, plaintext and vector windows
-    ids = _evenly(plan.destroy_records, MAX_SAMPLED_RECORDS)
+    # what is still in the database of the records it destroys: the tally (sealed with the
+    # probes), and where the sampled records come from (a record an earlier erasure purged has
+    # nothing left to probe, and must not take a sampled record's place)
+    rows = txn.existing_records(plan.destroy_records)
+    lineage = txn.lineage(plan.destroy_records)
+    live = {i for i, row in lineage.items() if row.wrapped is not None}
+    held = sorted(rows | live)
+    ids = _evenly(held, MAX_SAMPLED_RECORDS)
     for record_id in ids:
         row = txn.record(record_id)
         if row is not None:
@@ -82,28 +112,27 @@ def sample_probes(
                 windows.extend(_text_windows(text))
             if vector:
                 windows.extend(_vector_windows(vector))
-    for lineage in txn.lineage(ids).values():
-        for blob in (lineage.wrapped, lineage.subjects):
+    for sampled in (lineage[i] for i in ids if i in lineage):
+        for blob in (sampled.wrapped, sampled.subjects):
             if blob:
                 keys.append(bytes(blob))
-    for scope in txn.scope_rows(plan.destroy_scopes).values():
+    scopes, subjects = plan.keys_to_destroy(txn, lineage)
+    for scope in txn.scope_rows(scopes).values():
         if scope.wrapped:
             pinned.append(bytes(scope.wrapped))
-    for wrapped, _ in txn.subject_rows(plan.destroy_subjects).values():
+    for wrapped, _ in txn.subject_rows(subjects).values():
         if wrapped:
             pinned.append(bytes(wrapped))
+    found = {"records": len(held), "keys": len(live) + len(pinned)}
     pinned, keys, windows = (_usable(group) for group in (pinned, keys, windows))
     budget = MAX_PROBES_PER_REQUEST - min(len(pinned), MAX_PROBES_PER_REQUEST)
     take_keys = min(len(keys), max(budget // 2, budget - len(windows)))
-    return list(
-        dict.fromkeys(
-            [
-                *_evenly(pinned, MAX_PROBES_PER_REQUEST),
-                *_evenly(keys, take_keys),
-                *_evenly(windows, budget - take_keys),
-            ]
-        )
-    )
+    probes = [
+        *_evenly(pinned, MAX_PROBES_PER_REQUEST),
+        *_evenly(keys, take_keys),
+        *_evenly(windows, budget - take_keys),
+    ]
+    return ProbeSample(list(dict.fromkeys(probes)), found)
 
 
 def _usable(probes: list[bytes]) -> list[bytes]:
@@ -151,16 +180,23 @@ def legacy_probe_key(secret: bytes, request_id: str) -> bytes:
     return derive(secret, b"probes", request_id.encode())
 
 
-def seal_probes(key: bytes, request_id: str, probes: list[bytes]) -> bytes:
-    body = json.dumps([p.hex() for p in probes]).encode()
+def seal_probes(key: bytes, request_id: str, sample: ProbeSample) -> bytes:
+    body = json.dumps({"probes": [p.hex() for p in sample.probes], "found": sample.found}).encode()
     return seal(key, body, _AAD + request_id.encode())
 
 
 def open_probes(
     key: bytes | None, request_id: str, blob: bytes | None, *, legacy: bool = False
-) -> list[bytes] | None:
-    """The probes, or ``None`` if there are none or their key is gone (its epoch destroyed)."""
+) -> ProbeSample | None:
+    """The probes and tally, or ``None`` if there are none or their key is gone (its epoch
+    destroyed) or they do not open under it."""
     if blob is None or key is None:
         return None
     body = open_sealed(key, blob, _AAD if legacy else _AAD + request_id.encode())
-    return None if body is None else [bytes.fromhex(p) for p in json.loads(body)]
+    if body is None:
+        return None
+    doc = json.loads(body)
+    if isinstance(doc, list):  # sealed before the tally was recorded
+        return ProbeSample([bytes.fromhex(p) for p in doc], None)
+    found = {str(k): int(v) for k, v in doc["found"].items()} if doc.get("found") is not None else None
+    return ProbeSample([bytes.fromhex(p) for p in doc["probes"]], found)

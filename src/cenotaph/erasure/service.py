@@ -1,4 +1,5 @@
-"""Erasure requests after the forget: purge, scan, horizon, certificates, audit, rotation, backup.
+"""Erasure requests after the forget: purge, horizon, certificates, audit, rotation, backup (the
+verifying scan is ``erasure.verification``; why a request is not verified, ``erasure.standing``).
 
 States only move forward on evidence (SPEC W5, S3-S6)::
 
@@ -19,36 +20,38 @@ from pathlib import Path
 from typing import Any
 
 from ..backends.base import Backend, ErasureRow, Txn
-from ..backends.sqlite.backend import DB_NAME
+from ..backends.sqlite.backend import DB_NAME, busy_timeout_ms
 from ..crypto.keys import KeyChain
-from ..crypto.provider import KeyProvider, LocalKeyring
+from ..crypto.provider import KeyProvider
 from ..durable import fsync, write_atomically
 from ..errors import ErasureNotProvableError, InvalidValueError, NotFoundError, StorageError
 from ..faults import fault_point
-from ..model import BackupInfo, Certificate, ErasureStatus, LayerStatus, PurgeReport, RotationReport
+from ..model import (
+    BackupInfo,
+    Certificate,
+    ErasureStatus,
+    LayerStatus,
+    PurgeReport,
+    Retention,
+    RotationReport,
+)
 from ..validation import check_token_text
 from .audit import AuditEntry, entry_from_dict, verify_chain
 from .certificate import Signer
 from .forget import ForgetPlan
 from .ledger import AUDIT_CHAIN, KEK_EPOCH, KEKS_DESTROYED, all_anchors, all_intents, anchor_audit
-from .probes import legacy_probe_key, open_probes
-from .scan_worker import scan_in_child
-from .scanner import ScanResult
+from .standing import INVESTIGATE, OPERATIONAL_GAP, PURGE, Standing, standing_of
+from .unshared import dead_key_rows
+from .verification import PENDING_STATES, Progress, Verifier, now_iso
 
 __all__ = ["ErasureService", "BACKUP_MANIFEST", "Progress"]
 
-Progress = Callable[[int, int], None]
 BACKUP_MANIFEST = "cenotaph-backup.json"
 PURGE_LAYERS = ("rows", "wal", "index")
-OPERATIONAL_GAP = "an operational forget never reports erasure; use mode='compliance' to erase"
 ALTERED_GAP = (
     "the database says this request is verified, but the audit log holds no scan that verified it: "
     "the database was altered; check the audit log against the ledger and investigate"
 )
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat()
 
 
 def _done(**evidence: Any) -> dict[str, Any]:
@@ -74,6 +77,7 @@ class ErasureService:
         self._clear_memory = clear_memory  # drops caches and index entries; returns entries left
         self._sync = sync
         self._vouched_cache: tuple[tuple[int, int], frozenset[str]] | None = None
+        self._verifier = Verifier(backend, provider, keys, lambda row: self._horizon(row, retention=()))
 
     # -- status ------------------------------------------------------------------------
     def row(self, request_id: object) -> ErasureRow:
@@ -90,24 +94,20 @@ class ErasureService:
         layers = {
             n: LayerStatus(v["state"], v.get("evidence", {})) for n, v in json.loads(row.layers).items()
         }
-        gaps = [
-            f"layer {name!r} is {layer.state}"
-            + (f": {layer.evidence['gap']}" if "gap" in layer.evidence else "")
-            for name, layer in sorted(layers.items())
-            if layer.state != "done"
-        ]
-        if row.mode == "operational":
-            gaps.insert(0, OPERATIONAL_GAP)
-        state = row.state
-        if state == "verified" and row.mode == "compliance" and row.id not in self._vouched():
-            # the row is a cache: only a verifying scan in the audit log, announced in the
-            # ledger, makes a request report verified (an edited row must not)
-            state = "purged"
-            gaps.insert(0, ALTERED_GAP)
-        horizon, reason = self._horizon(row)
+        standing = self._standing(row)
+        retention = self.retention() if row.mode == "compliance" else []
+        horizon, reason = self._horizon(row, retention=retention)
+        held: tuple[Retention, ...] = ()
         if row.mode == "compliance" and horizon is None:
             layers["horizon"] = LayerStatus("pending", {"reason": reason})
-        return ErasureStatus(state, layers, horizon, tuple(gaps))
+            epochs = set(ForgetPlan.from_entry(json.loads(row.plan)).epochs)
+            held = tuple(r for r in retention if r.epoch in epochs)
+        state, gaps, stuck, next_step = row.state, standing.gaps, standing.stuck, standing.next_step
+        if state == "verified" and row.mode == "compliance" and row.id not in self._vouched():
+            # the row is a cache: only a verifying scan in the audit log, announced in the
+            # ledger, makes a request report verified (an edited row must not); no purge changes that
+            state, gaps, stuck, next_step = "purged", (ALTERED_GAP, *gaps), True, INVESTIGATE
+        return ErasureStatus(state, layers, horizon, gaps, stuck=stuck, next_step=next_step, retained_by=held)
 
     def _vouched(self) -> frozenset[str]:
         """Ids of the requests a scan verified, by audit entries whose chain holds and whose heads
@@ -142,28 +142,44 @@ class ErasureService:
         self._vouched_cache = (mark, vouched)
         return vouched
 
-    def _horizon(self, row: ErasureRow, epochs: Sequence[int] | None = None) -> tuple[datetime | None, str]:
+    def _standing(self, row: ErasureRow) -> Standing:
+        def lookup(request_id: str) -> ErasureRow | None:
+            with self._backend.read() as txn:
+                return txn.erasure(request_id)
+
+        return standing_of(row, lookup)
+
+    def _horizon(
+        self,
+        row: ErasureRow,
+        epochs: Sequence[int] | None = None,
+        retention: Sequence[Retention] | None = None,
+    ) -> tuple[datetime | None, str]:
         """S5: reached once every KEK epoch live at the forget (``epochs``; by default the row's
-        plan's) is destroyed."""
+        plan's) is destroyed. Its reason names whatever holds a live one back (``retention``:
+        :meth:`retention`, looked up if not given)."""
         if row.mode != "compliance":
             return None, "operational forgets have no erasure horizon"
         if epochs is None:
             epochs = ForgetPlan.from_entry(json.loads(row.plan)).epochs
         live = set(self._provider.live_epochs()) & set(epochs)
         if not live:
-            stamp = row.horizon or _now()
+            stamp = row.horizon or now_iso()
             return datetime.fromisoformat(stamp), "every KEK epoch that wrapped a destroyed key is destroyed"
-        held = sorted(b for b, epochs in self._provider.backups().items() if live & set(epochs))
-        with self._backend.read() as txn:
-            probing = live & txn.probe_key_epochs()
         reason = f"KEK epoch(s) {sorted(live)} still exist"
-        if held:
-            reason += f" and registered backup(s) {held} need them: release_backup() them, then rotate_keys()"
-        elif probing:
+        holders = [r for r in (self.retention() if retention is None else retention) if r.epoch in live]
+        backups = sorted({r.id for r in holders if r.holder == "backup"})
+        if backups:
             reason += (
-                " and a pending erasure's probes need them: purge() until it verifies, then rotate_keys()"
+                f" and registered backup(s) {backups} need them: release_backup() them, then rotate_keys()"
             )
-        else:
+        requests = [r for r in holders if r.holder == "erasure"]
+        if requests:
+            reason += (
+                " and " if backups else ": "
+            ) + "a pending erasure's probes need them until it verifies ("
+            reason += "; ".join(f"{r.id}: {r.release}" for r in requests) + ")"
+        if not holders:
             reason += ": run rotate_keys() to destroy them"
         return None, reason
 
@@ -174,10 +190,7 @@ class ErasureService:
         if ALTERED_GAP in status.gaps:
             self._audited_verification(request_id)  # StorageError: the database was altered
         if status.state != "verified" or status.gaps:  # verified, and no layer short of done
-            gaps = list(status.gaps) or [f"the request is {status.state}, not verified"]
-            raise ErasureNotProvableError(
-                "erasure is not provable yet: " + "; ".join(gaps) + ". Run store.purge() and retry.", gaps
-            )
+            raise _not_provable(status, "erasure is not provable yet")
         # the row says verified; the ledger must hold the forget and the verified audit log a
         # scan that verified it, or the row was written by someone who can edit the database
         if self._ledgered_plan(request_id)["mode"] != "compliance":
@@ -186,21 +199,33 @@ class ErasureService:
         return status
 
     def wait(self, request_id: str, timeout: float | None) -> ErasureStatus:
-        """Purge until the request is verified (operational: reclaimed) or ``timeout`` passes."""
+        """Purge until the request is verified (operational: reclaimed) or ``timeout`` passes;
+        raise ErasureNotProvableError once it cannot verify by purging (see ErasureRequest.wait)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         operational = self.row(request_id).mode == "operational"
+        blocked_since: float | None = None
+        idle_rounds = 0
         while True:
+            before = self.status(request_id)
+            if _finished(before, operational):
+                return before
+            self.purge()  # always once: whatever kept it stuck may have been fixed since
             status = self.status(request_id)
-            if status.state == "verified" or (operational and status.layers["reclaim"].state == "done"):
+            if _finished(status, operational) or operational:
                 return status
-            if ALTERED_GAP in status.gaps:  # no purge changes that: say so now
+            if status.stuck:
+                raise _not_provable(status, f"erasure request {request_id} cannot verify by waiting")
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
                 return status
-            self.purge()
-            status = self.status(request_id)
-            if status.state == "verified" or operational:
-                return status
-            if deadline is not None and time.monotonic() >= deadline:
-                return status
+            if self._standing(self.row(request_id)).blocked:  # an open reader: it may go away
+                blocked_since = now if blocked_since is None else blocked_since
+                if deadline is None and now - blocked_since > busy_timeout_ms() / 1000:
+                    raise _not_provable(status, f"erasure request {request_id} is still blocked")
+            else:  # nothing known blocks it, yet purging did not verify it: never loop on that
+                idle_rounds = idle_rounds + 1 if status.state == before.state else 0
+                if deadline is None and idle_rounds >= 3:
+                    raise _not_provable(status, f"purging does not move erasure request {request_id} forward")
             time.sleep(0.05)
 
     # -- purge -------------------------------------------------------------------------
@@ -244,7 +269,7 @@ class ErasureService:
             # reader may block this purge's WAL truncation): no certificate over a pending layer
             to_verify = [r for r in txn.erasures(["purged"]) if _purge_layers_done(r)]
         if to_verify:
-            scan = self._verify(to_verify, progress)
+            scan = self._verifier.verify(to_verify, progress)
         with self._backend.read() as txn:
             for row in txn.erasures():
                 requests[row.id] = row.state
@@ -267,100 +292,12 @@ class ErasureService:
         if layers["rows"]["state"] == "done":
             return 0
         ids = sorted({*plan.destroy_records, *plan.hide})
-        removed = txn.purge_erased(ids, plan.destroy_scopes, plan.destroy_subjects, plan.version)
+        listed = (plan.destroy_scopes, plan.destroy_subjects)
+        scopes, subjects = dead_key_rows(txn, plan.target_kind, plan.target, ids, listed)
+        removed = txn.purge_erased(ids, scopes, subjects, plan.version)
         layers["rows"] = _done(rows_removed=removed, records=len(ids))
         txn.update_erasure(row.id, layers=json.dumps(layers))
         return removed
-
-    def _scan_roots(self) -> list[Path]:
-        roots = [p for p in (self._backend.location,) if p is not None]
-        if isinstance(self._provider, LocalKeyring) and not any(
-            self._provider.path.resolve().is_relative_to(r.resolve()) for r in roots
-        ):
-            roots.append(self._provider.path)
-        return roots
-
-    def _scan(self, probes: list[bytes], progress: Progress | None) -> ScanResult:
-        return scan_in_child([r.resolve() for r in self._scan_roots()], probes, progress)
-
-    def _verify(self, rows: list[ErasureRow], progress: Progress | None) -> dict[str, Any]:
-        with self._backend.read() as txn:
-            per_request = {r.id: self._open_probes(txn, r) or [] for r in rows}
-        every = [p for probes in per_request.values() for p in probes]
-        combined = self._scan(every, progress)
-        in_database = any(Path(f).name.startswith(DB_NAME) for f in combined.matched_files)
-        # once per request: a match in live cells (a value quoting text the store keeps, say)
-        # survives any rewrite, and must not cost the store's size on every purge after
-        untried = any(not _scan_evidence(r).get("rewritten") for r in rows)
-        rewritten = in_database and untried and self._backend.rewrite()
-        if rewritten:
-            # secure_delete zeroes what is deleted, but a page SQLite reorganized earlier can keep
-            # a stale fragment of a cell in its unallocated space; rewriting the whole database
-            # (VACUUM, then a TRUNCATE checkpoint) leaves none. Costs the store's size, only then.
-            combined = self._scan(every, progress)
-        results = {r.id: combined for r in rows}
-        if combined.matches:  # attribute residue to the requests it belongs to
-            results = {r.id: self._scan(per_request[r.id], None) for r in rows}
-        fault_point("purge.scanned")
-        with self._backend.write() as txn:
-            for row in rows:
-                self._conclude(txn, row, results[row.id], len(per_request[row.id]), rewritten)
-        # the sealed probes were just deleted: push that out of the WAL too
-        self._backend.checkpoint_truncate()
-        return combined.to_dict()
-
-    def _open_probes(self, txn: Txn, row: ErasureRow) -> list[bytes] | None:
-        wrapped = txn.probe_key(row.id)
-        if wrapped is None:  # sealed before probe keys existed
-            key = legacy_probe_key(self._provider.erasure_secret(), row.id)
-            return open_probes(key, row.id, row.probes, legacy=True)
-        return open_probes(self._keys.unwrap(*wrapped), row.id, row.probes)
-
-    def _conclude(
-        self, txn: Txn, row: ErasureRow, result: ScanResult, probe_count: int, rewritten: bool
-    ) -> None:
-        layers = json.loads(row.layers)
-        # rows this purge really removed: a replayed forget of records this copy never held (a
-        # restore from an older backup) removes none, and its clean scan needs no probes
-        evidence_rows = layers["rows"]["evidence"]
-        removed = int(evidence_rows.get("rows_removed", evidence_rows.get("records", 0)))
-        evidence = {**result.to_dict(), "probes": probe_count}
-        if rewritten or _scan_evidence(row).get("rewritten"):
-            evidence["rewritten"] = True  # the database was rewritten for this request already
-        gap = None
-        if result.matches:
-            gap = f"{result.matches} probe match(es) in {list(result.matched_files)}; purge again or investigate"
-        elif not result.positive_control:
-            gap = "the scanner's positive control failed, so a clean scan proves nothing"
-        elif probe_count == 0 and removed:
-            gap = "rows were removed but no probes were taken, so a clean scan proves nothing"
-        elif result.files == 0 or result.bytes == 0:
-            gap = "the scan read no file, so it proves nothing; check the data directory"
-        layers["scan"] = {
-            "state": "failed" if gap else "done",
-            "evidence": evidence | ({"gap": gap} if gap else {}),
-        }
-        fields: dict[str, Any] = {"layers": json.dumps(layers), "scan": json.dumps(evidence)}
-        verified_at = None if gap else _now()
-        if gap is None:
-            fields |= {"state": "verified", "verified_at": verified_at, "probes": None}
-            txn.delete_probe_key(row.id)
-            horizon, reason = self._horizon(row)
-            fields |= {"horizon": horizon.isoformat() if horizon else None, "horizon_reason": reason}
-        txn.update_erasure(row.id, **fields)
-        anchor_audit(
-            self._provider,
-            txn,
-            "verify",
-            {
-                "request_id": row.id,
-                "verified": gap is None,
-                "matches": result.matches,
-                "probes": probe_count,
-                "scan": evidence,  # what a certificate states is what this audited entry says
-                "verified_at": verified_at,
-            },
-        )
 
     # -- certificates ------------------------------------------------------------------
     def signer(self) -> Signer:
@@ -520,17 +457,48 @@ class ErasureService:
             # backup registering at this moment (another thread or process) never loses its epoch
             if epoch != new_epoch and epoch not in probing and self._provider.destroy_epoch(epoch)
         ]
-        retained = {e for epochs in self._provider.backups().values() for e in epochs} | probing
         self._keys.forget_epoch_sealers()
         self._record_horizons(destroyed=bool(destroyed))
         if progress is not None:
             progress(len(rows), len(rows))
+        # every old epoch still alive is held by someone: name each holder, why, and the release
+        retained = tuple(r for r in self.retention() if r.epoch != new_epoch)
         return RotationReport(
             new_epoch=new_epoch,
             rewrapped=len(rewrapped),
             destroyed_epochs=tuple(destroyed),
-            retained_epochs=tuple(sorted(retained & set(self._provider.live_epochs()))),
+            retained_epochs=tuple(sorted({r.epoch for r in retained})),
+            retained=retained,
         )
+
+    def retention(self) -> list[Retention]:
+        """Who keeps each live KEK epoch from being destroyed by rotation, why, and what releases
+        it: registered backups, and pending requests whose probes that epoch wraps."""
+        live = set(self._provider.live_epochs())
+        held = [
+            Retention(
+                epoch,
+                "backup",
+                backup_id,
+                "a registered backup needs this epoch to stay restorable",
+                "release_backup() it once the backup is no longer needed, then rotate_keys()",
+            )
+            for backup_id, epochs in sorted(self._provider.backups().items())
+            for epoch in sorted(set(epochs) & live)
+        ]
+        with self._backend.read() as txn:
+            pending = [(r, txn.probe_key(r.id)) for r in txn.erasures(PENDING_STATES)]
+        for row, key in pending:
+            if key is None or key[1] not in live:
+                continue
+            standing = self._standing(row)
+            why = f"its probes are sealed under this epoch until it verifies; it is {row.state}"
+            why += f": {standing.gaps[0]}" if standing.gaps else ""
+            release = f"{standing.next_step}, then rotate_keys()"
+            if standing.stuck:
+                release = f"it cannot verify by purging again: {standing.next_step}; then rotate_keys()"
+            held.append(Retention(key[1], "erasure", row.id, why, release, standing.stuck))
+        return sorted(held, key=lambda r: (r.epoch, r.holder, r.id))
 
     def _record_horizons(self, *, destroyed: bool = False) -> None:
         """Persist the instant each request's horizon was reached (first seen after rotation).
@@ -541,7 +509,7 @@ class ErasureService:
                 txn.set_meta(KEKS_DESTROYED, txn.meta_all().get(KEKS_DESTROYED, 0) + 1)
             for row in txn.erasures():
                 if row.mode == "compliance" and row.horizon is None:
-                    horizon, reason = self._horizon(row)
+                    horizon, reason = self._horizon(row, retention=())  # stored only once reached
                     if horizon is not None:
                         txn.update_erasure(row.id, horizon=horizon.isoformat(), horizon_reason=reason)
 
@@ -607,9 +575,19 @@ class ErasureService:
             anchor_audit(self._provider, txn, "release_backup", {"backup_id": backup_id})
 
 
-def _scan_evidence(row: ErasureRow) -> dict[str, Any]:
-    evidence: dict[str, Any] = json.loads(row.layers).get("scan", {}).get("evidence", {})
-    return evidence
+def _finished(status: ErasureStatus, operational: bool) -> bool:
+    if operational:
+        return status.layers["reclaim"].state == "done"
+    return status.state == "verified"
+
+
+def _not_provable(status: ErasureStatus, what: str) -> ErasureNotProvableError:
+    """The error naming every gap and the one thing to do next."""
+    gaps = list(status.gaps) or [f"the request is {status.state}, not verified"]
+    step = status.next_step or PURGE
+    if status.stuck:
+        step = "purging again will not change this: " + step
+    return ErasureNotProvableError(f"{what}: " + "; ".join(gaps) + f". Next: {step}.", gaps)
 
 
 def _purge_layers_done(row: ErasureRow | dict[str, Any]) -> bool:
