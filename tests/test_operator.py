@@ -215,6 +215,10 @@ def test_a_value_starting_with_a_dash_is_a_value(data: Path) -> None:
 
 
 # -- Ctrl-C ------------------------------------------------------------------------------------
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt(args: list[str], pause: tuple[str, Path] | None = None) -> tuple[int, str]:
     """Run the CLI as a real process and send it SIGINT (Ctrl-C): at the named fault point when
     ``pause`` is given (the process waits there until the marker file goes), else while it reads
@@ -227,6 +231,9 @@ def _interrupt(args: list[str], pause: tuple[str, Path] | None = None) -> tuple[
         stderr=subprocess.PIPE,
         text=True,
         env=subprocess_env(**env),
+        # a shell starts background jobs with SIGINT ignored, and a child inherits that: the CLI
+        # must meet Ctrl-C as a terminal delivers it, whoever ran the tests
+        preexec_fn=_default_sigint,
     )
     try:
         if pause is None:
