@@ -61,7 +61,7 @@ _SLOT_SQL = (
 )
 _ERASURE_COLS = (
     "id, mode, target_kind, target, version, requested_at, state, layers, plan, probes, horizon, "
-    "horizon_reason, verified_at, scan"
+    "horizon_reason, verified_at, scan, applied"
 )
 _WRAPPED_TABLES = (("records", "id"), ("lineage", "record_id"), ("scopes", "token"), ("subjects", "token"))
 _CHUNK = 500  # bound on host parameters per statement
@@ -400,6 +400,54 @@ class SQLiteTxn:
             frontier = nxt
         return sorted(seen - set(ids))
 
+    def written_since(self, version: int) -> list[LineageRow]:
+        # every write inserts a records row at a fresh version (the table's key, so this is a
+        # range), and a replaced version's lineage stays under the same slot
+        sql = (
+            f"SELECT {_LINEAGE_COLS} FROM lineage WHERE version > ?1 AND (scope_token, key_token) IN "
+            "(SELECT scope_token, key_token FROM records WHERE version > ?1) ORDER BY version"
+        )
+        return [_lineage(row) for row in self._c.execute(sql, (version,))]
+
+    def unforgotten_in_scopes(
+        self, scope_tokens: Sequence[bytes], key_token: bytes | None, before: int, *, compliance: bool
+    ) -> list[str]:
+        found: set[str] = set()
+        kept = "destroyed_version IS NULL" if compliance else "forgotten_version IS NULL"
+        shown = "(hidden_version IS NULL OR wrapped IS NOT NULL)" if compliance else "hidden_version IS NULL"
+        for part in _chunks(list(scope_tokens)):
+            marks = _marks(len(part))
+            key_sql, args = (
+                ("", [*part, before])
+                if key_token is None
+                else (" AND key_token=?", [*part, key_token, before])
+            )
+            for sql in (
+                f"SELECT record_id FROM lineage WHERE scope_token IN ({marks}){key_sql} AND version < ? AND {kept}",
+                f"SELECT id FROM records WHERE scope_token IN ({marks}){key_sql} AND version < ? AND {shown}",
+            ):
+                found.update(r[0] for r in self._c.execute(sql, args))
+        return sorted(found)
+
+    def unforgotten_for_subject(self, subject_token: bytes, before: int, *, compliance: bool) -> list[str]:
+        kept = "l.destroyed_version IS NULL" if compliance else "l.forgotten_version IS NULL"
+        shown = (
+            "(r.hidden_version IS NULL OR r.wrapped IS NOT NULL)"
+            if compliance
+            else "r.hidden_version IS NULL"
+        )
+        found = {
+            r[0]
+            for sql in (
+                "SELECT l.record_id FROM record_subjects rs JOIN lineage l ON l.record_id = rs.record_id "
+                f"WHERE rs.subject_token=? AND l.version < ? AND {kept}",
+                "SELECT r.id FROM record_subjects rs JOIN records r ON r.id = rs.record_id "
+                f"WHERE rs.subject_token=? AND r.version < ? AND {shown}",
+            )
+            for r in self._c.execute(sql, (subject_token, before))
+        }
+        return sorted(found)
+
     # -- forgetting ------------------------------------------------------------------
     def hide_records(self, ids: Sequence[str], version: int, mode: str) -> int:
         # one statement per chunk of ids (an UPDATE per id was 1.1 s of a 100k-record forget)
@@ -453,12 +501,24 @@ class SQLiteTxn:
         removed = 0
         for part in _chunks(list(ids)):
             marks = _marks(len(part))
+            # record_subjects and derivations are keyed by (subject, record) and (source,
+            # derived): deleting by the second column alone scans the whole table, so the pairs
+            # come from the records' own lineage rows (their subject tokens and sources)
+            pairs: list[tuple[bytes, str]] = []
+            sources: list[tuple[str, str]] = []
+            sql = f"SELECT record_id, subject_tokens, sources FROM lineage WHERE record_id IN ({marks})"
+            for record_id, tokens, listed in self._c.execute(sql, part):
+                pairs.extend((tokens[i : i + 32], record_id) for i in range(0, len(tokens), 32))
+                if listed != "[]":
+                    sources.extend((source, record_id) for source in json.loads(listed))
+            removed += self._deleted(
+                "DELETE FROM record_subjects WHERE subject_token=? AND record_id=?", pairs
+            )
+            removed += self._deleted("DELETE FROM derivations WHERE source_id=? AND derived_id=?", sources)
             for sql in (
                 f"DELETE FROM records WHERE id IN ({marks})",
                 f"DELETE FROM lineage WHERE record_id IN ({marks})",
-                f"DELETE FROM record_subjects WHERE record_id IN ({marks})",
                 f"DELETE FROM derivations WHERE source_id IN ({marks})",
-                f"DELETE FROM derivations WHERE derived_id IN ({marks})",
             ):
                 removed += self._c.execute(sql, part).rowcount
         self._c.executemany("INSERT OR IGNORE INTO erased_records VALUES (?,?)", [(i, version) for i in ids])
@@ -467,6 +527,12 @@ class SQLiteTxn:
                 sql = f"DELETE FROM {table} WHERE wrapped IS NULL AND token IN ({_marks(len(part))})"
                 removed += self._c.execute(sql, part).rowcount
         return removed
+
+    def _deleted(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> int:
+        """Rows removed by one parameterised DELETE run for each of ``rows``."""
+        before = self._c.total_changes
+        self._c.executemany(sql, rows)
+        return self._c.total_changes - before
 
     def erased_version(self, record_id: str) -> int | None:
         value = self._one("SELECT version FROM erased_records WHERE record_id=?", (record_id,))
@@ -480,9 +546,14 @@ class SQLiteTxn:
             removed += self._c.execute(sql, part).rowcount
         return removed
 
-    def sweep_expired(self, now: float) -> int:
-        """Delete expired rows (content key and ciphertext); lineage is kept (expiry is operational)."""
-        return self._c.execute("DELETE FROM records WHERE expires_at <= ?", (now,)).rowcount
+    def sweep_expired(self, now: float, limit: int) -> int:
+        """Delete up to ``limit`` expired rows (content key and ciphertext); lineage is kept
+        (expiry is operational)."""
+        sql = (
+            "DELETE FROM records WHERE version IN "
+            "(SELECT version FROM records WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)"
+        )
+        return self._c.execute(sql, (now, limit)).rowcount
 
     # -- key rotation and backups -------------------------------------------------------
     def wrapped_keys(self) -> list[tuple[str, Any, bytes, int]]:
@@ -524,7 +595,7 @@ class SQLiteTxn:
     # -- erasure requests and audit ----------------------------------------------------
     def insert_erasure(self, row: ErasureRow, *, replace: bool = False) -> None:
         self._c.execute(
-            f"INSERT OR {'REPLACE' if replace else 'IGNORE'} INTO erasures ({_ERASURE_COLS}) VALUES ({_marks(14)})",
+            f"INSERT OR {'REPLACE' if replace else 'IGNORE'} INTO erasures ({_ERASURE_COLS}) VALUES ({_marks(15)})",
             (
                 row.id,
                 row.mode,
@@ -540,6 +611,7 @@ class SQLiteTxn:
                 row.horizon_reason,
                 row.verified_at,
                 row.scan,
+                row.applied,
             ),
         )
 
@@ -564,6 +636,10 @@ class SQLiteTxn:
 
     def erasure_ids(self) -> set[str]:
         return {r[0] for r in self._c.execute("SELECT id FROM erasures")}
+
+    def unapplied_erasures(self) -> list[ErasureRow]:
+        sql = f"SELECT {_ERASURE_COLS} FROM erasures WHERE applied IS NOT NULL ORDER BY version"
+        return [ErasureRow(*r) for r in self._c.execute(sql)]
 
     def audit_tail(self) -> tuple[int, str] | None:
         row = self._c.execute("SELECT seq, entry FROM audit ORDER BY seq DESC LIMIT 1").fetchone()

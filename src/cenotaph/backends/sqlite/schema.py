@@ -116,4 +116,13 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         ) WITHOUT ROWID;
         """,
     ),
+    (
+        6,
+        """
+        -- a large forget commits its tombstones first and hides and destroys its records in
+        -- bounded chunks after (erasure.applier): how many of the plan's record ids are applied,
+        -- NULL once all are (every request from before was applied whole in one transaction)
+        ALTER TABLE erasures ADD COLUMN applied INTEGER;
+        """,
+    ),
 )
