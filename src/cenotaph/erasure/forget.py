@@ -1,18 +1,26 @@
 """Forget plans: what one forget tombstones, hides and destroys, as content-free data.
 
-A plan is computed inside the forget's write transaction, applied there, mirrored into the key
-provider's ledger before commit (W7), and can be re-applied from the ledger alone on open or
-restore (S5) -- so it holds only tokens, record ids and versions.
+A plan is computed in two steps (``erasure.plan``), mirrored into the key provider's ledger
+before its first transaction commits (W7), and can be re-applied from the ledger alone on open
+or restore (S5) -- so it holds only tokens, record ids and versions.
+
+Applying a plan has two parts. The *head* -- tombstones, and the scope and subject keys it
+destroys -- is O(1) and commits with the plan; from then on the ledger decides (S9) and every
+record under a destroyed scope or subject key is shredded at once. The *records* part hides rows
+and destroys per-record keys (which is what shreds derived records and copies of a key forget);
+it is idempotent and may be split into chunks of ids, each its own transaction
+(``erasure.applier``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..backends.base import Txn
 
-__all__ = ["ForgetPlan", "apply_plan", "reapply_to_records"]
+__all__ = ["ForgetPlan", "apply_head", "apply_plan", "apply_records", "reapply_to_records"]
 
 
 @dataclass
@@ -29,13 +37,22 @@ class ForgetPlan:
     destroy_scopes: list[bytes] = field(default_factory=list)
     destroy_subjects: list[bytes] = field(default_factory=list)
     epochs: list[int] = field(default_factory=list)  # KEK epochs live at forget time (S5 horizon)
+    # a key forget's (scope token, key token): its target can be enumerated again (erasure.plan.sweep)
+    key_slot: tuple[bytes, bytes] | None = None
 
     @property
     def compliance(self) -> bool:
         return self.mode == "compliance"
 
+    @property
+    def record_ids(self) -> list[str]:
+        """Every record id the plan hides or destroys, sorted: the order chunks follow."""
+        if self.hide is self.destroy_records or not self.destroy_records:
+            return sorted(self.hide)
+        return sorted({*self.hide, *self.destroy_records})
+
     def to_entry(self) -> dict[str, Any]:
-        return {
+        entry = {
             "request_id": self.request_id,
             "mode": self.mode,
             "target_kind": self.target_kind,
@@ -49,9 +66,13 @@ class ForgetPlan:
             "destroy_subjects": [t.hex() for t in self.destroy_subjects],
             "epochs": self.epochs,
         }
+        if self.key_slot is not None:
+            entry["key_slot"] = [self.key_slot[0].hex(), self.key_slot[1].hex()]
+        return entry
 
     @classmethod
     def from_entry(cls, entry: dict[str, Any]) -> ForgetPlan:
+        slot = entry.get("key_slot")
         return cls(
             request_id=str(entry["request_id"]),
             mode=str(entry["mode"]),
@@ -65,19 +86,31 @@ class ForgetPlan:
             destroy_scopes=[bytes.fromhex(t) for t in entry["destroy_scopes"]],
             destroy_subjects=[bytes.fromhex(t) for t in entry["destroy_subjects"]],
             epochs=[int(e) for e in entry.get("epochs", [])],
+            key_slot=None if slot is None else (bytes.fromhex(slot[0]), bytes.fromhex(slot[1])),
         )
 
 
-def apply_plan(txn: Txn, plan: ForgetPlan) -> None:
-    """Tombstone, hide and destroy in the caller's transaction. Idempotent."""
+def apply_head(txn: Txn, plan: ForgetPlan) -> None:
+    """Tombstones and the scope and subject keys the plan destroys. Idempotent."""
     txn.set_clock(plan.version)
     txn.insert_tombstones((t, plan.version, kind, plan.request_id) for t, kind in plan.tombstones)
-    txn.hide_records(plan.hide, plan.version, plan.mode)
     if plan.compliance:
-        txn.destroy_record_keys(plan.destroy_records, plan.version)
         txn.destroy_scope_keys(plan.destroy_scopes, plan.version)
         txn.destroy_subject_keys(plan.destroy_subjects, plan.version)
     txn.bump_forget_epoch()
+
+
+def apply_records(txn: Txn, plan: ForgetPlan, ids: Sequence[str]) -> None:
+    """Hide ``ids`` and (compliance) destroy their content and lineage keys. Idempotent."""
+    txn.hide_records(ids, plan.version, plan.mode)
+    if plan.compliance:
+        txn.destroy_record_keys(ids, plan.version)
+
+
+def apply_plan(txn: Txn, plan: ForgetPlan) -> None:
+    """The whole plan in the caller's transaction. Idempotent."""
+    apply_head(txn, plan)
+    apply_records(txn, plan, plan.record_ids)
 
 
 def reapply_to_records(txn: Txn, plan: ForgetPlan) -> None:
@@ -85,6 +118,4 @@ def reapply_to_records(txn: Txn, plan: ForgetPlan) -> None:
     on a copy that says it holds the forget already. Scope and subject keys are left: a scope
     re-keyed after a later reauthorization must keep its new key. Idempotent."""
     txn.insert_tombstones((t, plan.version, kind, plan.request_id) for t, kind in plan.tombstones)
-    txn.hide_records(plan.hide, plan.version, plan.mode)
-    if plan.compliance:
-        txn.destroy_record_keys(plan.destroy_records, plan.version)
+    apply_records(txn, plan, plan.record_ids)

@@ -1,10 +1,12 @@
 """The forget ledger: each forget's plan, durable in the key provider before the database commits.
 
-``commit_plan`` applies a plan in the forget's transaction, records its erasure request and an
-audit entry, then appends the content-free entry (plan + audit head) to the provider's ledger
-and only then lets the transaction commit (W7). ``reconcile`` re-applies, on open, restore or
-when another process's ledger grew, every entry the database does not have: a forget that
-reached the ledger happened, even if its process died before COMMIT.
+``commit_plan`` applies a plan in the forget's transaction -- all of it, or for a large plan
+its head only (tombstones, scope and subject keys; ``erasure.applier`` does its records in
+chunks after) -- records its erasure request and an audit entry, then appends the content-free
+entry (plan + audit head) to the provider's ledger and only then lets the transaction commit
+(W7). ``reconcile`` re-applies, on open, restore or when another process's ledger grew, every
+entry the database does not have: a forget that reached the ledger happened, even if its
+process died before COMMIT.
 """
 
 from __future__ import annotations
@@ -22,14 +24,16 @@ from ..errors import KeyProviderError
 from ..faults import fault_point
 from .audit import GENESIS, chain_entry, entry_from_dict, entry_to_dict
 from .authority import FORGET_KIND, GRANT_KIND, IMPORT_KIND, LIFT_KIND, LedgerView
-from .forget import ForgetPlan, apply_plan, reapply_to_records
+from .forget import ForgetPlan, apply_head, apply_plan, reapply_to_records
 
 __all__ = [
+    "CHUNK_RECORDS",
     "Ledger",
     "all_anchors",
     "all_intents",
     "anchor_audit",
     "append_audit",
+    "chunk_records",
     "initial_layers",
     "start_audit_chain",
 ]
@@ -40,28 +44,41 @@ KEK_EPOCH = "kek_epoch"  # meta: the current KEK epoch, bumped by rotation so wr
 KEKS_DESTROYED = "keks_destroyed"  # meta: bumped after a rotation destroyed epochs (others forget them)
 
 ENTRY_KIND = FORGET_KIND
+# plans with more record ids than this commit their head first and their records in chunks of
+# this many after (each chunk one short transaction: about 60 ms of row updates)
+CHUNK_RECORDS = 2000
+
+
+def chunk_records() -> int:
+    """:data:`CHUNK_RECORDS`, read at each use (tests lower it to exercise chunked forgets)."""
+    return CHUNK_RECORDS
+
 
 _log = logging.getLogger("cenotaph")
 
 
-def initial_layers(plan: ForgetPlan) -> dict[str, Any]:
-    """Per-layer status right after the forget committed (evidence is counts, never content)."""
+def initial_layers(plan: ForgetPlan, *, applied: int | None = None) -> dict[str, Any]:
+    """Per-layer status right after the forget committed (evidence is counts, never content).
+    ``applied``: of a plan applied in chunks, how many record ids are done (None: all)."""
     if not plan.compliance:
         return {
             "tombstone": {"state": "done", "evidence": {"version": plan.version}},
             "reclaim": {"state": "pending", "evidence": {"hidden": len(plan.hide)}},
         }
+    done = "done" if applied is None else "pending"
+    progress = {} if applied is None else {"applied": applied, "of": len(plan.record_ids)}
     return {
         "tombstone": {"state": "done", "evidence": {"version": plan.version}},
         "keys": {
-            "state": "done",
+            "state": done,
             "evidence": {
                 "records": len(plan.destroy_records),
                 "scopes": len(plan.destroy_scopes),
                 "subjects": len(plan.destroy_subjects),
+                **progress,
             },
         },
-        "lineage": {"state": "done", "evidence": {"cascaded": len(plan.destroy_records)}},
+        "lineage": {"state": done, "evidence": {"cascaded": len(plan.destroy_records)}},
         "caches": {"state": "done", "evidence": {"cleared": "in-process, others by forget epoch"}},
         "rows": {"state": "pending", "evidence": {}},
         "wal": {"state": "pending", "evidence": {}},
@@ -90,8 +107,11 @@ def start_audit_chain(provider: KeyProvider, txn: Txn) -> None:
     provider.append_ledger({"kind": "chain", "chain": chain})
 
 
+Sampler = Callable[[Txn, ForgetPlan, Any], bytes | None]
+
+
 class Ledger:
-    def __init__(self, provider: KeyProvider, sampler: Callable[[Txn, ForgetPlan], bytes | None]) -> None:
+    def __init__(self, provider: KeyProvider, sampler: Sampler) -> None:
         self._provider = provider
         self._sampler = sampler  # seals probes of what a compliance plan destroys (S4)
         self._mark: int | None = None
@@ -136,14 +156,17 @@ class Ledger:
         known = txn.erasure_ids() if audited is None else audited
         applied = 0
         for request_id, entry in list(self.view.plans.items()):
-            plan = ForgetPlan.from_entry(entry)
             if request_id not in known:
                 # not anchored: a stale copy or a rolled-back database opened on the same keyring
-                # would otherwise fork this chain's anchors; the next anchor covers the entry
-                self._record(txn, plan, replayed=True, replace=audited is not None)
+                # would otherwise fork this chain's anchors; the next anchor covers the entry.
+                # A restore applies every plan whole (nobody else uses the copy yet); elsewhere a
+                # large one commits its head here and its records in chunks after
+                plan = ForgetPlan.from_entry(entry)
+                whole = True if audited is not None else None
+                self._record(txn, plan, replayed=True, replace=audited is not None, whole=whole)
                 applied += 1
             elif audited is not None:
-                reapply_to_records(txn, plan)
+                reapply_to_records(txn, ForgetPlan.from_entry(entry))
         txn.set_clock(self.view.max_version)  # a clock set back would reuse forgotten versions
         # Seen: the ledger as it was read above, not as it is now (an entry appended since, by a
         # process that does not share this database's lock, is still unseen; our own appends
@@ -158,11 +181,16 @@ class Ledger:
         if replayed:
             self._replayed = True
 
-    def commit_plan(self, txn: Txn, plan: ForgetPlan, check: Callable[[Txn, ForgetPlan], None]) -> None:
-        """Apply ``plan``, run ``check`` (the postcondition; raising rolls everything back), then
-        make the plan durable in the provider; the caller commits right after."""
-        anchor = self._record(txn, plan, replayed=False)
-        check(txn, plan)
+    def commit_plan(
+        self, txn: Txn, plan: ForgetPlan, check: Callable[[Txn, ForgetPlan], None], sample: Any = None
+    ) -> bool:
+        """Apply ``plan`` (whole if small; else its head, see ``erasure.applier``), run ``check``
+        on a whole plan (the postcondition; raising rolls everything back), then make the plan
+        durable in the provider; the caller commits right after. ``sample``: probes of the plan's
+        records taken before (outside this transaction). Returns whether it was applied whole."""
+        anchor, whole = self._record(txn, plan, replayed=False, sample=sample)
+        if whole:
+            check(txn, plan)
         fault_point("forget.applied")
         # the plan must be durable before COMMIT (W7); its audit anchor only after it, like every
         # anchor (a forget that never commits is replayed, and its replay is anchored instead)
@@ -172,6 +200,7 @@ class Ledger:
         mark = self._provider.ledger_mark()
         txn.after_commit(lambda: self._seen(mark, replayed=False))  # uncommitted: replay it later
         fault_point("forget.ledgered")
+        return whole
 
     def grant(self, digest: bytes, kind: str, target: bytes, version: int, subject: bytes | None) -> None:
         """Record a reauthorization token's issue in the ledger (before its COMMIT): a token row
@@ -217,11 +246,26 @@ class Ledger:
         )
         self.view.refresh()
 
-    def _record(self, txn: Txn, plan: ForgetPlan, *, replayed: bool, replace: bool = False) -> dict[str, Any]:
+    def _record(
+        self,
+        txn: Txn,
+        plan: ForgetPlan,
+        *,
+        replayed: bool,
+        replace: bool = False,
+        sample: Any = None,
+        whole: bool | None = None,
+    ) -> tuple[dict[str, Any], bool]:
         if not plan.epochs:
             plan.epochs = self._provider.live_epochs()
-        probes = self._sampler(txn, plan) if plan.compliance else None
-        apply_plan(txn, plan)
+        if whole is None:
+            whole = len(plan.record_ids) <= chunk_records()
+        probes = self._sampler(txn, plan, sample) if plan.compliance else None
+        if whole:
+            apply_plan(txn, plan)
+        else:
+            apply_head(txn, plan)
+        applied = None if whole else 0
         txn.insert_erasure(
             ErasureRow(
                 id=plan.request_id,
@@ -230,18 +274,19 @@ class Ledger:
                 target=plan.target,
                 version=plan.version,
                 requested_at=plan.requested_at,
-                state="shredded" if plan.compliance else "tombstoned",
-                layers=json.dumps(initial_layers(plan)),
+                state="shredded" if plan.compliance and whole else "tombstoned",
+                layers=json.dumps(initial_layers(plan, applied=applied)),
                 plan=json.dumps(plan.to_entry()),
                 probes=probes,
                 horizon=None,
                 horizon_reason=None,
                 verified_at=None,
                 scan=None,
+                applied=applied,
             ),
             replace=replace,
         )
-        return append_audit(
+        anchor = append_audit(
             txn,
             "forget",
             {
@@ -254,6 +299,7 @@ class Ledger:
                 "replayed": replayed,
             },
         )
+        return anchor, whole
 
     @staticmethod
     def _entry(plan: dict[str, Any], intent: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Probes (S4): byte strings sampled from what a forget removes, kept sealed until verification.
 
-Sampled inside the forget's transaction (and again when a forget is replayed from the ledger):
-ciphertext windows of each destroyed record, its wrapped keys, the wrapped scope and subject
+Sampled inside the forget's transaction -- a large forget samples its records just before it,
+outside the write lock, and its scope and subject keys inside -- and again when a forget is
+replayed from the ledger: ciphertext windows of each destroyed record, its wrapped keys, the wrapped scope and subject
 keys, and -- while the keys still exist -- the record's plaintext and vector bytes. They are
 sealed under a random *probe key*, wrapped like every data key by a KEK epoch, the newest live
 one of the forget plan's epochs (``probe_keys`` table), so a crashed purge can resume and still prove; blob and key are
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
@@ -28,9 +30,17 @@ from ..model import Record
 from .forget import ForgetPlan
 from .scanner import PROBE_MIN, probe_windows
 
-__all__ = ["legacy_probe_key", "sample_probes", "seal_probes", "open_probes"]
+__all__ = [
+    "RecordSample",
+    "legacy_probe_key",
+    "open_probes",
+    "sample_probes",
+    "sample_records",
+    "seal_probes",
+]
 
 T = TypeVar("T")
+Opener = Callable[[Txn, str], tuple[Record, bytes | None] | None]
 _AAD = b"cenotaph-probes/1"
 MAX_PROBES_PER_REQUEST = 4096
 # records sampled per request, spread evenly over all it destroys: opening and embedding each one
@@ -52,20 +62,22 @@ def _texts(value: object) -> Iterable[str]:
     yield json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def sample_probes(
-    txn: Txn, plan: ForgetPlan, open_record: Callable[[Txn, str], tuple[Record, bytes | None] | None]
-) -> list[bytes]:
-    """Probes of everything ``plan`` will destroy; call before the keys are destroyed.
+@dataclass(frozen=True)
+class RecordSample:
+    """Probes of records, taken while their keys exist: wrapped keys, and content windows."""
 
-    At most :data:`MAX_PROBES_PER_REQUEST` (the scan's cost grows with the count): the wrapped
-    scope and subject keys always, then wrapped record keys and content windows in equal shares,
-    each spread evenly over every record the plan destroys (not the first records only), from at
-    most :data:`MAX_SAMPLED_RECORDS` records chosen the same way."""
-    pinned: list[bytes] = []  # destroyed scope and subject keys: few, and each guards many records
+    keys: list[bytes]
+    windows: list[bytes]
+
+
+def sample_records(txn: Txn, ids: list[str], open_record: Opener) -> RecordSample:
+    """Probes of at most :data:`MAX_SAMPLED_RECORDS` of ``ids``, spread evenly over all of them:
+    ciphertext and vector windows, wrapped keys, and plaintext and vector windows of the opened
+    record. Call before their keys are destroyed."""
     keys: list[bytes] = []  # wrapped record and lineage keys
     windows: list[bytes] = []  # ciphertext, plaintext and vector windows
-    ids = _evenly(plan.destroy_records, MAX_SAMPLED_RECORDS)
-    for record_id in ids:
+    chosen = _evenly(ids, MAX_SAMPLED_RECORDS)
+    for record_id in chosen:
         row = txn.record(record_id)
         if row is not None:
             for blob in (row.ciphertext, row.vector):
@@ -80,17 +92,33 @@ def sample_probes(
                 windows.extend(_text_windows(text))
             if vector:
                 windows.extend(_vector_windows(vector))
-    for lineage in txn.lineage(ids).values():
+    for lineage in txn.lineage(chosen).values():
         for blob in (lineage.wrapped, lineage.subjects):
             if blob:
                 keys.append(bytes(blob))
+    return RecordSample(keys, windows)
+
+
+def sample_probes(
+    txn: Txn, plan: ForgetPlan, open_record: Opener, records: RecordSample | None = None
+) -> list[bytes]:
+    """Probes of everything ``plan`` will destroy; call before the keys are destroyed.
+    ``records``: its records' probes if taken before (outside the forget's transaction).
+
+    At most :data:`MAX_PROBES_PER_REQUEST` (the scan's cost grows with the count): the wrapped
+    scope and subject keys always, then wrapped record keys and content windows in equal shares,
+    each spread evenly over every record the plan destroys (not the first records only), from at
+    most :data:`MAX_SAMPLED_RECORDS` records chosen the same way."""
+    pinned: list[bytes] = []  # destroyed scope and subject keys: few, and each guards many records
+    if records is None:
+        records = sample_records(txn, plan.destroy_records, open_record)
     for scope in txn.scope_rows(plan.destroy_scopes).values():
         if scope.wrapped:
             pinned.append(bytes(scope.wrapped))
     for wrapped, _ in txn.subject_rows(plan.destroy_subjects).values():
         if wrapped:
             pinned.append(bytes(wrapped))
-    pinned, keys, windows = (_usable(group) for group in (pinned, keys, windows))
+    pinned, keys, windows = (_usable(group) for group in (pinned, records.keys, records.windows))
     budget = MAX_PROBES_PER_REQUEST - min(len(pinned), MAX_PROBES_PER_REQUEST)
     take_keys = min(len(keys), max(budget // 2, budget - len(windows)))
     return list(

@@ -30,7 +30,15 @@ from ..validation import check_token_text
 from .audit import AuditEntry, entry_from_dict, verify_chain
 from .certificate import Signer
 from .forget import ForgetPlan
-from .ledger import AUDIT_CHAIN, KEK_EPOCH, KEKS_DESTROYED, all_anchors, all_intents, anchor_audit
+from .ledger import (
+    AUDIT_CHAIN,
+    KEK_EPOCH,
+    KEKS_DESTROYED,
+    all_anchors,
+    all_intents,
+    anchor_audit,
+    chunk_records,
+)
 from .probes import legacy_probe_key, open_probes
 from .scan_worker import scan_in_child
 from .scanner import ScanResult
@@ -40,6 +48,7 @@ __all__ = ["ErasureService", "BACKUP_MANIFEST", "Progress"]
 Progress = Callable[[int, int], None]
 BACKUP_MANIFEST = "cenotaph-backup.json"
 PURGE_LAYERS = ("rows", "wal", "index")
+_ROWS_LAYER = {"compliance": "rows", "operational": "reclaim"}  # the layer a purge's row removal fills
 OPERATIONAL_GAP = "an operational forget never reports erasure; use mode='compliance' to erase"
 
 
@@ -69,6 +78,9 @@ class ErasureService:
         self._keys = keys
         self._clear_memory = clear_memory  # drops caches and index entries; returns entries left
         self._sync = sync
+        # what wait() does to move requests forward once (timeout in seconds): purge here, or
+        # ask the store's background worker for a pass and wait for it (erasure.background)
+        self.advance: Callable[[float | None], object] = lambda timeout: self.purge()
 
     # -- status ------------------------------------------------------------------------
     def row(self, request_id: object) -> ErasureRow:
@@ -147,7 +159,7 @@ class ErasureService:
             status = self.status(request_id)
             if status.state == "verified" or (operational and status.layers["reclaim"].state == "done"):
                 return status
-            self.purge()
+            self.advance(None if deadline is None else max(0.0, deadline - time.monotonic()))
             status = self.status(request_id)
             if status.state == "verified" or operational:
                 return status
@@ -156,17 +168,25 @@ class ErasureService:
             time.sleep(0.05)
 
     # -- purge -------------------------------------------------------------------------
-    def purge(self, progress: Progress | None = None) -> PurgeReport:
+    def pending(self) -> bool:
+        """Is a compliance request waiting for a purge (shredded, or purged and not verified)?"""
+        with self._backend.read() as txn:
+            return any(r.mode == "compliance" for r in txn.erasures(["shredded", "purged"]))
+
+    @staticmethod
+    def retry_may_help(report: PurgeReport) -> bool:
+        """Did a purge leave a request short of its purge layers (an open reader blocking WAL
+        truncation, say)? Time may finish those; a failed scan waits for someone to act."""
+        return any(state == "shredded" for state in report.requests.values())
+
+    def purge(
+        self, progress: Progress | None = None, check_stop: Callable[[], None] | None = None
+    ) -> PurgeReport:
+        """``check_stop``: called at every step boundary; raising there ends the purge as a crash
+        would (every step resumes on the next purge)."""
         self._sync()
-        reclaimed = 0
-        cleared: list[str] = []
-        with self._backend.write() as txn:
-            for row in txn.erasures(["tombstoned", "shredded", "purged"]):
-                reclaimed += self._purge_rows(txn, row)
-                if row.mode == "compliance":
-                    plan = ForgetPlan.from_entry(json.loads(row.plan))
-                    cleared += [*plan.hide, *plan.destroy_records]
-            reclaimed += txn.sweep_expired(time.time())
+        stop = check_stop or (lambda: None)
+        reclaimed, cleared = self._remove_rows(stop)
         fault_point("purge.rows")
         left = self._clear_memory(cleared)
         wal_done, wal_left = self._backend.checkpoint_truncate()
@@ -195,8 +215,9 @@ class ErasureService:
             # a request purged earlier is verified only while every purge layer is done now (a
             # reader may block this purge's WAL truncation): no certificate over a pending layer
             to_verify = [r for r in txn.erasures(["purged"]) if _purge_layers_done(r)]
+        stop()
         if to_verify:
-            scan = self._verify(to_verify, progress)
+            scan = self._verify(to_verify, _with_stop(progress, stop))
         with self._backend.read() as txn:
             for row in txn.erasures():
                 requests[row.id] = row.state
@@ -206,23 +227,67 @@ class ErasureService:
         fault_point("purge.done")
         return PurgeReport(requests=requests, reclaimed=reclaimed, wal_truncated=wal_done, scan=scan)
 
-    def _purge_rows(self, txn: Txn, row: ErasureRow) -> int:
-        layers = json.loads(row.layers)
-        plan = ForgetPlan.from_entry(json.loads(row.plan))
-        if row.mode == "operational":
-            if layers["reclaim"]["state"] == "done":
-                return 0
-            removed = txn.delete_hidden(plan.hide)
-            layers["reclaim"] = _done(rows_removed=removed)
-            txn.update_erasure(row.id, layers=json.dumps(layers))
-            return removed
-        if layers["rows"]["state"] == "done":
-            return 0
-        ids = sorted({*plan.destroy_records, *plan.hide})
-        removed = txn.purge_erased(ids, plan.destroy_scopes, plan.destroy_subjects, plan.version)
-        layers["rows"] = _done(rows_removed=removed, records=len(ids))
-        txn.update_erasure(row.id, layers=json.dumps(layers))
-        return removed
+    def _remove_rows(self, check_stop: Callable[[], None]) -> tuple[int, list[str]]:
+        """Delete the rows of every request whose plan is applied (operational: reclaim its hidden
+        rows; compliance: every row of its records, scopes and subjects), then expired rows: at
+        most ``chunk_records()`` record ids per transaction, each chunk's progress in the request's
+        layers, so a large request never holds the write lock long and resumes where it stopped.
+        Returns the rows removed and the record ids whose in-memory copies must go."""
+        with self._backend.read() as txn:
+            rows = [r for r in txn.erasures(["tombstoned", "shredded", "purged"]) if r.applied is None]
+        work: list[tuple[str, ForgetPlan]] = []
+        cleared: list[str] = []
+        for row in rows:
+            plan = ForgetPlan.from_entry(json.loads(row.plan))
+            if plan.compliance:
+                cleared += plan.record_ids
+            if json.loads(row.layers)[_ROWS_LAYER[row.mode]]["state"] != "done":
+                work.append((row.id, plan))
+        reclaimed = 0
+        while work:
+            with self._backend.write() as txn:
+                budget = chunk_records()
+                while work and budget > 0:
+                    removed, used, finished = self._remove_some(txn, *work[0], budget)
+                    reclaimed, budget = reclaimed + removed, budget - max(used, 1)
+                    if finished:
+                        work.pop(0)
+            fault_point("purge.chunk")
+            check_stop()
+        while True:
+            with self._backend.write() as txn:
+                swept = txn.sweep_expired(time.time(), chunk_records())
+            reclaimed += swept
+            if swept < chunk_records():
+                return reclaimed, cleared
+
+    @staticmethod
+    def _remove_some(txn: Txn, request_id: str, plan: ForgetPlan, budget: int) -> tuple[int, int, bool]:
+        """Remove the rows of up to ``budget`` more of a request's records; returns (rows removed,
+        record ids done, whether the request's rows are all gone)."""
+        row = txn.erasure(request_id)
+        name = _ROWS_LAYER[plan.mode]
+        layers = {} if row is None else json.loads(row.layers)
+        if row is None or layers[name]["state"] == "done":
+            return 0, 0, True  # another process finished it
+        evidence = layers[name].get("evidence", {})
+        ids = plan.record_ids if plan.compliance else plan.hide
+        done = int(evidence.get("done", 0)) if layers[name]["state"] == "pending" else 0
+        part = ids[done : done + budget]
+        finished = done + len(part) >= len(ids)
+        if plan.compliance:
+            scopes, subjects = (plan.destroy_scopes, plan.destroy_subjects) if finished else ([], [])
+            removed = txn.purge_erased(part, scopes, subjects, plan.version)
+        else:
+            removed = txn.delete_hidden(part)
+        total = int(evidence.get("rows_removed", 0)) + removed
+        layers[name] = (
+            _done(rows_removed=total, records=len(ids))
+            if finished
+            else _pending(rows_removed=total, records=len(ids), done=done + len(part))
+        )
+        txn.update_erasure(request_id, layers=json.dumps(layers))
+        return removed, len(part), finished
 
     def _scan_roots(self) -> list[Path]:
         roots = [p for p in (self._backend.location,) if p is not None]
@@ -551,6 +616,17 @@ class ErasureService:
         self._provider.release_backup(backup_id)
         with self._backend.write() as txn:
             anchor_audit(self._provider, txn, "release_backup", {"backup_id": backup_id})
+
+
+def _with_stop(progress: Progress | None, stop: Callable[[], None]) -> Progress:
+    """A scan's progress callback that also checks ``stop`` (raising it kills the scan child)."""
+
+    def report(done: int, total: int) -> None:
+        stop()
+        if progress is not None:
+            progress(done, total)
+
+    return report
 
 
 def _scan_evidence(row: ErasureRow) -> dict[str, Any]:

@@ -1,0 +1,94 @@
+"""Applying a large forget's records in bounded chunks, resumable from the ledger after a crash.
+
+A plan with more than ``CHUNK_RECORDS`` record ids commits only its head with the ledger entry
+(tombstones; scope and subject keys destroyed), with its request row's ``applied`` set to 0.
+From that commit on the ledger decides in every process: writes to the target are refused, and
+every id the plan lists is hidden from every read (S9). :class:`PlanApplier` then:
+
+1. hides and destroys the plan's record ids, ``CHUNK_RECORDS`` at a time, each chunk one write
+   transaction that also checks the chunk's postcondition and advances ``applied`` -- so an
+   unrelated writer waits one chunk at most, and a crash loses at most the chunk in flight;
+2. sweeps the target (outside the write lock: no write can reach it any more) for anything it
+   still holds unforgotten from before the forget -- a record written just before the tombstone
+   that the enumeration missed -- and, in one last transaction, hides and destroys that and what
+   derives from it, checks it, and marks the request applied (``shredded`` for compliance).
+
+Whoever finds a request with ``applied`` set finishes it: the forget that started it, the
+background worker of any process that opens the store, or ``purge()``. Chunks are idempotent
+and each reads the cursor inside its own transaction, so two appliers share the work safely.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from ..backends.base import Backend
+from ..faults import fault_point
+from .authority import LedgerView
+from .forget import ForgetPlan, apply_records
+from .ledger import chunk_records, initial_layers
+from .plan import check_postcondition, sweep
+
+__all__ = ["PlanApplier"]
+
+
+class PlanApplier:
+    def __init__(self, backend: Backend, view: LedgerView, on_applied: Callable[[ForgetPlan], None]) -> None:
+        self._backend = backend
+        self._view = view  # plans come from the ledger: the request row is only a cache of one
+        self._on_applied = on_applied  # drops what memory holds of the plan's records
+
+    def pending(self) -> list[str]:
+        """Ids of the requests whose plan is not applied whole yet, oldest first."""
+        with self._backend.read() as txn:
+            return [row.id for row in txn.unapplied_erasures()]
+
+    def resume(self) -> int:
+        """Finish every request not applied whole; returns how many this call finished."""
+        finished = 0
+        for request_id in self.pending():
+            self._view.refresh()
+            entry = self._view.plans.get(request_id)
+            if entry is not None:  # a row the ledger lacks was planted: integrity names it
+                finished += self.run(ForgetPlan.from_entry(entry))
+        return finished
+
+    def run(self, plan: ForgetPlan) -> bool:
+        """Apply ``plan``'s records from its cursor on; True if this call marked it applied."""
+        ids = plan.record_ids
+        while True:
+            with self._backend.write() as txn:
+                row = txn.erasure(plan.request_id)
+                if row is None or row.applied is None:
+                    return False  # applied whole already (by another applier)
+                start = row.applied
+                part = ids[start : start + chunk_records()]
+                if not part:
+                    break
+                apply_records(txn, plan, part)
+                check_postcondition(txn, plan, part)
+                layers = initial_layers(plan, applied=start + len(part))
+                txn.update_erasure(plan.request_id, applied=start + len(part), layers=json.dumps(layers))
+            fault_point("forget.chunk")
+        with self._backend.read() as txn:
+            missed = sweep(txn, plan)  # the target's whole subtree or subject: outside the lock
+        with self._backend.write() as txn:
+            row = txn.erasure(plan.request_id)
+            if row is None or row.applied is None:
+                return False
+            if missed:
+                # under the lock again: what derives from a missed record may have been written
+                # since the sweep read it (its source is in no plan the ledger holds)
+                if plan.compliance:
+                    missed = sorted({*missed, *txn.derived_closure(missed)})
+                apply_records(txn, plan, missed)
+                check_postcondition(txn, plan, missed)
+            state = "shredded" if plan.compliance else "tombstoned"
+            txn.update_erasure(
+                plan.request_id, applied=None, state=state, layers=json.dumps(initial_layers(plan))
+            )
+            txn.bump_forget_epoch()  # other processes drop cached keys of what was just destroyed
+            txn.after_commit(lambda: self._on_applied(plan))
+        fault_point("forget.chunk")
+        return True
