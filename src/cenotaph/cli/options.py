@@ -77,7 +77,7 @@ def root_of_trust_warning(data: Path) -> str | None:
 
 
 @contextmanager
-def open_existing_store(data: Path) -> Iterator[cenotaph.Store]:
+def open_existing_store(data: Path, *, auto_purge: str = "background") -> Iterator[cenotaph.Store]:
     """Open the store in ``data``; a missing store or keyring is bad input, never created silently.
 
     Creating one here would turn a mistyped ``--data`` or ``$CENOTAPH_KEYRING`` into an empty store
@@ -96,7 +96,7 @@ def open_existing_store(data: Path) -> Iterator[cenotaph.Store]:
         )
     # An absolute path: the residue scanner walks this directory, and with a relative root it
     # matched no file at all (a clean scan of nothing proves nothing).
-    store = cenotaph.open(data.resolve())
+    store = cenotaph.open(data.resolve(), auto_purge=auto_purge)
     try:
         yield store
     finally:
