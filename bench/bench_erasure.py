@@ -21,7 +21,7 @@
       * serving  rounds --targets .. 2x--targets-1, after one search per store, so the in-memory index holds
                  every vector (and the key cache every record's key) and each forget removes the subject's
                  vectors from it. The first serving forget also drops the caches the index build filled.
-    The scan time is measured by wrapping ``ErasureService._scan`` (a bench-side wrapper; nothing in the
+    The scan time is measured by wrapping ``Verifier._scan`` (a bench-side wrapper; nothing in the
     library changes); scan bytes, probes and matches come from ``PurgeReport.scan``. A request whose scan
     fails stays ``purged`` and is scanned again by every later purge (its probes add to the next scan).
     Target (SPEC §9): median forget at the largest size <= 1.2x the median at the smallest (10k).
@@ -51,7 +51,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import cenotaph
-from cenotaph.erasure import service as erasure_service
+from cenotaph.erasure import verification
 
 TARGET_RECORDS = 20
 DERIVED_RECORDS = 5
@@ -59,7 +59,7 @@ PER_USER = 100
 
 # -- scan timing (bench-side wrapper, library unchanged) ----------------------------------------
 _scan_seconds: list[float] = []
-_original_scan = erasure_service.ErasureService._scan
+_original_scan = verification.Verifier._scan
 
 
 def _timed_scan(self: Any, probes: list[bytes], progress: Any) -> Any:
@@ -70,7 +70,7 @@ def _timed_scan(self: Any, probes: list[bytes], progress: Any) -> Any:
         _scan_seconds.append(time.perf_counter() - t0)
 
 
-erasure_service.ErasureService._scan = _timed_scan  # type: ignore[method-assign]
+verification.Verifier._scan = _timed_scan  # type: ignore[method-assign]
 
 
 # -- data ----------------------------------------------------------------------------------------

@@ -276,7 +276,7 @@ def test_status_of_one_request_and_of_the_store(data: Path) -> None:
     request = ok_json("forget", USER, "k", *d)
     one = ok_json("status", request["id"], *d)
     assert one["id"] == request["id"] and one["version"] == request["version"]
-    assert set(one["status"]) == {"state", "layers", "horizon", "gaps"}
+    assert set(one["status"]) == {"state", "layers", "horizon", "gaps", "stuck", "next_step", "retained_by"}
     summary = ok_json("status", *d)
     assert summary["erasures"]["total"] == 1
     assert [r["id"] for r in summary["requests"]] == [request["id"]]

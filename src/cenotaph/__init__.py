@@ -37,6 +37,7 @@ from .model import (
     LayerStatus,
     PurgeReport,
     Record,
+    Retention,
     RotationReport,
     SearchHit,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "LocalKeyring",
     "PurgeReport",
     "Record",
+    "Retention",
     "RotationReport",
     "Scope",
     "ScopeClosureError",

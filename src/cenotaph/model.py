@@ -17,6 +17,7 @@ __all__ = [
     "LayerStatus",
     "PurgeReport",
     "Record",
+    "Retention",
     "RotationReport",
     "SearchHit",
     "ERASURE_STATES",
@@ -85,13 +86,45 @@ class LayerStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class Retention:
+    """Why a KEK epoch outlives rotation: who holds it (``holder`` ``"backup"`` or ``"erasure"``,
+    with its ``id``), why, and what releases it. ``stuck`` is True when that holder cannot let go
+    by waiting or purging (an erasure request that cannot verify until someone acts)."""
+
+    epoch: int
+    holder: Literal["backup", "erasure"]
+    id: str
+    reason: str
+    release: str
+    stuck: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "holder": self.holder,
+            "id": self.id,
+            "reason": self.reason,
+            "release": self.release,
+            "stuck": self.stuck,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class ErasureStatus:
-    """Where an erasure request stands: ``state``, per-layer evidence, horizon, gaps."""
+    """Where an erasure request stands: ``state``, per-layer evidence, horizon, gaps.
+
+    ``stuck``: purging again cannot verify it; someone must act first (``next_step`` says what).
+    ``next_step``: what moves it forward (``None`` once nothing is left to do).
+    ``retained_by``: what keeps a KEK epoch of its horizon alive (registered backups, pending
+    erasure requests' probes), each with why and what releases it."""
 
     state: str
     layers: Mapping[str, LayerStatus]
     horizon: datetime | None
     gaps: tuple[str, ...]
+    stuck: bool = False
+    next_step: str | None = None
+    retained_by: tuple[Retention, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -99,6 +132,9 @@ class ErasureStatus:
             "layers": {name: layer.to_dict() for name, layer in sorted(self.layers.items())},
             "horizon": self.horizon.isoformat() if self.horizon else None,
             "gaps": list(self.gaps),
+            "stuck": self.stuck,
+            "next_step": self.next_step,
+            "retained_by": [r.to_dict() for r in self.retained_by],
         }
 
 
@@ -118,7 +154,13 @@ class ErasureRequest:
         return self._status(self.id)
 
     def wait(self, timeout: float | None = None) -> ErasureStatus:
-        """Drive the request forward (purge) until verified or ``timeout`` seconds pass."""
+        """Drive the request forward (purge) until verified or ``timeout`` seconds pass.
+
+        Returns the status once verified (an operational request: once reclaimed), or when
+        ``timeout`` passes. Raises ErasureNotProvableError, naming every gap and what to do, as
+        soon as the request cannot verify by purging (``status().stuck``), and -- without a
+        timeout -- when another connection's open read transaction has blocked WAL truncation
+        for longer than the busy timeout (``CENOTAPH_BUSY_TIMEOUT_MS``, 30 s by default)."""
         return self._wait(self.id, timeout)
 
     def to_dict(self) -> dict[str, Any]:
@@ -167,10 +209,14 @@ class BackupInfo:
 
 @dataclass(frozen=True, slots=True)
 class RotationReport:
+    """``retained`` says, for every epoch in ``retained_epochs``, who holds it, why, and what
+    releases it."""
+
     new_epoch: int
     rewrapped: int
     destroyed_epochs: tuple[int, ...]
     retained_epochs: tuple[int, ...]
+    retained: tuple[Retention, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -178,6 +224,7 @@ class RotationReport:
             "rewrapped": self.rewrapped,
             "destroyed_epochs": list(self.destroyed_epochs),
             "retained_epochs": list(self.retained_epochs),
+            "retained": [r.to_dict() for r in self.retained],
         }
 
 

@@ -46,6 +46,7 @@ from .model import (
     JSONValue,
     PurgeReport,
     Record,
+    Retention,
     RotationReport,
     SearchHit,
 )
@@ -763,6 +764,12 @@ class Store:
         self._check_open()
         return self._provider.backups()
 
+    def retention(self) -> builtins.list[Retention]:
+        """Every KEK epoch that a registered backup or a pending erasure request keeps from being
+        destroyed by rotation: who holds it, why, and what releases it."""
+        self._sync()
+        return self._erasure.retention()
+
     def rotate_keys(self, *, progress: Progress | None = None) -> RotationReport:
         """Rewrap every live key under a new KEK epoch; destroy epochs no registered backup needs."""
         check_callback(progress, "progress")
@@ -806,8 +813,8 @@ class Store:
         return self._erasure.signer().public_key_hex
 
     # -- internals for the erasure path --------------------------------------------------
-    def _sample_probes(self, txn: Txn, plan: ForgetPlan, sample: RecordSample | None) -> bytes:
-        probes = sample_probes(txn, plan, self._open_for_probe, sample)
+    def _sample_probes(self, txn: Txn, plan: ForgetPlan, sample: RecordSample | None, whole: bool) -> bytes:
+        probes = sample_probes(txn, plan, self._open_for_probe, sample, whole=whole)
         # under one of the plan's epochs, so the horizon (every plan epoch destroyed) covers the
         # probes of any copy taken while this request is pending; the newest still live, which a
         # rotation waiting for this transaction will see in probe_keys and keep

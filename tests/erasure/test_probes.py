@@ -38,7 +38,9 @@ def test_capped_probes_still_cover_the_last_records_and_the_subject_key(
         request = store.forget_subject(SUBJECT)
         row = store._erasure.row(request.id)
         with store._backend.read() as txn:
-            sampled = set(store._erasure._open_probes(txn, row) or [])
+            sample = store._erasure._verifier._open_probes(txn, row)
+        assert sample is not None
+        sampled = set(sample.probes)
     assert len(sampled) == cap
     assert subject_keys and set(subject_keys) <= sampled
     order = json.loads(row.plan)["destroy_records"]  # the order the probes were sampled in

@@ -242,13 +242,17 @@ def test_a_stale_fragment_in_free_space_is_rewritten_away_before_verifying(tmp_p
 def test_a_match_in_live_data_costs_one_rewrite_not_one_per_purge(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A value that quotes text the store keeps live (here an erasure request id) leaves a probe
-    that matches live cells: no rewrite can remove it, so the request honestly stays unverified,
-    and the whole-database rewrite must run once for it, not on every purge after."""
-    with cenotaph.open(tmp_path / "data") as store:
+    """A live copy of the erased text that the store does not own (here a table someone added to
+    its database file) matches a probe in live cells: no rewrite can remove it, so the request
+    honestly stays unverified -- and says it is stuck, and what releases it -- and the
+    whole-database rewrite runs once for it, not on every purge after."""
+    data = tmp_path / "data"
+    text = f"CNRYlive{secrets.token_hex(12)} kept in a table the store does not own"
+    with cenotaph.open(data) as store:
         store.write(B, "k", "v")
-        first = store.forget(B, "k")
-        store.write(A, "filed", {"filed": first.id, "note": "the agent kept the request id"})
+        store.write(A, "note", text)
+    write_sql(data / DB, [("CREATE TABLE junk(t TEXT)", []), ("INSERT INTO junk VALUES (?)", [text])])
+    with cenotaph.open(data) as store:
         rewrites = []
         real = store._backend.rewrite
 
@@ -260,5 +264,9 @@ def test_a_match_in_live_data_costs_one_rewrite_not_one_per_purge(
         request = store.forget_subject(A)
         for _ in range(4):
             store.purge()
-        assert request.status().state == "purged"  # the match is real: never verified
+        status = request.status()
+        assert status.state == "purged"  # the match is real: never verified
+        assert status.stuck and status.next_step is not None and "remove that copy" in status.next_step
         assert len(rewrites) == 1
+        with pytest.raises(cenotaph.ErasureNotProvableError, match="cannot verify by waiting"):
+            request.wait()

@@ -21,6 +21,7 @@ import cenotaph
 from cenotaph.durable import write_all
 from cenotaph.errors import CertificateError, ErasureNotProvableError
 
+from .forgetting import in_cli_words
 from .options import data_option, open_existing_store
 from .output import emit, generic_table, table_option
 
@@ -117,8 +118,15 @@ def _stage(out: Path) -> tuple[int, Path]:
 def _not_provable(store: cenotaph.Store, request_id: str, exc: ErasureNotProvableError) -> str:
     gaps = "; ".join(exc.gaps) if exc.gaps else str(exc)
     hint = ""
-    if store.erasure(request_id).mode == "compliance":
-        hint = " (on the command line: `cenotaph purge`, then attest again)"
+    request = store.erasure(request_id)
+    if request.mode == "compliance":
+        status = request.status()
+        step = in_cli_words(status.next_step or "run store.purge()")
+        hint = (
+            f" (purging again will not change this: {step})"
+            if status.stuck
+            else f" ({step}, then attest again)"
+        )
     return f"erasure {request_id} is not provable: {gaps}{hint}"
 
 
@@ -187,6 +195,12 @@ def certificate_claims(fields: Mapping[str, Any]) -> dict[str, list[str]]:
         f"probe(s) of the erased data found {scan.get('matches')} match(es)"
         + (", and found a planted copy (positive control)" if scan.get("positive_control") is True else ""),
     ]
+    if scan.get("nothing_to_erase") is True:
+        proves.append(
+            "the forget found nothing of its target left to erase (no record, no key: an erasure "
+            "repeated, or of a target this store never held), and after the purge no record of the "
+            "target written before the forget was left in the database"
+        )
     not_proven = []
     horizon = fields.get("horizon")
     if horizon:

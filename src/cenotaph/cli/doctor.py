@@ -22,6 +22,7 @@ from cenotaph.crypto.provider import keyring_from_env
 from cenotaph.errors import CenotaphError
 from cenotaph.store import Store
 
+from .forgetting import in_cli_words, retention_rows
 from .options import data_option, keyring_location, open_existing_store, root_of_trust_warning
 from .output import emit, new_table, table_option
 
@@ -50,8 +51,9 @@ def doctor(ctx: click.Context, data: Path, table: bool) -> None:
     mode; the database passes SQLite's quick_check; the audit chain matches the heads anchored in
     the key provider; the database agrees with the key provider's ledger (tombstones, hidden
     marks, destroyed keys, lifts, tokens, request states, sealed versions and expiries); erasure
-    requests not yet verified (a warning, with their gaps); Python and
-    SQLite versions.
+    requests not yet verified (a warning with their gaps and next step; a failure if one cannot
+    verify by purging); KEK epochs held back from rotation, by whom and what releases them (a
+    failure if the holder is such a request); Python and SQLite versions.
     """
     checks = [*_data_checks(data), *_keyring_checks(data), *_sqlite_checks(data)]
     if all(c.status != "fail" for c in checks) and (data / DB_NAME).is_file():
@@ -168,24 +170,46 @@ def _store_checks(data: Path) -> list[Check]:
                     )
                 )
             checks.append(_ledger_agreement(store))
-            open_requests = [
-                (request.id, request.status())
-                for request in store.erasures()
-                if request.mode == "compliance" and request.status().state != "verified"
-            ]
+            checks += _erasure_checks(store)
     except (CenotaphError, click.BadParameter) as exc:
         return [Check("store opens", "fail", " ".join(str(exc).split()))]
-    detail = "; ".join(
-        f"{rid}: {status.state} ({', '.join(status.gaps) or 'no gap'})" for rid, status in open_requests
-    )
-    checks.append(
-        Check(
-            "erasure requests",
-            "warn" if open_requests else "ok",
-            (detail + "; run `cenotaph purge`") if open_requests else "every compliance request is verified",
-        )
-    )
     return checks
+
+
+def _erasure_checks(store: Store) -> list[Check]:
+    """Compliance requests not verified yet, each with what moves it forward (a stuck one, which
+    purging cannot verify, fails); and every KEK epoch held back from rotation, and by whom."""
+    pending = [
+        (request.id, status)
+        for request in store.erasures()
+        if request.mode == "compliance" and (status := request.status()).state != "verified"
+    ]
+    detail = "; ".join(
+        f"{rid}: {status.state}{', stuck' if status.stuck else ''} ({', '.join(status.gaps) or 'no gap'}); "
+        f"next: {in_cli_words(status.next_step or 'run store.purge()')}"
+        for rid, status in pending
+    )
+    stuck = any(status.stuck for _, status in pending)
+    requests = Check(
+        "erasure requests",
+        "fail" if stuck else "warn" if pending else "ok",
+        detail or "every compliance request is verified",
+    )
+    return [requests, _retention_check(store)]
+
+
+def _retention_check(store: Store) -> Check:
+    """Which KEK epochs rotation must keep, who holds each, why, and what releases it. A backup
+    is a choice (a warning); an erasure request that cannot verify holds every horizon it shares
+    back for good, so it fails."""
+    held = retention_rows(store.retention())
+    if not held:
+        return Check("epoch retention", "ok", "no KEK epoch is held back from rotation")
+    detail = "; ".join(
+        f"epoch {r['epoch']} held by {r['holder']} {r['id']}: {r['reason']}; release: {r['release']}"
+        for r in held
+    )
+    return Check("epoch retention", "fail" if any(r["stuck"] for r in held) else "warn", detail)
 
 
 def _ledger_agreement(store: Store) -> Check:

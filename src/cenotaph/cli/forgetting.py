@@ -6,7 +6,9 @@ evidence and every gap still open: nothing here says "erased" on the strength of
 
 from __future__ import annotations
 
+import re
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +28,46 @@ __all__ = [
     "erasure_counts",
     "forget",
     "forget_subject",
+    "in_cli_words",
     "reauthorize",
     "registered_backups",
     "request_rows",
+    "retention_rows",
+    "retention_table",
     "status",
 ]
+
+# the API's advice, as the CLI says it
+_CLI_WORDS = (
+    (re.compile(r"store\.release_backup\('([^']+)'\)"), r"`cenotaph release-backup \1`"),
+    (re.compile(r"store\.rotate_keys\(\)"), "`cenotaph rotate-keys`"),
+    (re.compile(r"store\.purge\(\)"), "`cenotaph purge`"),
+)
+
+
+def in_cli_words(text: str) -> str:
+    """An API message's advice (``store.purge()``) in the CLI's words (`cenotaph purge`)."""
+    for pattern, words in _CLI_WORDS:
+        text = pattern.sub(words, text)
+    return text
 
 
 def request_document(request: cenotaph.ErasureRequest) -> dict[str, Any]:
     """One erasure request and its current status, as printed by every command that shows one."""
-    return {**request.to_dict(), "status": request.status().to_dict()}
+    doc = request.status().to_dict()
+    if doc["next_step"] is not None:
+        doc["next_step"] = in_cli_words(doc["next_step"])
+    doc["retained_by"] = [_in_cli_words(r) for r in doc["retained_by"]]
+    return {**request.to_dict(), "status": doc}
+
+
+def _in_cli_words(retention: dict[str, Any]) -> dict[str, Any]:
+    return {**retention, "release": in_cli_words(str(retention["release"]))}
+
+
+def retention_rows(retention: Iterable[cenotaph.Retention]) -> list[dict[str, Any]]:
+    """Who holds each KEK epoch back, why, and what releases it, in the CLI's words."""
+    return [_in_cli_words(r.to_dict()) for r in retention]
 
 
 no_wait_option = click.option(
@@ -140,11 +172,14 @@ def reauthorize(scope: str, key: str | None, subject: str | None, data: Path, ta
 def status(request_id: str | None, data: Path, table: bool) -> None:
     """Show an erasure request, or sum up the store.
 
-    With REQUEST_ID: that request and its status. Without: where the store and its keyring are,
-    its certificate-signing public key, every erasure request (id, mode, kind, version, state,
-    and horizon: when copies made before the forget became undecryptable, null until
-    `cenotaph rotate-keys` reaches it) with counts by state and mode, and the registered backups
-    with the KEK epochs each retains. It holds no names.
+    With REQUEST_ID: that request and its status (with `stuck`: purging again cannot verify it,
+    `next_step`, and `retained_by`: what keeps its horizon back). Without: where the store and
+    its keyring are, its certificate-signing public key, every erasure request (id, mode, kind,
+    version, state, stuck, and horizon: when copies made before the forget became undecryptable,
+    null until `cenotaph rotate-keys` reaches it) with counts by state and mode, the registered
+    backups with the KEK epochs each retains, and `retained`: every KEK epoch a registered backup
+    or a pending erasure request holds back from rotation, why, and what releases it. It holds
+    no names.
     """
     with open_existing_store(data) as store:
         if request_id is not None:
@@ -153,6 +188,7 @@ def status(request_id: str | None, data: Path, table: bool) -> None:
         requests = request_rows(store)
         public_key = store.public_key
         backups = registered_backups(data)
+        retained = retention_rows(store.retention())
     summary = {
         "data": str(data.resolve()),
         "keyring": str(keyring_location(data).resolve()),
@@ -160,6 +196,7 @@ def status(request_id: str | None, data: Path, table: bool) -> None:
         "erasures": erasure_counts(requests),
         "requests": requests,
         "backups": backups,
+        "retained": retained,
     }
     emit(summary, table=table, render=_summary_table)
 
@@ -170,7 +207,7 @@ def request_rows(store: cenotaph.Store) -> list[dict[str, Any]]:
     for request in store.erasures():
         status = request.status()
         horizon = status.horizon.isoformat() if status.horizon is not None else None
-        rows.append({**request.to_dict(), "state": status.state, "horizon": horizon})
+        rows.append({**request.to_dict(), "state": status.state, "stuck": status.stuck, "horizon": horizon})
     return rows
 
 
@@ -191,7 +228,7 @@ def registered_backups(data: Path) -> dict[str, list[int]]:
 def _summary_table(doc: dict[str, Any]) -> RenderableType:
     head = {k: doc[k] for k in ("data", "keyring", "public_key")} | doc["erasures"]
     rows = [
-        {k: r.get(k) for k in ("id", "mode", "target_kind", "version", "state")}
+        {k: r.get(k) for k in ("id", "mode", "target_kind", "version", "state", "stuck")}
         | {"horizon": r.get("horizon") or "not reached"}
         for r in doc["requests"]
     ]
@@ -202,4 +239,13 @@ def _summary_table(doc: dict[str, Any]) -> RenderableType:
         generic_table(backups, "registered backups")
         if backups
         else Text("(no registered backups)", style="dim"),
+        retention_table(doc["retained"]),
     )
+
+
+def retention_table(rows: list[dict[str, Any]]) -> RenderableType:
+    """The KEK epochs held back from rotation, each with its holder, why and what releases it."""
+    if not rows:
+        return Text("(no KEK epoch is held back: `cenotaph rotate-keys` destroys every old one)", style="dim")
+    columns = ("epoch", "holder", "id", "reason", "release", "stuck")
+    return generic_table([{c: r[c] for c in columns} for r in rows], "KEK epochs held back from rotation")

@@ -13,6 +13,7 @@ import click
 from rich.console import Group, RenderableType
 from rich.text import Text
 
+from .forgetting import retention_rows, retention_table
 from .options import data_option, open_existing_store
 from .output import emit, generic_table, table_option
 from .progress import progress_bar
@@ -54,22 +55,28 @@ def _purge_table(doc: dict[str, Any]) -> RenderableType:
 def rotate_keys(data: Path, table: bool) -> None:
     """Rewrap every live key under a new KEK epoch and destroy the old ones.
 
-    Epochs still needed by a registered backup are retained (see `cenotaph release-backup`).
-    Destroying the epochs live at a forget is what reaches that forget's erasure horizon: copies
-    made before it (backups, old key files) can no longer be decrypted.
+    An old epoch is retained while a registered backup needs it (`cenotaph release-backup`) or a
+    pending erasure request's probes are sealed under it (until that request verifies);
+    `retained` names each holder, why, and what releases it. Destroying the epochs live at a
+    forget is what reaches that forget's erasure horizon: copies made before it (backups, old
+    key files) can no longer be decrypted.
     """
     with open_existing_store(data) as store, progress_bar("rewrapping keys", unit="items") as progress:
         report = store.rotate_keys(progress=progress)
-    emit(report.to_dict(), table=table, render=_rotation_table)
+    emit(
+        {**report.to_dict(), "retained": retention_rows(report.retained)}, table=table, render=_rotation_table
+    )
 
 
 def _rotation_table(doc: dict[str, Any]) -> RenderableType:
-    parts: list[RenderableType] = [generic_table(doc, "key rotation")]
-    if doc.get("retained_epochs"):
+    head = {k: v for k, v in doc.items() if k != "retained"}
+    parts: list[RenderableType] = [generic_table(head, "key rotation")]
+    if doc["retained"]:
+        parts.append(retention_table(doc["retained"]))
         parts.append(
             Text(
-                "retained epochs are needed by registered backups: `cenotaph release-backup ID`, "
-                "then `cenotaph rotate-keys` again, to destroy them",
+                "each retained epoch is destroyed by the next `cenotaph rotate-keys` once its holder "
+                "lets go (see release)",
                 style="yellow",
             )
         )

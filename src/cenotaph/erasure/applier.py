@@ -10,8 +10,10 @@ every id the plan lists is hidden from every read (S9). :class:`PlanApplier` the
    unrelated writer waits one chunk at most, and a crash loses at most the chunk in flight;
 2. sweeps the target (outside the write lock: no write can reach it any more) for anything it
    still holds unforgotten from before the forget -- a record written just before the tombstone
-   that the enumeration missed -- and, in one last transaction, hides and destroys that and what
-   derives from it, checks it, and marks the request applied (``shredded`` for compliance).
+   that the enumeration missed -- and finds the scope and subject keys only the plan's records
+   use (``erasure.unshared``: reading every one of them); then, in one last transaction, it
+   destroys those keys (except any a write since has used), hides and destroys what the sweep
+   found and what derives from it, checks it, and marks the request applied (``shredded``).
 
 Whoever finds a request with ``applied`` set finishes it: the forget that started it, the
 background worker of any process that opens the store, or ``purge()``. Chunks are idempotent
@@ -21,14 +23,15 @@ and each reads the cursor inside its own transaction, so two appliers share the 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from ..backends.base import Backend
+from ..backends.base import Backend, LineageRow, Txn
 from ..faults import fault_point
 from .authority import LedgerView
 from .forget import ForgetPlan, apply_records
 from .ledger import chunk_records, initial_layers
 from .plan import check_postcondition, sweep
+from .unshared import split_tokens
 
 __all__ = ["PlanApplier"]
 
@@ -71,12 +74,18 @@ class PlanApplier:
                 layers = initial_layers(plan, applied=start + len(part))
                 txn.update_erasure(plan.request_id, applied=start + len(part), layers=json.dumps(layers))
             fault_point("forget.chunk")
-        with self._backend.read() as txn:
-            missed = sweep(txn, plan)  # the target's whole subtree or subject: outside the lock
+        with self._backend.read() as txn:  # reading the whole target: outside the lock
+            seen = txn.clock()
+            missed = sweep(txn, plan)
+            unshared = plan.keys_to_destroy(txn) if plan.compliance else ([], [])
         with self._backend.write() as txn:
             row = txn.erasure(plan.request_id)
             if row is None or row.applied is None:
                 return False
+            if plan.compliance:
+                scopes, subjects = _still_unshared(txn, unshared, txn.written_since(seen))
+                txn.destroy_scope_keys(scopes, plan.version)
+                txn.destroy_subject_keys(subjects, plan.version)
             if missed:
                 # under the lock again: what derives from a missed record may have been written
                 # since the sweep read it (its source is in no plan the ledger holds)
@@ -92,3 +101,22 @@ class PlanApplier:
             txn.after_commit(lambda: self._on_applied(plan))
         fault_point("forget.chunk")
         return True
+
+
+def _still_unshared(
+    txn: Txn, keys: tuple[list[bytes], list[bytes]], newer: Sequence[LineageRow]
+) -> tuple[list[bytes], list[bytes]]:
+    """Of the scope and subject keys found unshared before this transaction, those no record
+    written since uses (a reauthorized write may have used one: its key must stay)."""
+    scopes, subjects = keys
+    if not newer:
+        return scopes, subjects
+    used_scopes: set[bytes] = set()
+    for token in {bytes(r.scope_token) for r in newer}:
+        current: bytes | None = token
+        while current is not None and current not in used_scopes:
+            used_scopes.add(current)
+            found = txn.scope_rows([current]).get(current)
+            current = None if found is None or found.parent is None else bytes(found.parent)
+    used_subjects = {t for r in newer for t in split_tokens(r.subject_tokens)}
+    return [t for t in scopes if t not in used_scopes], [t for t in subjects if t not in used_subjects]

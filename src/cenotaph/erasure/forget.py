@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..backends.base import Txn
+from .unshared import unshared_keys
 
 __all__ = ["ForgetPlan", "apply_head", "apply_plan", "apply_records", "reapply_to_records"]
 
@@ -39,6 +40,10 @@ class ForgetPlan:
     epochs: list[int] = field(default_factory=list)  # KEK epochs live at forget time (S5 horizon)
     # a key forget's (scope token, key token): its target can be enumerated again (erasure.plan.sweep)
     key_slot: tuple[bytes, bytes] | None = None
+    # also destroy the scope and subject keys only these records use (erasure.unshared): found
+    # again wherever the plan is applied, never listed (a list of tokens would name them)
+    unshared: bool = False
+    _found: tuple[list[bytes], list[bytes]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def compliance(self) -> bool:
@@ -50,6 +55,27 @@ class ForgetPlan:
         if self.hide is self.destroy_records or not self.destroy_records:
             return sorted(self.hide)
         return sorted({*self.hide, *self.destroy_records})
+
+    def keys_to_destroy(self, txn: Txn) -> tuple[list[bytes], list[bytes]]:
+        """(scope tokens, subject tokens) whose keys this plan destroys: those listed, and (if
+        ``unshared``) those only its records use, found in ``txn`` (once, before it is applied)."""
+        if self.unshared and self._found is None:
+            self._found = unshared_keys(txn, self.target_kind, self.target, self.destroy_records)
+        scopes, subjects = self._found or ([], [])
+        return sorted({*self.destroy_scopes, *scopes}), sorted({*self.destroy_subjects, *subjects})
+
+    def target_keys(self, txn: Txn) -> tuple[list[bytes], list[bytes]]:
+        """The scope and subject keys that shred the whole target at once, found without reading
+        its records: those listed, and a scope forget's subtree. What else only the plan's records
+        use (:meth:`keys_to_destroy`) takes reading them all, so a large plan destroys it last."""
+        scopes = txn.subtree_tokens(self.target) if self.unshared and self.target_kind == "scope" else []
+        return sorted({*self.destroy_scopes, *scopes}), sorted(self.destroy_subjects)
+
+    @property
+    def key_counts(self) -> tuple[int, int]:
+        """How many scope and subject keys it destroys (known once :meth:`keys_to_destroy` ran)."""
+        scopes, subjects = self._found or ([], [])
+        return len({*self.destroy_scopes, *scopes}), len({*self.destroy_subjects, *subjects})
 
     def to_entry(self) -> dict[str, Any]:
         entry = {
@@ -65,6 +91,7 @@ class ForgetPlan:
             "destroy_scopes": [t.hex() for t in self.destroy_scopes],
             "destroy_subjects": [t.hex() for t in self.destroy_subjects],
             "epochs": self.epochs,
+            "unshared": self.unshared,
         }
         if self.key_slot is not None:
             entry["key_slot"] = [self.key_slot[0].hex(), self.key_slot[1].hex()]
@@ -87,16 +114,19 @@ class ForgetPlan:
             destroy_subjects=[bytes.fromhex(t) for t in entry["destroy_subjects"]],
             epochs=[int(e) for e in entry.get("epochs", [])],
             key_slot=None if slot is None else (bytes.fromhex(slot[0]), bytes.fromhex(slot[1])),
+            unshared=entry.get("unshared") is True,
         )
 
 
-def apply_head(txn: Txn, plan: ForgetPlan) -> None:
-    """Tombstones and the scope and subject keys the plan destroys. Idempotent."""
+def apply_head(txn: Txn, plan: ForgetPlan, *, whole: bool = False) -> None:
+    """Tombstones and the scope and subject keys that shred the target (``whole``: every key the
+    plan destroys, see :meth:`ForgetPlan.keys_to_destroy`). Idempotent."""
     txn.set_clock(plan.version)
     txn.insert_tombstones((t, plan.version, kind, plan.request_id) for t, kind in plan.tombstones)
     if plan.compliance:
-        txn.destroy_scope_keys(plan.destroy_scopes, plan.version)
-        txn.destroy_subject_keys(plan.destroy_subjects, plan.version)
+        scopes, subjects = plan.keys_to_destroy(txn) if whole else plan.target_keys(txn)
+        txn.destroy_scope_keys(scopes, plan.version)
+        txn.destroy_subject_keys(subjects, plan.version)
     txn.bump_forget_epoch()
 
 
@@ -109,7 +139,7 @@ def apply_records(txn: Txn, plan: ForgetPlan, ids: Sequence[str]) -> None:
 
 def apply_plan(txn: Txn, plan: ForgetPlan) -> None:
     """The whole plan in the caller's transaction. Idempotent."""
-    apply_head(txn, plan)
+    apply_head(txn, plan, whole=True)
     apply_records(txn, plan, plan.record_ids)
 
 

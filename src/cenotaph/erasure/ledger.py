@@ -73,8 +73,8 @@ def initial_layers(plan: ForgetPlan, *, applied: int | None = None) -> dict[str,
             "state": done,
             "evidence": {
                 "records": len(plan.destroy_records),
-                "scopes": len(plan.destroy_scopes),
-                "subjects": len(plan.destroy_subjects),
+                "scopes": plan.key_counts[0],
+                "subjects": plan.key_counts[1],
                 **progress,
             },
         },
@@ -107,7 +107,7 @@ def start_audit_chain(provider: KeyProvider, txn: Txn) -> None:
     provider.append_ledger({"kind": "chain", "chain": chain})
 
 
-Sampler = Callable[[Txn, ForgetPlan, Any], bytes | None]
+Sampler = Callable[[Txn, ForgetPlan, Any, bool], bytes | None]
 
 
 class Ledger:
@@ -260,11 +260,11 @@ class Ledger:
             plan.epochs = self._provider.live_epochs()
         if whole is None:
             whole = len(plan.record_ids) <= chunk_records()
-        probes = self._sampler(txn, plan, sample) if plan.compliance else None
+        probes = self._sampler(txn, plan, sample, whole) if plan.compliance else None
         if whole:
             apply_plan(txn, plan)
         else:
-            apply_head(txn, plan)
+            apply_head(txn, plan)  # its records, and keys only they use, in chunks after
         applied = None if whole else 0
         txn.insert_erasure(
             ErasureRow(

@@ -32,10 +32,18 @@ from ..errors import ErasureNotProvableError, ScopeClosureError
 from ..records import is_visible
 from ..scope import Scope
 from .forget import ForgetPlan
+from .unshared import split_tokens
 
-__all__ = ["ForgetPlanner", "ForgetTarget", "Survey", "check_postcondition", "sweep", "with_derived"]
+__all__ = [
+    "ForgetPlanner",
+    "ForgetTarget",
+    "Survey",
+    "check_postcondition",
+    "remains",
+    "sweep",
+    "with_derived",
+]
 
-TOKEN_BYTES = 32
 ALL_VERSIONS = 1 << 62  # a survey bound that excludes nothing
 
 Reading = Callable[[], AbstractContextManager[Txn]]
@@ -119,10 +127,12 @@ class ForgetPlanner:
         if target.kind == "subject":
             plan.tombstones.append((target.token, "subject"))
             plan.destroy_subjects = [target.token]
+            plan.unshared = True  # and the scopes and other subjects only its records use
         elif target.kind == "scope":
             plan.tombstones.append((target.token, "scope"))
-            if target.compliance:
-                plan.destroy_scopes = txn.subtree_tokens(target.token)
+            # the subtree's scope keys (and subjects only its records carry) are found again from
+            # the target where the plan is applied: listing them would name every scope in it
+            plan.unshared = target.compliance
         else:
             assert target.scope is not None and target.key_token is not None
             plan.target = self._tokens.key_subtree(target.token, target.key_token)
@@ -177,7 +187,7 @@ def _caught_up(txn: Txn, target: ForgetTarget, rows: Sequence[LineageRow], plann
     known = set(planned)
     for row in rows:
         if target.kind == "subject":
-            hit = target.token in _split(row.subject_tokens)
+            hit = target.token in split_tokens(row.subject_tokens)
         else:
             hit = row.scope_token in inside and (
                 target.key_token is None or row.key_token == target.key_token
@@ -201,10 +211,6 @@ def _in_subtree(txn: Txn, tokens: Iterable[bytes], root: bytes) -> set[bytes]:
         answer = verdict.get(current, False) if current is not None else False
         verdict.update((t, answer) for t in chain)
     return {t for t in tokens if verdict.get(t)}
-
-
-def _split(blob: bytes) -> list[bytes]:
-    return [bytes(blob[i : i + TOKEN_BYTES]) for i in range(0, len(blob), TOKEN_BYTES)]
 
 
 def with_derived(txn: Txn, ids: Sequence[str], *, known: Sequence[str] = ()) -> list[str]:
@@ -263,3 +269,19 @@ def check_postcondition(txn: Txn, plan: ForgetPlan, ids: Sequence[str] | None = 
             "Run `cenotaph doctor` and report this.",
             ["postcondition"],
         )
+
+
+def remains(txn: Txn, plan: ForgetPlan) -> dict[str, int]:
+    """What of a compliance forget's target, written before it, is still in the database: record
+    rows (ciphertext) and live record keys -- of the records it planned, and of any record the
+    target covers now (a subject's records; a scope subtree's). Zero for a verified request;
+    records written after a reauthorization (newer than the forget) are not the target's past."""
+    ids = {*plan.destroy_records, *plan.hide}
+    if plan.target_kind == "subject":
+        ids.update(i for i, version, _ in txn.subject_lineage(plan.target) if version < plan.version)
+    elif plan.target_kind == "scope":
+        for token in txn.subtree_tokens(plan.target):
+            ids.update(i for i, version, _ in txn.scope_lineage(token) if version < plan.version)
+    wanted = sorted(ids)
+    keys = sum(1 for row in txn.lineage(wanted).values() if row.wrapped is not None)
+    return {"records": len(txn.existing_records(wanted)), "keys": keys}

@@ -11,14 +11,21 @@ deleted once the request verifies. A copy of the database taken while the reques
 epoch, which is one of the plan's epochs, so the horizon covers them. Rotation does not rewrap a
 probe key (its epoch would then outlive the plan's); it keeps that epoch until the key is gone.
 
+With the probes, the blob records what the forget *found* to erase (records holding ciphertext
+or keys, and wrapped keys): a forget that found nothing -- a repeated erasure, a target the store
+never held, a replay on a copy that never held it -- has nothing to probe, and verifies on a clean
+scan and an empty target (``plan.remains``); one that found something must have probes. Sealed
+with the probes, so editing the database cannot turn one kind into the other.
+
 Requests from before probe keys (schema 4) sealed probes under a key derived from the erasure
-secret, which is never destroyed; :func:`legacy_probe_key` still opens them.
+secret, which is never destroyed; :func:`legacy_probe_key` still opens them. Blobs sealed before
+the tally existed hold a bare list (``found`` is then unknown).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -31,6 +38,7 @@ from .forget import ForgetPlan
 from .scanner import PROBE_MIN, probe_windows
 
 __all__ = [
+    "ProbeSample",
     "RecordSample",
     "legacy_probe_key",
     "open_probes",
@@ -46,6 +54,19 @@ MAX_PROBES_PER_REQUEST = 4096
 # records sampled per request, spread evenly over all it destroys: opening and embedding each one
 # inside the forget's transaction was 84% of a 20k-record forget's lock time (bench_forget_lock)
 MAX_SAMPLED_RECORDS = 1024
+
+
+@dataclass(frozen=True)
+class ProbeSample:
+    """A request's probes, and what its forget found to erase: ``{"records": n, "keys": k}``
+    (``None`` for requests sealed before that was recorded)."""
+
+    probes: list[bytes]
+    found: dict[str, int] | None
+
+    @property
+    def found_nothing(self) -> bool:
+        return self.found is not None and not any(self.found.values())
 
 
 def _texts(value: object) -> Iterable[str]:
@@ -64,19 +85,29 @@ def _texts(value: object) -> Iterable[str]:
 
 @dataclass(frozen=True)
 class RecordSample:
-    """Probes of records, taken while their keys exist: wrapped keys, and content windows."""
+    """Probes of a plan's records, taken while their keys exist (wrapped keys, content windows),
+    and how many of them still hold something: ``held`` records (a row or a live key), of which
+    ``live_keys`` have their lineage key."""
 
     keys: list[bytes]
     windows: list[bytes]
+    held: int
+    live_keys: int
 
 
-def sample_records(txn: Txn, ids: list[str], open_record: Opener) -> RecordSample:
-    """Probes of at most :data:`MAX_SAMPLED_RECORDS` of ``ids``, spread evenly over all of them:
-    ciphertext and vector windows, wrapped keys, and plaintext and vector windows of the opened
-    record. Call before their keys are destroyed."""
+def sample_records(txn: Txn, ids: Sequence[str], open_record: Opener) -> RecordSample:
+    """Probes of at most :data:`MAX_SAMPLED_RECORDS` of ``ids``, spread evenly over those of
+    which something is still in the database (a record an earlier erasure purged has nothing left
+    to probe, and must not take a sampled record's place): ciphertext and vector windows, wrapped
+    keys, and the opened record's plaintext and vector windows. Call before their keys are
+    destroyed; it reads every one of ``ids``, so a large forget calls it outside its transaction."""
     keys: list[bytes] = []  # wrapped record and lineage keys
     windows: list[bytes] = []  # ciphertext, plaintext and vector windows
-    chosen = _evenly(ids, MAX_SAMPLED_RECORDS)
+    rows = txn.existing_records(ids)
+    lineage = txn.lineage(ids)
+    live = {i for i, row in lineage.items() if row.wrapped is not None}
+    held = sorted(rows | live)
+    chosen = _evenly(held, MAX_SAMPLED_RECORDS)
     for record_id in chosen:
         row = txn.record(record_id)
         if row is not None:
@@ -92,44 +123,51 @@ def sample_records(txn: Txn, ids: list[str], open_record: Opener) -> RecordSampl
                 windows.extend(_text_windows(text))
             if vector:
                 windows.extend(_vector_windows(vector))
-    for lineage in txn.lineage(chosen).values():
-        for blob in (lineage.wrapped, lineage.subjects):
+    for sampled in (lineage[i] for i in chosen if i in lineage):
+        for blob in (sampled.wrapped, sampled.subjects):
             if blob:
                 keys.append(bytes(blob))
-    return RecordSample(keys, windows)
+    return RecordSample(keys, windows, len(held), len(live))
 
 
 def sample_probes(
-    txn: Txn, plan: ForgetPlan, open_record: Opener, records: RecordSample | None = None
-) -> list[bytes]:
-    """Probes of everything ``plan`` will destroy; call before the keys are destroyed.
-    ``records``: its records' probes if taken before (outside the forget's transaction).
+    txn: Txn,
+    plan: ForgetPlan,
+    open_record: Opener,
+    records: RecordSample | None = None,
+    *,
+    whole: bool = True,
+) -> ProbeSample:
+    """Probes of everything ``plan`` will destroy, and what it found; call before the keys are
+    destroyed. ``records``: its records' sample if taken before (outside the forget's
+    transaction); ``whole``: the plan is applied whole here (else only the keys of its head are
+    destroyed now, and only those are probed, see :meth:`ForgetPlan.target_keys`).
 
     At most :data:`MAX_PROBES_PER_REQUEST` (the scan's cost grows with the count): the wrapped
     scope and subject keys always, then wrapped record keys and content windows in equal shares,
     each spread evenly over every record the plan destroys (not the first records only), from at
-    most :data:`MAX_SAMPLED_RECORDS` records chosen the same way."""
+    most :data:`MAX_SAMPLED_RECORDS` records chosen the same way among those of which something is
+    still in the database. What it found is counted over all of them."""
     pinned: list[bytes] = []  # destroyed scope and subject keys: few, and each guards many records
     if records is None:
         records = sample_records(txn, plan.destroy_records, open_record)
-    for scope in txn.scope_rows(plan.destroy_scopes).values():
+    scopes, subjects = plan.keys_to_destroy(txn) if whole else plan.target_keys(txn)
+    for scope in txn.scope_rows(scopes).values():
         if scope.wrapped:
             pinned.append(bytes(scope.wrapped))
-    for wrapped, _ in txn.subject_rows(plan.destroy_subjects).values():
+    for wrapped, _ in txn.subject_rows(subjects).values():
         if wrapped:
             pinned.append(bytes(wrapped))
+    found = {"records": records.held, "keys": records.live_keys + len(pinned)}
     pinned, keys, windows = (_usable(group) for group in (pinned, records.keys, records.windows))
     budget = MAX_PROBES_PER_REQUEST - min(len(pinned), MAX_PROBES_PER_REQUEST)
     take_keys = min(len(keys), max(budget // 2, budget - len(windows)))
-    return list(
-        dict.fromkeys(
-            [
-                *_evenly(pinned, MAX_PROBES_PER_REQUEST),
-                *_evenly(keys, take_keys),
-                *_evenly(windows, budget - take_keys),
-            ]
-        )
-    )
+    probes = [
+        *_evenly(pinned, MAX_PROBES_PER_REQUEST),
+        *_evenly(keys, take_keys),
+        *_evenly(windows, budget - take_keys),
+    ]
+    return ProbeSample(list(dict.fromkeys(probes)), found)
 
 
 def _usable(probes: list[bytes]) -> list[bytes]:
@@ -177,16 +215,23 @@ def legacy_probe_key(secret: bytes, request_id: str) -> bytes:
     return derive(secret, b"probes", request_id.encode())
 
 
-def seal_probes(key: bytes, request_id: str, probes: list[bytes]) -> bytes:
-    body = json.dumps([p.hex() for p in probes]).encode()
+def seal_probes(key: bytes, request_id: str, sample: ProbeSample) -> bytes:
+    body = json.dumps({"probes": [p.hex() for p in sample.probes], "found": sample.found}).encode()
     return seal(key, body, _AAD + request_id.encode())
 
 
 def open_probes(
     key: bytes | None, request_id: str, blob: bytes | None, *, legacy: bool = False
-) -> list[bytes] | None:
-    """The probes, or ``None`` if there are none or their key is gone (its epoch destroyed)."""
+) -> ProbeSample | None:
+    """The probes and tally, or ``None`` if there are none or their key is gone (its epoch
+    destroyed) or they do not open under it."""
     if blob is None or key is None:
         return None
     body = open_sealed(key, blob, _AAD if legacy else _AAD + request_id.encode())
-    return None if body is None else [bytes.fromhex(p) for p in json.loads(body)]
+    if body is None:
+        return None
+    doc = json.loads(body)
+    if isinstance(doc, list):  # sealed before the tally was recorded
+        return ProbeSample([bytes.fromhex(p) for p in doc], None)
+    found = {str(k): int(v) for k, v in doc["found"].items()} if doc.get("found") is not None else None
+    return ProbeSample([bytes.fromhex(p) for p in doc["probes"]], found)

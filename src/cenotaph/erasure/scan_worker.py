@@ -115,9 +115,15 @@ def _exchange(
 
 
 def scan_in_child(
-    roots: Sequence[Path], probes: Sequence[bytes], progress: Callable[[int, int], None] | None = None
+    roots: Sequence[Path],
+    probes: Sequence[bytes],
+    progress: Callable[[int, int], None] | None = None,
+    *,
+    labels: Sequence[str] | None = None,
 ) -> ScanResult:
     """Scan every file under ``roots`` for ``probes`` in the child; returns the combined result.
+    ``labels`` (one per root) prefix the names of matched files, so two roots' files never share
+    a name.
 
     If anything interrupts the wait (the progress callback raised, KeyboardInterrupt), the child is
     killed: a child left running would hand its answer to the next scan."""
@@ -129,6 +135,7 @@ def scan_in_child(
     request = {
         "id": os.urandom(8).hex(),
         "roots": [str(r) for r in roots],
+        "labels": list(labels) if labels is not None else [""] * len(roots),
         "probes": [p.hex() for p in probes],
     }
     with _lock:
@@ -155,7 +162,13 @@ def scan_in_child(
         reason = "the scanner process died" if message is None else message["error"]
         raise StorageError(f"the residue scan failed ({reason}); check the data directory is readable")
     result = message["result"]
-    return ScanResult(**{**result, "matched_files": tuple(result["matched_files"])})
+    return ScanResult(
+        **{
+            **result,
+            "matched_files": tuple(result["matched_files"]),
+            "matched_probes": tuple(bytes.fromhex(p) for p in result.get("matched_probes", [])),
+        }
+    )
 
 
 def _serve_one(request: dict[str, Any]) -> dict[str, Any]:
@@ -175,7 +188,11 @@ def _serve_one(request: dict[str, Any]) -> dict[str, Any]:
         "probes": scanner.probe_count,
         "matches": sum(r.matches for r in results),
         "positive_control": all(r.positive_control for r in results),
-        "matched_files": [f for r in results for f in r.matched_files],
+        "matched_files": [
+            label + f for label, r in zip(request["labels"], results, strict=True) for f in r.matched_files
+        ],
+        # back through the pipe only, like the probes themselves
+        "matched_probes": sorted({p.hex() for r in results for p in r.matched_probes}),
     }
 
 

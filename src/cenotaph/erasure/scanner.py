@@ -29,6 +29,7 @@ cost does not grow with the number of candidates. Both paths report the same mat
 
 from __future__ import annotations
 
+import builtins
 import errno
 import os
 import secrets
@@ -113,7 +114,8 @@ def _is_run(probe: bytes) -> bool:
 
 @dataclass(frozen=True)
 class ScanResult:
-    """Evidence from one residue scan. ``matched_files`` are paths relative to the scan root."""
+    """Evidence from one residue scan. ``matched_files`` are paths relative to the scan root;
+    ``matched_probes`` the probes found (never part of the evidence: they are erased bytes)."""
 
     files: int
     bytes: int
@@ -121,6 +123,7 @@ class ScanResult:
     matches: int
     positive_control: bool
     matched_files: tuple[str, ...]
+    matched_probes: tuple[builtins.bytes, ...] = ()  # the field `bytes` shadows the type here
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -187,6 +190,7 @@ class ResidueScanner:
 
         files = matches = 0
         matched: list[str] = []
+        probes: set[int] = set()
         buf = self._new_buffer()
         for name, path in named.items():
             found = self._scan_path(path, name, buf, advance)
@@ -196,6 +200,7 @@ class ResidueScanner:
             if found:
                 matches += len(found)
                 matched.append(name)
+                probes.update(index for index, _ in found)
         if progress is not None and done != total:
             progress(done, done)
         return ScanResult(
@@ -205,6 +210,7 @@ class ResidueScanner:
             matches=matches,
             positive_control=self._positive_control(root, buf),
             matched_files=tuple(matched),
+            matched_probes=tuple(self._probes[i] for i in sorted(probes)),
         )
 
     def _new_buffer(self) -> bytearray:

@@ -1,4 +1,5 @@
-"""Erasure requests after the forget: purge, scan, horizon, certificates, audit, rotation, backup.
+"""Erasure requests after the forget: purge, horizon, certificates, audit, rotation, backup (the
+verifying scan is ``erasure.verification``; why a request is not verified, ``erasure.standing``).
 
 States only move forward on evidence (SPEC W5, S3-S6)::
 
@@ -14,18 +15,27 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from ..backends.base import Backend, ErasureRow, Txn
-from ..backends.sqlite.backend import DB_NAME
+from ..backends.sqlite.backend import DB_NAME, busy_timeout_ms
 from ..crypto.keys import KeyChain
-from ..crypto.provider import KeyProvider, LocalKeyring
+from ..crypto.provider import KeyProvider
 from ..durable import fsync, write_atomically
 from ..errors import ErasureNotProvableError, InvalidValueError, NotFoundError, StorageError
 from ..faults import fault_point
-from ..model import BackupInfo, Certificate, ErasureStatus, LayerStatus, PurgeReport, RotationReport
+from ..model import (
+    BackupInfo,
+    Certificate,
+    ErasureStatus,
+    LayerStatus,
+    PurgeReport,
+    Retention,
+    RotationReport,
+)
 from ..validation import check_token_text
 from .audit import AuditEntry, entry_from_dict, verify_chain
 from .certificate import Signer
@@ -39,21 +49,15 @@ from .ledger import (
     anchor_audit,
     chunk_records,
 )
-from .probes import legacy_probe_key, open_probes
-from .scan_worker import scan_in_child
-from .scanner import ScanResult
+from .standing import OPERATIONAL_GAP, PURGE, Standing, standing_of
+from .unshared import dead_key_rows
+from .verification import PENDING_STATES, Progress, Verifier, now_iso
 
 __all__ = ["ErasureService", "BACKUP_MANIFEST", "Progress"]
 
-Progress = Callable[[int, int], None]
 BACKUP_MANIFEST = "cenotaph-backup.json"
 PURGE_LAYERS = ("rows", "wal", "index")
 _ROWS_LAYER = {"compliance": "rows", "operational": "reclaim"}  # the layer a purge's row removal fills
-OPERATIONAL_GAP = "an operational forget never reports erasure; use mode='compliance' to erase"
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat()
 
 
 def _done(**evidence: Any) -> dict[str, Any]:
@@ -78,6 +82,7 @@ class ErasureService:
         self._keys = keys
         self._clear_memory = clear_memory  # drops caches and index entries; returns entries left
         self._sync = sync
+        self._verifier = Verifier(backend, provider, keys, lambda row: self._horizon(row, retention=()))
         # what wait() does to move requests forward once (timeout in seconds): purge here, or
         # ask the store's background worker for a pass and wait for it (erasure.background)
         self.advance: Callable[[float | None], object] = lambda timeout: self.purge()
@@ -97,41 +102,62 @@ class ErasureService:
         layers = {
             n: LayerStatus(v["state"], v.get("evidence", {})) for n, v in json.loads(row.layers).items()
         }
-        gaps = [
-            f"layer {name!r} is {layer.state}"
-            + (f": {layer.evidence['gap']}" if "gap" in layer.evidence else "")
-            for name, layer in sorted(layers.items())
-            if layer.state != "done"
-        ]
-        if row.mode == "operational":
-            gaps.insert(0, OPERATIONAL_GAP)
-        horizon, reason = self._horizon(row)
+        standing = self._standing(row)
+        retention = self.retention() if row.mode == "compliance" else []
+        horizon, reason = self._horizon(row, retention=retention)
+        held: tuple[Retention, ...] = ()
         if row.mode == "compliance" and horizon is None:
             layers["horizon"] = LayerStatus("pending", {"reason": reason})
-        return ErasureStatus(row.state, layers, horizon, tuple(gaps))
+            epochs = set(ForgetPlan.from_entry(json.loads(row.plan)).epochs)
+            held = tuple(r for r in retention if r.epoch in epochs)
+        return ErasureStatus(
+            row.state,
+            layers,
+            horizon,
+            standing.gaps,
+            stuck=standing.stuck,
+            next_step=standing.next_step,
+            retained_by=held,
+        )
 
-    def _horizon(self, row: ErasureRow, epochs: Sequence[int] | None = None) -> tuple[datetime | None, str]:
+    def _standing(self, row: ErasureRow) -> Standing:
+        def lookup(request_id: str) -> ErasureRow | None:
+            with self._backend.read() as txn:
+                return txn.erasure(request_id)
+
+        return standing_of(row, lookup)
+
+    def _horizon(
+        self,
+        row: ErasureRow,
+        epochs: Sequence[int] | None = None,
+        retention: Sequence[Retention] | None = None,
+    ) -> tuple[datetime | None, str]:
         """S5: reached once every KEK epoch live at the forget (``epochs``; by default the row's
-        plan's) is destroyed."""
+        plan's) is destroyed. Its reason names whatever holds a live one back (``retention``:
+        :meth:`retention`, looked up if not given)."""
         if row.mode != "compliance":
             return None, "operational forgets have no erasure horizon"
         if epochs is None:
             epochs = ForgetPlan.from_entry(json.loads(row.plan)).epochs
         live = set(self._provider.live_epochs()) & set(epochs)
         if not live:
-            stamp = row.horizon or _now()
+            stamp = row.horizon or now_iso()
             return datetime.fromisoformat(stamp), "every KEK epoch that wrapped a destroyed key is destroyed"
-        held = sorted(b for b, epochs in self._provider.backups().items() if live & set(epochs))
-        with self._backend.read() as txn:
-            probing = live & txn.probe_key_epochs()
         reason = f"KEK epoch(s) {sorted(live)} still exist"
-        if held:
-            reason += f" and registered backup(s) {held} need them: release_backup() them, then rotate_keys()"
-        elif probing:
+        holders = [r for r in (self.retention() if retention is None else retention) if r.epoch in live]
+        backups = sorted({r.id for r in holders if r.holder == "backup"})
+        if backups:
             reason += (
-                " and a pending erasure's probes need them: purge() until it verifies, then rotate_keys()"
+                f" and registered backup(s) {backups} need them: release_backup() them, then rotate_keys()"
             )
-        else:
+        requests = [r for r in holders if r.holder == "erasure"]
+        if requests:
+            reason += (
+                " and " if backups else ": "
+            ) + "a pending erasure's probes need them until it verifies ("
+            reason += "; ".join(f"{r.id}: {r.release}" for r in requests) + ")"
+        if not holders:
             reason += ": run rotate_keys() to destroy them"
         return None, reason
 
@@ -140,10 +166,7 @@ class ErasureService:
             raise ErasureNotProvableError(OPERATIONAL_GAP, [OPERATIONAL_GAP])
         status = self.status(request_id)
         if status.state != "verified" or status.gaps:  # verified, and no layer short of done
-            gaps = list(status.gaps) or [f"the request is {status.state}, not verified"]
-            raise ErasureNotProvableError(
-                "erasure is not provable yet: " + "; ".join(gaps) + ". Run store.purge() and retry.", gaps
-            )
+            raise _not_provable(status, "erasure is not provable yet")
         # the row says verified; the ledger must hold the forget and the verified audit log a
         # scan that verified it, or the row was written by someone who can edit the database
         if self._ledgered_plan(request_id)["mode"] != "compliance":
@@ -152,26 +175,41 @@ class ErasureService:
         return status
 
     def wait(self, request_id: str, timeout: float | None) -> ErasureStatus:
-        """Purge until the request is verified (operational: reclaimed) or ``timeout`` passes."""
+        """Purge until the request is verified (operational: reclaimed) or ``timeout`` passes;
+        raise ErasureNotProvableError once it cannot verify by purging (see ErasureRequest.wait)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         operational = self.row(request_id).mode == "operational"
+        blocked_since: float | None = None
+        idle_rounds = 0
         while True:
-            status = self.status(request_id)
-            if status.state == "verified" or (operational and status.layers["reclaim"].state == "done"):
-                return status
+            before = self.status(request_id)
+            if _finished(before, operational):
+                return before
+            # always once: whatever kept it stuck may have been fixed since
             self.advance(None if deadline is None else max(0.0, deadline - time.monotonic()))
             status = self.status(request_id)
-            if status.state == "verified" or operational:
+            if _finished(status, operational) or operational:
                 return status
-            if deadline is not None and time.monotonic() >= deadline:
+            if status.stuck:
+                raise _not_provable(status, f"erasure request {request_id} cannot verify by waiting")
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
                 return status
+            if self._standing(self.row(request_id)).blocked:  # an open reader: it may go away
+                blocked_since = now if blocked_since is None else blocked_since
+                if deadline is None and now - blocked_since > busy_timeout_ms() / 1000:
+                    raise _not_provable(status, f"erasure request {request_id} is still blocked")
+            else:  # nothing known blocks it, yet purging did not verify it: never loop on that
+                idle_rounds = idle_rounds + 1 if status.state == before.state else 0
+                if deadline is None and idle_rounds >= 3:
+                    raise _not_provable(status, f"purging does not move erasure request {request_id} forward")
             time.sleep(0.05)
 
     # -- purge -------------------------------------------------------------------------
     def pending(self) -> bool:
         """Is a compliance request waiting for a purge (shredded, or purged and not verified)?"""
         with self._backend.read() as txn:
-            return any(r.mode == "compliance" for r in txn.erasures(["shredded", "purged"]))
+            return any(r.mode == "compliance" for r in txn.erasures(PENDING_STATES))
 
     @staticmethod
     def retry_may_help(report: PurgeReport) -> bool:
@@ -217,7 +255,7 @@ class ErasureService:
             to_verify = [r for r in txn.erasures(["purged"]) if _purge_layers_done(r)]
         stop()
         if to_verify:
-            scan = self._verify(to_verify, _with_stop(progress, stop))
+            scan = self._verifier.verify(to_verify, _with_stop(progress, stop))
         with self._backend.read() as txn:
             for row in txn.erasures():
                 requests[row.id] = row.state
@@ -234,21 +272,21 @@ class ErasureService:
         layers, so a large request never holds the write lock long and resumes where it stopped.
         Returns the rows removed and the record ids whose in-memory copies must go."""
         with self._backend.read() as txn:
-            rows = [r for r in txn.erasures(["tombstoned", "shredded", "purged"]) if r.applied is None]
-        work: list[tuple[str, ForgetPlan]] = []
+            rows = [r for r in txn.erasures(["tombstoned", *PENDING_STATES]) if r.applied is None]
+        work: list[_RowRemoval] = []
         cleared: list[str] = []
         for row in rows:
             plan = ForgetPlan.from_entry(json.loads(row.plan))
             if plan.compliance:
                 cleared += plan.record_ids
             if json.loads(row.layers)[_ROWS_LAYER[row.mode]]["state"] != "done":
-                work.append((row.id, plan))
+                work.append(self._removal(row.id, plan))
         reclaimed = 0
         while work:
             with self._backend.write() as txn:
                 budget = chunk_records()
                 while work and budget > 0:
-                    removed, used, finished = self._remove_some(txn, *work[0], budget)
+                    removed, used, finished = work[0].remove_some(txn, budget)
                     reclaimed, budget = reclaimed + removed, budget - max(used, 1)
                     if finished:
                         work.pop(0)
@@ -261,123 +299,17 @@ class ErasureService:
             if swept < chunk_records():
                 return reclaimed, cleared
 
-    @staticmethod
-    def _remove_some(txn: Txn, request_id: str, plan: ForgetPlan, budget: int) -> tuple[int, int, bool]:
-        """Remove the rows of up to ``budget`` more of a request's records; returns (rows removed,
-        record ids done, whether the request's rows are all gone)."""
-        row = txn.erasure(request_id)
-        name = _ROWS_LAYER[plan.mode]
-        layers = {} if row is None else json.loads(row.layers)
-        if row is None or layers[name]["state"] == "done":
-            return 0, 0, True  # another process finished it
-        evidence = layers[name].get("evidence", {})
-        ids = plan.record_ids if plan.compliance else plan.hide
-        done = int(evidence.get("done", 0)) if layers[name]["state"] == "pending" else 0
-        part = ids[done : done + budget]
-        finished = done + len(part) >= len(ids)
-        if plan.compliance:
-            scopes, subjects = (plan.destroy_scopes, plan.destroy_subjects) if finished else ([], [])
-            removed = txn.purge_erased(part, scopes, subjects, plan.version)
-        else:
-            removed = txn.delete_hidden(part)
-        total = int(evidence.get("rows_removed", 0)) + removed
-        layers[name] = (
-            _done(rows_removed=total, records=len(ids))
-            if finished
-            else _pending(rows_removed=total, records=len(ids), done=done + len(part))
-        )
-        txn.update_erasure(request_id, layers=json.dumps(layers))
-        return removed, len(part), finished
-
-    def _scan_roots(self) -> list[Path]:
-        roots = [p for p in (self._backend.location,) if p is not None]
-        if isinstance(self._provider, LocalKeyring) and not any(
-            self._provider.path.resolve().is_relative_to(r.resolve()) for r in roots
-        ):
-            roots.append(self._provider.path)
-        return roots
-
-    def _scan(self, probes: list[bytes], progress: Progress | None) -> ScanResult:
-        return scan_in_child([r.resolve() for r in self._scan_roots()], probes, progress)
-
-    def _verify(self, rows: list[ErasureRow], progress: Progress | None) -> dict[str, Any]:
+    def _removal(self, request_id: str, plan: ForgetPlan) -> _RowRemoval:
+        """What removing a request's rows takes; the key rows only its records used are found
+        before any of their lineage rows is deleted, outside the write lock (reading every record
+        of a large plan), and their rows are removed only while their key is still destroyed."""
+        if not plan.compliance:
+            return _RowRemoval(request_id, plan, plan.hide, ([], []))
+        ids = plan.record_ids
         with self._backend.read() as txn:
-            per_request = {r.id: self._open_probes(txn, r) or [] for r in rows}
-        every = [p for probes in per_request.values() for p in probes]
-        combined = self._scan(every, progress)
-        in_database = any(Path(f).name.startswith(DB_NAME) for f in combined.matched_files)
-        # once per request: a match in live cells (a value quoting text the store keeps, say)
-        # survives any rewrite, and must not cost the store's size on every purge after
-        untried = any(not _scan_evidence(r).get("rewritten") for r in rows)
-        rewritten = in_database and untried and self._backend.rewrite()
-        if rewritten:
-            # secure_delete zeroes what is deleted, but a page SQLite reorganized earlier can keep
-            # a stale fragment of a cell in its unallocated space; rewriting the whole database
-            # (VACUUM, then a TRUNCATE checkpoint) leaves none. Costs the store's size, only then.
-            combined = self._scan(every, progress)
-        results = {r.id: combined for r in rows}
-        if combined.matches:  # attribute residue to the requests it belongs to
-            results = {r.id: self._scan(per_request[r.id], None) for r in rows}
-        fault_point("purge.scanned")
-        with self._backend.write() as txn:
-            for row in rows:
-                self._conclude(txn, row, results[row.id], len(per_request[row.id]), rewritten)
-        # the sealed probes were just deleted: push that out of the WAL too
-        self._backend.checkpoint_truncate()
-        return combined.to_dict()
-
-    def _open_probes(self, txn: Txn, row: ErasureRow) -> list[bytes] | None:
-        wrapped = txn.probe_key(row.id)
-        if wrapped is None:  # sealed before probe keys existed
-            key = legacy_probe_key(self._provider.erasure_secret(), row.id)
-            return open_probes(key, row.id, row.probes, legacy=True)
-        return open_probes(self._keys.unwrap(*wrapped), row.id, row.probes)
-
-    def _conclude(
-        self, txn: Txn, row: ErasureRow, result: ScanResult, probe_count: int, rewritten: bool
-    ) -> None:
-        layers = json.loads(row.layers)
-        # rows this purge really removed: a replayed forget of records this copy never held (a
-        # restore from an older backup) removes none, and its clean scan needs no probes
-        evidence_rows = layers["rows"]["evidence"]
-        removed = int(evidence_rows.get("rows_removed", evidence_rows.get("records", 0)))
-        evidence = {**result.to_dict(), "probes": probe_count}
-        if rewritten or _scan_evidence(row).get("rewritten"):
-            evidence["rewritten"] = True  # the database was rewritten for this request already
-        gap = None
-        if result.matches:
-            gap = f"{result.matches} probe match(es) in {list(result.matched_files)}; purge again or investigate"
-        elif not result.positive_control:
-            gap = "the scanner's positive control failed, so a clean scan proves nothing"
-        elif probe_count == 0 and removed:
-            gap = "rows were removed but no probes were taken, so a clean scan proves nothing"
-        elif result.files == 0 or result.bytes == 0:
-            gap = "the scan read no file, so it proves nothing; check the data directory"
-        layers["scan"] = {
-            "state": "failed" if gap else "done",
-            "evidence": evidence | ({"gap": gap} if gap else {}),
-        }
-        fields: dict[str, Any] = {"layers": json.dumps(layers), "scan": json.dumps(evidence)}
-        verified_at = None if gap else _now()
-        if gap is None:
-            fields |= {"state": "verified", "verified_at": verified_at, "probes": None}
-            txn.delete_probe_key(row.id)
-            horizon, reason = self._horizon(row)
-            fields |= {"horizon": horizon.isoformat() if horizon else None, "horizon_reason": reason}
-        txn.update_erasure(row.id, **fields)
-        anchor_audit(
-            self._provider,
-            txn,
-            "verify",
-            {
-                "request_id": row.id,
-                "verified": gap is None,
-                "matches": result.matches,
-                "probes": probe_count,
-                "scan": evidence,  # what a certificate states is what this audited entry says
-                "verified_at": verified_at,
-            },
-        )
+            listed = (plan.destroy_scopes, plan.destroy_subjects)
+            keys = dead_key_rows(txn, plan.target_kind, plan.target, ids, listed)
+        return _RowRemoval(request_id, plan, ids, keys)
 
     # -- certificates ------------------------------------------------------------------
     def signer(self) -> Signer:
@@ -537,17 +469,48 @@ class ErasureService:
             # backup registering at this moment (another thread or process) never loses its epoch
             if epoch != new_epoch and epoch not in probing and self._provider.destroy_epoch(epoch)
         ]
-        retained = {e for epochs in self._provider.backups().values() for e in epochs} | probing
         self._keys.forget_epoch_sealers()
         self._record_horizons(destroyed=bool(destroyed))
         if progress is not None:
             progress(len(rows), len(rows))
+        # every old epoch still alive is held by someone: name each holder, why, and the release
+        retained = tuple(r for r in self.retention() if r.epoch != new_epoch)
         return RotationReport(
             new_epoch=new_epoch,
             rewrapped=len(rewrapped),
             destroyed_epochs=tuple(destroyed),
-            retained_epochs=tuple(sorted(retained & set(self._provider.live_epochs()))),
+            retained_epochs=tuple(sorted({r.epoch for r in retained})),
+            retained=retained,
         )
+
+    def retention(self) -> list[Retention]:
+        """Who keeps each live KEK epoch from being destroyed by rotation, why, and what releases
+        it: registered backups, and pending requests whose probes that epoch wraps."""
+        live = set(self._provider.live_epochs())
+        held = [
+            Retention(
+                epoch,
+                "backup",
+                backup_id,
+                "a registered backup needs this epoch to stay restorable",
+                f"store.release_backup({backup_id!r}) once the backup is no longer needed, then store.rotate_keys()",
+            )
+            for backup_id, epochs in sorted(self._provider.backups().items())
+            for epoch in sorted(set(epochs) & live)
+        ]
+        with self._backend.read() as txn:
+            pending = [(r, txn.probe_key(r.id)) for r in txn.erasures(PENDING_STATES)]
+        for row, key in pending:
+            if key is None or key[1] not in live:
+                continue
+            standing = self._standing(row)
+            why = f"its probes are sealed under this epoch until it verifies; it is {row.state}"
+            why += f": {standing.gaps[0]}" if standing.gaps else ""
+            release = f"{standing.next_step}, then store.rotate_keys()"
+            if standing.stuck:
+                release = f"it cannot verify by purging again: {standing.next_step}; then store.rotate_keys()"
+            held.append(Retention(key[1], "erasure", row.id, why, release, standing.stuck))
+        return sorted(held, key=lambda r: (r.epoch, r.holder, r.id))
 
     def _record_horizons(self, *, destroyed: bool = False) -> None:
         """Persist the instant each request's horizon was reached (first seen after rotation).
@@ -558,7 +521,7 @@ class ErasureService:
                 txn.set_meta(KEKS_DESTROYED, txn.meta_all().get(KEKS_DESTROYED, 0) + 1)
             for row in txn.erasures():
                 if row.mode == "compliance" and row.horizon is None:
-                    horizon, reason = self._horizon(row)
+                    horizon, reason = self._horizon(row, retention=())  # stored only once reached
                     if horizon is not None:
                         txn.update_erasure(row.id, horizon=horizon.isoformat(), horizon_reason=reason)
 
@@ -618,6 +581,43 @@ class ErasureService:
             anchor_audit(self._provider, txn, "release_backup", {"backup_id": backup_id})
 
 
+@dataclass
+class _RowRemoval:
+    """One request's rows to remove: its record ids, in order, and its dead key rows."""
+
+    request_id: str
+    plan: ForgetPlan
+    ids: list[str]
+    keys: tuple[list[bytes], list[bytes]]  # scope and subject tokens removed with the last chunk
+
+    def remove_some(self, txn: Txn, budget: int) -> tuple[int, int, bool]:
+        """Remove the rows of up to ``budget`` more records; returns (rows removed, records
+        done, whether the request's rows are all gone). Progress is read from, and written to,
+        the request's layers in ``txn``."""
+        row = txn.erasure(self.request_id)
+        name = _ROWS_LAYER[self.plan.mode]
+        layers = {} if row is None else json.loads(row.layers)
+        if row is None or layers[name]["state"] == "done":
+            return 0, 0, True  # another process finished it
+        evidence = layers[name].get("evidence", {})
+        done = int(evidence.get("done", 0)) if layers[name]["state"] == "pending" else 0
+        part = self.ids[done : done + budget]
+        finished = done + len(part) >= len(self.ids)
+        if self.plan.compliance:
+            scopes, subjects = self.keys if finished else ([], [])
+            removed = txn.purge_erased(part, scopes, subjects, self.plan.version)
+        else:
+            removed = txn.delete_hidden(part)
+        total = int(evidence.get("rows_removed", 0)) + removed
+        layers[name] = (
+            _done(rows_removed=total, records=len(self.ids))
+            if finished
+            else _pending(rows_removed=total, records=len(self.ids), done=done + len(part))
+        )
+        txn.update_erasure(self.request_id, layers=json.dumps(layers))
+        return removed, len(part), finished
+
+
 def _with_stop(progress: Progress | None, stop: Callable[[], None]) -> Progress:
     """A scan's progress callback that also checks ``stop`` (raising it kills the scan child)."""
 
@@ -629,9 +629,19 @@ def _with_stop(progress: Progress | None, stop: Callable[[], None]) -> Progress:
     return report
 
 
-def _scan_evidence(row: ErasureRow) -> dict[str, Any]:
-    evidence: dict[str, Any] = json.loads(row.layers).get("scan", {}).get("evidence", {})
-    return evidence
+def _finished(status: ErasureStatus, operational: bool) -> bool:
+    if operational:
+        return status.layers["reclaim"].state == "done"
+    return status.state == "verified"
+
+
+def _not_provable(status: ErasureStatus, what: str) -> ErasureNotProvableError:
+    """The error naming every gap and the one thing to do next."""
+    gaps = list(status.gaps) or [f"the request is {status.state}, not verified"]
+    step = status.next_step or PURGE
+    if status.stuck:
+        step = "purging again will not change this: " + step
+    return ErasureNotProvableError(f"{what}: " + "; ".join(gaps) + f". Next: {step}.", gaps)
 
 
 def _purge_layers_done(row: ErasureRow | dict[str, Any]) -> bool:

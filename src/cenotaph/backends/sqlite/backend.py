@@ -67,6 +67,27 @@ _WRAPPED_TABLES = (("records", "id"), ("lineage", "record_id"), ("scopes", "toke
 _CHUNK = 500  # bound on host parameters per statement
 
 
+# every column the store writes in plain: ids, states, content-free JSON (tokens as hex, counts,
+# versions, timestamps) and the schema; every other column is an HMAC token or AES-GCM ciphertext
+_PLAIN_COLUMNS = (
+    ("audit", "entry"),
+    *(("erasures", c) for c in ("id", "mode", "target_kind", "requested_at", "state", "layers", "plan")),
+    *(("erasures", c) for c in ("horizon", "horizon_reason", "verified_at", "scan")),
+    ("tombstones", "request_id"),
+    ("tombstones", "kind"),
+    ("records", "id"),
+    ("lineage", "record_id"),
+    ("lineage", "sources"),
+    ("derivations", "source_id"),
+    ("derivations", "derived_id"),
+    ("erased_records", "record_id"),
+    ("probe_keys", "request_id"),
+    ("reauth_tokens", "kind"),
+    ("meta", "name"),
+    ("sqlite_master", "sql"),
+)
+
+
 def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
     for start in range(0, len(items), _CHUNK):
         yield items[start : start + _CHUNK]
@@ -486,12 +507,51 @@ class SQLiteTxn:
         )
 
     def destroy_subject_keys(self, tokens: Sequence[bytes], version: int) -> None:
+        # an UPDATE only: a subject the store never held (or whose row an earlier purge removed)
+        # gets no row, so a repeated erasure leaves nothing behind to remove or to prove
         self._c.executemany(
-            "INSERT INTO subjects (token, wrapped, epoch, destroyed_version) VALUES (?, NULL, NULL, ?) "
-            "ON CONFLICT(token) DO UPDATE SET wrapped=NULL, epoch=NULL, "
-            "destroyed_version=coalesce(destroyed_version, excluded.destroyed_version)",
-            [(t, version) for t in tokens],
+            "UPDATE subjects SET wrapped=NULL, epoch=NULL, destroyed_version=coalesce(destroyed_version, ?) "
+            "WHERE token=?",
+            [(version, t) for t in tokens],
         )
+
+    # -- what only a forget's records use, what of a target remains ---------------------
+    def child_scopes(self, token: bytes) -> Iterator[bytes]:
+        """The scopes whose parent is ``token``, lazily (a caller may stop at the first)."""
+        for (child,) in self._c.execute("SELECT token FROM scopes WHERE parent=?", (token,)):
+            yield bytes(child)
+
+    def scope_lineage(self, token: bytes) -> Iterator[tuple[str, int, bool]]:
+        """(record id, version, keys live) of every record ever written in exactly this scope."""
+        sql = "SELECT record_id, version, destroyed_version IS NULL FROM lineage WHERE scope_token=?"
+        for record_id, version, live in self._c.execute(sql, (token,)):
+            yield str(record_id), int(version), bool(live)
+
+    def subject_lineage(self, token: bytes) -> Iterator[tuple[str, int, bool]]:
+        """(record id, version, keys live) of every record ever written carrying the subject."""
+        sql = (
+            "SELECT l.record_id, l.version, l.destroyed_version IS NULL FROM record_subjects rs "
+            "JOIN lineage l ON l.record_id = rs.record_id WHERE rs.subject_token=?"
+        )
+        for record_id, version, live in self._c.execute(sql, (token,)):
+            yield str(record_id), int(version), bool(live)
+
+    def plaintext_holds(self, needle: bytes) -> bool:
+        """Does ``needle`` occur in a column the store keeps in plain (ids, request rows, the audit
+        log, the schema)? Such bytes are content-free bookkeeping by construction (W4)."""
+        for table, column in _PLAIN_COLUMNS:
+            sql = f"SELECT 1 FROM {table} WHERE instr(CAST({column} AS BLOB), ?) > 0 LIMIT 1"
+            if self._c.execute(sql, (needle,)).fetchone() is not None:
+                return True
+        return False
+
+    def existing_records(self, ids: Sequence[str]) -> set[str]:
+        """Which of ``ids`` still have a row in ``records`` (ciphertext)."""
+        found: set[str] = set()
+        for part in _chunks(list(ids)):
+            sql = f"SELECT id FROM records WHERE id IN ({_marks(len(part))})"
+            found.update(str(r[0]) for r in self._c.execute(sql, part))
+        return found
 
     # -- purge -----------------------------------------------------------------------
     def purge_erased(

@@ -1,0 +1,219 @@
+"""Verification by scanning (S4): scan every file the store owns for each pending request's
+probes, tell residue from the store's own bookkeeping, and conclude each request with a verdict
+(``erasure.standing``) recorded in its row and in the audit log.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ..backends.base import Backend, ErasureRow, Txn
+from ..backends.sqlite.backend import DB_NAME
+from ..crypto.keys import KeyChain
+from ..crypto.provider import KeyProvider, LocalKeyring
+from ..faults import fault_point
+from .forget import ForgetPlan
+from .ledger import anchor_audit
+from .plan import remains
+from .probes import ProbeSample, legacy_probe_key, open_probes
+from .scan_worker import scan_in_child
+from .scanner import ScanResult
+from .standing import judge_scan
+
+__all__ = ["KEYRING_LABEL", "PENDING_STATES", "Progress", "Verifier", "now_iso"]
+
+Progress = Callable[[int, int], None]
+PENDING_STATES = ("shredded", "purged")  # compliance requests not verified yet
+KEYRING_LABEL = "<keyring>/"  # how a scan names the files of a keyring kept outside the data directory
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+class Verifier:
+    """Scans and concludes the requests a purge hands it (every purge layer done)."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        provider: KeyProvider,
+        keys: KeyChain,
+        horizon: Callable[[ErasureRow], tuple[datetime | None, str]],
+    ) -> None:
+        self._backend = backend
+        self._provider = provider
+        self._keys = keys
+        self._horizon = horizon  # (reached at, reason) of a request, as of now
+
+    def _scan_roots(self) -> dict[str, Path]:
+        """The directories a scan reads, by the prefix of their files' names in its evidence: the
+        data directory, and a local keyring kept outside it (``<keyring>/``)."""
+        location = self._backend.location
+        roots = {} if location is None else {"": location.resolve()}
+        if isinstance(self._provider, LocalKeyring) and not any(
+            self._provider.path.resolve().is_relative_to(r) for r in roots.values()
+        ):
+            roots[KEYRING_LABEL] = self._provider.path.resolve()
+        return roots
+
+    def _keyring_files(self) -> set[str]:
+        """The names a scan gives the files in a local keyring's directory: a match there is never
+        answered with "remove the file"."""
+        if not isinstance(self._provider, LocalKeyring):
+            return set()
+        keyring = self._provider.path.resolve()
+        return {
+            label + f.resolve().relative_to(root).as_posix()
+            for label, root in self._scan_roots().items()
+            if keyring.is_relative_to(root)
+            for f in keyring.iterdir()
+            if f.is_file()
+        }
+
+    def _scan(self, probes: list[bytes], progress: Progress | None) -> ScanResult:
+        roots = self._scan_roots()
+        return scan_in_child(list(roots.values()), probes, progress, labels=list(roots))
+
+    def verify(self, rows: list[ErasureRow], progress: Progress | None) -> dict[str, Any]:
+        with self._backend.read() as txn:
+            samples = {r.id: self._open_probes(txn, r) for r in rows}
+        probes = {rid: [] if s is None else s.probes for rid, s in samples.items()}
+        every = [p for listed in probes.values() for p in listed]
+        combined = self._scan(every, progress)
+        uninformative = self._bookkeeping(combined.matched_probes)
+        if uninformative:  # bytes the store keeps by design (an id the erased value quoted)
+            probes = {rid: [p for p in listed if p not in uninformative] for rid, listed in probes.items()}
+            every = [p for listed in probes.values() for p in listed]
+            combined = self._scan(every, progress)
+        in_database = any(Path(f).name.startswith(DB_NAME) for f in combined.matched_files)
+        # once per request: a match in live cells (a value quoting text the store keeps, say)
+        # survives any rewrite, and must not cost the store's size on every purge after
+        untried = any(not _scan_evidence(r).get("rewritten") for r in rows)
+        rewritten = in_database and untried and self._backend.rewrite()
+        if rewritten:
+            # secure_delete zeroes what is deleted, but a page SQLite reorganized earlier can keep
+            # a stale fragment of a cell in its unallocated space; rewriting the whole database
+            # (VACUUM, then a TRUNCATE checkpoint) leaves none. Costs the store's size, only then.
+            combined = self._scan(every, progress)
+        results = {r.id: combined for r in rows}
+        if combined.matches:  # attribute residue to the requests it belongs to
+            results = {r.id: self._scan(probes[r.id], None) for r in rows}
+        fault_point("purge.scanned")
+        with self._backend.write() as txn:
+            for row in rows:  # oldest first: a request may wait for an earlier one concluded here
+                sample = samples[row.id]
+                scanned = None if sample is None else ProbeSample(probes[row.id], sample.found)
+                dropped = 0 if sample is None else len(sample.probes) - len(probes[row.id])
+                self._conclude(txn, row, results[row.id], scanned, rewritten, dropped)
+        # the sealed probes were just deleted: push that out of the WAL too
+        self._backend.checkpoint_truncate()
+        return combined.to_dict()
+
+    def _bookkeeping(self, matched: Sequence[bytes]) -> set[bytes]:
+        """Matched probes that also occur in what the store keeps in plain by design (ids, the
+        audit log, request rows; the ledger): content-free bytes, which no scan can tell from
+        residue. An erased value that quoted a request id would otherwise never verify."""
+        if not matched:
+            return set()
+        # the ledger's entries as a local keyring writes them (other providers' are not scanned);
+        # never any other file of the keyring's directory, which could hold a real copy
+        ledger = b"\n".join(
+            json.dumps(e, sort_keys=True, separators=(",", ":")).encode() for e in self._provider.ledger()
+        )
+        with self._backend.read() as txn:
+            return {p for p in matched if p in ledger or txn.plaintext_holds(p)}
+
+    def _open_probes(self, txn: Txn, row: ErasureRow) -> ProbeSample | None:
+        wrapped = txn.probe_key(row.id)
+        if wrapped is None:  # sealed before probe keys existed
+            key = legacy_probe_key(self._provider.erasure_secret(), row.id)
+            return open_probes(key, row.id, row.probes, legacy=True)
+        return open_probes(self._keys.unwrap(*wrapped), row.id, row.probes)
+
+    def _earlier_unverified(self, txn: Txn, row: ErasureRow) -> list[str]:
+        """Earlier compliance requests for the same target that are not verified: a request that
+        found nothing to erase proves nothing about data one of them still has to remove."""
+        return [
+            r.id
+            for r in txn.erasures(PENDING_STATES)
+            if r.version < row.version
+            and r.mode == "compliance"
+            and (r.target_kind, bytes(r.target)) == (row.target_kind, bytes(row.target))
+        ]
+
+    def _conclude(
+        self,
+        txn: Txn,
+        row: ErasureRow,
+        result: ScanResult,
+        sample: ProbeSample | None,
+        rewritten: bool,
+        uninformative: int,
+    ) -> None:
+        layers = json.loads(row.layers)
+        plan = ForgetPlan.from_entry(json.loads(row.plan))
+        # rows this purge really removed (for requests sealed before the forget's tally existed)
+        evidence_rows = layers["rows"]["evidence"]
+        removed = int(evidence_rows.get("rows_removed", evidence_rows.get("records", 0)))
+        remaining = remains(txn, plan)
+        tried = rewritten or bool(_scan_evidence(row).get("rewritten"))
+        found_nothing = sample is not None and sample.found_nothing
+        verdict = judge_scan(
+            result,
+            sample,
+            removed=removed,
+            remaining=remaining,
+            rewrite_tried=tried,
+            waiting_for=self._earlier_unverified(txn, row) if found_nothing else [],
+            keyring_files=self._keyring_files(),
+        )
+        evidence: dict[str, Any] = {
+            **result.to_dict(),
+            "probes": len(sample.probes) if sample else 0,
+            "remaining": remaining,
+        }
+        if sample is not None and sample.found is not None:
+            evidence |= {"found": sample.found, "nothing_to_erase": found_nothing}
+        if uninformative:
+            evidence["uninformative_probes"] = uninformative  # they occur in the store's bookkeeping
+        if tried:
+            evidence["rewritten"] = True  # the database was rewritten for this request already
+        gap = verdict.gap
+        if gap is not None:
+            evidence |= {"gap": gap, "release": verdict.release}
+            evidence |= {"stuck": True} if verdict.stuck else {}
+            evidence |= {"waiting_for": list(verdict.waiting_for)} if verdict.waiting_for else {}
+        layers["scan"] = {"state": verdict.state, "evidence": evidence}
+        fields: dict[str, Any] = {"layers": json.dumps(layers), "scan": json.dumps(evidence)}
+        verified_at = None if gap else now_iso()
+        if gap is None:
+            fields |= {"state": "verified", "verified_at": verified_at, "probes": None}
+            txn.delete_probe_key(row.id)
+            # stored once reached; until then the reason is whatever holds an epoch now (status)
+            horizon, reason = self._horizon(row)
+            if horizon is not None:
+                fields |= {"horizon": horizon.isoformat(), "horizon_reason": reason}
+        txn.update_erasure(row.id, **fields)
+        anchor_audit(
+            self._provider,
+            txn,
+            "verify",
+            {
+                "request_id": row.id,
+                "verified": gap is None,
+                "matches": result.matches,
+                "probes": evidence["probes"],
+                "scan": evidence,  # what a certificate states is what this audited entry says
+                "verified_at": verified_at,
+            },
+        )
+
+
+def _scan_evidence(row: ErasureRow) -> dict[str, Any]:
+    evidence: dict[str, Any] = json.loads(row.layers).get("scan", {}).get("evidence", {})
+    return evidence
