@@ -20,8 +20,7 @@ FAULT_POINTS = (
     "forget.applied",  # tombstones and key destruction applied, not in the ledger, not committed
     "forget.ledgered",  # ledger entry durable, database transaction not committed
     "forget.committed",  # committed (caches already dropped), purge not started
-    "forget.chunk",  # a large forget: one more chunk of records hidden and destroyed, committed
-    "forget.swept",  # a large forget: every chunk applied, the target swept, not marked shredded
+    "forget.chunk",  # a large forget: one more chunk of records (or its last step) committed
     "purge.rows",  # erased rows deleted and committed, WAL not truncated
     "purge.chunk",  # a large request: one more chunk of its rows deleted and committed
     "purge.wal",  # WAL truncated, not yet scanned
