@@ -680,21 +680,22 @@ class Store:
         """Move pending requests forward once, for wait(): a background pass that starts after
         now (its failure raised here), else chunks and a purge in this thread."""
         if self._purge_mode == "background":
-            error = self._worker.wait_for(self._worker.nudge(), timeout)
+            error = self._worker.wait_for(self._worker.nudge(thorough=True), timeout)
             self._check_open()
             if error is not None:
                 raise error
         else:
             self.purge()
 
-    def _background_pass(self, check_stop: Callable[[], None]) -> bool:
+    def _background_pass(self, check_stop: Callable[[], None], thorough: bool) -> bool:
         """One pass of the background worker: finish chunked forgets, then (background mode) purge
-        if a compliance request waits for it. True if a retry may finish what is left."""
+        if a compliance request waits for it (``thorough``: a waiter asked, so stuck requests are
+        tried again too). True if a retry may finish what is left."""
         self._applier.resume()
         check_stop()
-        if self._purge_mode != "background" or not self._erasure.pending():
+        if self._purge_mode != "background" or not self._erasure.pending(thorough):
             return False
-        report = self._erasure.purge(check_stop=check_stop)
+        report = self._erasure.purge(check_stop=check_stop, retry_stuck=thorough)
         return self._erasure.retry_may_help(report)
 
     def _forgotten(self, plan: ForgetPlan, epoch: int, others: bool) -> None:

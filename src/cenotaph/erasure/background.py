@@ -50,7 +50,9 @@ class Stopped(Exception):
     """Raised inside a pass when its worker is closing: the pass ends as a crash would end it."""
 
 
-Pass = Callable[[Callable[[], None]], bool]  # (check_stop) -> whether a retry may finish what is left
+# (check_stop, thorough) -> whether a retry may finish what is left; ``thorough``: some waiter
+# asked, so requests stuck on something a person must fix are tried again too
+Pass = Callable[[Callable[[], None], bool], bool]
 
 
 class ErasureWorker:
@@ -60,18 +62,21 @@ class ErasureWorker:
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._wanted = False
+        self._thorough = False
         self._closing = False
         self._started = 0  # passes begun
         self._completed = 0  # passes ended (successfully or not)
         self._errors: dict[int, BaseException] = {}  # pass number -> what it raised (recent only)
 
-    def nudge(self) -> int:
-        """Ask for a pass; returns the number of the first pass that covers this request (one
-        that starts after now: a pass already running may have read the store before it)."""
+    def nudge(self, *, thorough: bool = False) -> int:
+        """Ask for a pass (``thorough``: one that also retries stuck requests); returns the
+        number of the first pass that covers this request (one that starts after now: a pass
+        already running may have read the store before it)."""
         with self._cond:
             if self._closing:
                 return self._started + 1
             self._wanted = True
+            self._thorough = self._thorough or thorough
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
                 self._thread.start()
@@ -116,12 +121,13 @@ class ErasureWorker:
                 if self._closing:
                     return
                 self._wanted = False
+                thorough, self._thorough = self._thorough, False
                 self._started += 1
                 number = self._started
             error: BaseException | None = None
             retry = False
             try:
-                retry = self._run_pass(self._check_stop)
+                retry = self._run_pass(self._check_stop, thorough)
             except Stopped:
                 return
             except Exception as exc:  # noqa: BLE001 - handed to this pass's waiters below, and logged

@@ -206,10 +206,12 @@ class ErasureService:
             time.sleep(0.05)
 
     # -- purge -------------------------------------------------------------------------
-    def pending(self) -> bool:
-        """Is a compliance request waiting for a purge (shredded, or purged and not verified)?"""
+    def pending(self, retry_stuck: bool = False) -> bool:
+        """Is a compliance request waiting for a purge (shredded, or purged and not verified,
+        and -- if stuck -- worth scanning again, see ``Verifier.worth_scanning``)?"""
         with self._backend.read() as txn:
-            return any(r.mode == "compliance" for r in txn.erasures(PENDING_STATES))
+            rows = [r for r in txn.erasures(PENDING_STATES) if r.mode == "compliance"]
+        return any(r.state == "shredded" or self._verifier.worth_scanning(r, retry_stuck) for r in rows)
 
     @staticmethod
     def retry_may_help(report: PurgeReport) -> bool:
@@ -218,10 +220,15 @@ class ErasureService:
         return any(state == "shredded" for state in report.requests.values())
 
     def purge(
-        self, progress: Progress | None = None, check_stop: Callable[[], None] | None = None
+        self,
+        progress: Progress | None = None,
+        check_stop: Callable[[], None] | None = None,
+        *,
+        retry_stuck: bool = True,
     ) -> PurgeReport:
         """``check_stop``: called at every step boundary; raising there ends the purge as a crash
-        would (every step resumes on the next purge)."""
+        would (every step resumes on the next purge). ``retry_stuck``: scan stuck requests again
+        too (a background pass for other requests does not; see ``Verifier.worth_scanning``)."""
         self._sync()
         stop = check_stop or (lambda: None)
         reclaimed, cleared = self._remove_rows(stop)
@@ -252,7 +259,11 @@ class ErasureService:
         with self._backend.read() as txn:
             # a request purged earlier is verified only while every purge layer is done now (a
             # reader may block this purge's WAL truncation): no certificate over a pending layer
-            to_verify = [r for r in txn.erasures(["purged"]) if _purge_layers_done(r)]
+            to_verify = [
+                r
+                for r in txn.erasures(["purged"])
+                if _purge_layers_done(r) and self._verifier.worth_scanning(r, retry_stuck)
+            ]
         stop()
         if to_verify:
             scan = self._verifier.verify(to_verify, _with_stop(progress, stop))

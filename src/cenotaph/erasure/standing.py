@@ -49,6 +49,7 @@ class Verdict:
     stuck: bool = False
     release: str = PURGE
     waiting_for: tuple[str, ...] = ()
+    stray: tuple[str, ...] = ()  # files the store does not write that hold residue (scan names)
 
     @property
     def state(self) -> str:
@@ -127,6 +128,7 @@ def _residue(result: ScanResult, rewrite_tried: bool, keyring_files: Collection[
             gap + ": file(s) the store does not write hold bytes of what was erased",
             stuck=True,
             release=f"remove or move {stray} out of the directories the store scans, then run store.purge()",
+            stray=tuple(stray),
         )
     if keyring:  # nothing the store writes there holds content: never advise removing them
         return Verdict(
