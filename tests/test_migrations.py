@@ -52,6 +52,7 @@ def test_a_schema_3_store_migrates_and_its_outstanding_subject_tokens_keep_their
         clock = db.execute("SELECT value FROM meta WHERE name='clock'").fetchone()[0]
         db.execute("ALTER TABLE reauth_tokens DROP COLUMN subject")  # undo migration 4
         db.execute("DROP TABLE probe_keys")  # and 5
+        db.execute("ALTER TABLE erasures DROP COLUMN applied")  # and 6
         db.execute(
             "INSERT INTO reauth_tokens VALUES (?, 'subject', ?, ?, NULL)", (digest, subject, clock + 1)
         )

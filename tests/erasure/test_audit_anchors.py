@@ -280,7 +280,7 @@ def test_a_database_that_says_verified_without_a_verify_entry_is_not_attested(tm
 
 
 def _honest_verified_forget(directory: Path) -> str:
-    with cenotaph.open(directory) as store:
+    with cenotaph.open(directory, auto_purge="sync") as store:
         store.write(SCOPE, "k", "secret")
         request = store.forget(SCOPE, "k")
         assert request.status().state == "verified"
@@ -296,7 +296,7 @@ def test_a_request_planted_in_the_database_is_never_ledgered_nor_certified(tmp_p
         tmp_path,
         (
             "INSERT INTO erasures SELECT ?, mode, target_kind, target, version, requested_at, 'shredded', "
-            "layers, plan, probes, NULL, NULL, NULL, NULL FROM erasures WHERE id=?",
+            "layers, plan, probes, NULL, NULL, NULL, NULL, NULL FROM erasures WHERE id=?",
             (planted, honest),
         ),
     )

@@ -49,8 +49,11 @@ def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def _open(root: Path, **options: bool) -> cenotaph.Store:
-    return cenotaph.open(root / "data", key_provider=cenotaph.LocalKeyring(root / "keyring"), **options)
+def _open(root: Path, **options: bool | str) -> cenotaph.Store:
+    # forgets purge before they return unless a test says otherwise (these tests are about what
+    # a purge concludes, not about when it runs)
+    options.setdefault("auto_purge", "sync")
+    return cenotaph.open(root / "data", key_provider=cenotaph.LocalKeyring(root / "keyring"), **options)  # type: ignore[arg-type]
 
 
 def _cli(root: Path, *args: str) -> Any:
