@@ -1,7 +1,9 @@
 """Applying a large forget's records in bounded chunks, resumable from the ledger after a crash.
 
 A plan with more than ``CHUNK_RECORDS`` record ids commits only its head with the ledger entry
-(tombstones; scope and subject keys destroyed), with its request row's ``applied`` set to 0.
+(tombstones; scope and subject keys destroyed), with its apply cursor set to 0 (``applied``,
+kept apart from the request's row, which holds the whole plan and is rewritten whole by any
+update).
 From that commit on the ledger decides in every process: writes to the target are refused, and
 every id the plan lists is hidden from every read (S9). :class:`PlanApplier` then:
 
@@ -29,7 +31,7 @@ from ..backends.base import Backend, LineageRow, Txn
 from ..faults import fault_point
 from .authority import LedgerView
 from .forget import ForgetPlan, apply_records
-from .ledger import chunk_records, initial_layers
+from .ledger import chunk_records, initial_layers, pause_between_chunks
 from .plan import check_postcondition, sweep
 from .unshared import split_tokens
 
@@ -62,25 +64,23 @@ class PlanApplier:
         ids = plan.record_ids
         while True:
             with self._backend.write() as txn:
-                row = txn.erasure(plan.request_id)
-                if row is None or row.applied is None:
+                start = txn.apply_cursor(plan.request_id)
+                if start is None:
                     return False  # applied whole already (by another applier)
-                start = row.applied
                 part = ids[start : start + chunk_records()]
                 if not part:
                     break
                 apply_records(txn, plan, part)
                 check_postcondition(txn, plan, part)
-                layers = initial_layers(plan, applied=start + len(part))
-                txn.update_erasure(plan.request_id, applied=start + len(part), layers=json.dumps(layers))
+                txn.set_applied(plan.request_id, start + len(part))
             fault_point("forget.chunk")
+            pause_between_chunks()
         with self._backend.read() as txn:  # reading the whole target: outside the lock
             seen = txn.clock()
             missed = sweep(txn, plan)
             unshared = plan.keys_to_destroy(txn) if plan.compliance else ([], [])
         with self._backend.write() as txn:
-            row = txn.erasure(plan.request_id)
-            if row is None or row.applied is None:
+            if txn.apply_cursor(plan.request_id) is None:
                 return False
             if plan.compliance:
                 scopes, subjects = _still_unshared(txn, unshared, txn.written_since(seen))
@@ -94,9 +94,8 @@ class PlanApplier:
                 apply_records(txn, plan, missed)
                 check_postcondition(txn, plan, missed)
             state = "shredded" if plan.compliance else "tombstoned"
-            txn.update_erasure(
-                plan.request_id, applied=None, state=state, layers=json.dumps(initial_layers(plan))
-            )
+            txn.update_erasure(plan.request_id, state=state, layers=json.dumps(initial_layers(plan)))
+            txn.set_applied(plan.request_id, None)
             txn.bump_forget_epoch()  # other processes drop cached keys of what was just destroyed
             txn.after_commit(lambda: self._on_applied(plan))
         fault_point("forget.chunk")

@@ -44,6 +44,7 @@ class ForgetPlan:
     # again wherever the plan is applied, never listed (a list of tokens would name them)
     unshared: bool = False
     _found: tuple[list[bytes], list[bytes]] | None = field(default=None, repr=False, compare=False)
+    _ids: list[str] | None = field(default=None, repr=False, compare=False)
 
     @property
     def compliance(self) -> bool:
@@ -51,10 +52,11 @@ class ForgetPlan:
 
     @property
     def record_ids(self) -> list[str]:
-        """Every record id the plan hides or destroys, sorted: the order chunks follow."""
-        if self.hide is self.destroy_records or not self.destroy_records:
-            return sorted(self.hide)
-        return sorted({*self.hide, *self.destroy_records})
+        """Every record id the plan hides or destroys, sorted: the order chunks follow (computed
+        once; a plan's lists are final before it is applied)."""
+        if self._ids is None:
+            self._ids = sorted({*self.hide, *self.destroy_records})
+        return self._ids
 
     def keys_to_destroy(self, txn: Txn) -> tuple[list[bytes], list[bytes]]:
         """(scope tokens, subject tokens) whose keys this plan destroys: those listed, and (if
@@ -131,10 +133,12 @@ def apply_head(txn: Txn, plan: ForgetPlan, *, whole: bool = False) -> None:
 
 
 def apply_records(txn: Txn, plan: ForgetPlan, ids: Sequence[str]) -> None:
-    """Hide ``ids`` and (compliance) destroy their content and lineage keys. Idempotent."""
-    txn.hide_records(ids, plan.version, plan.mode)
+    """Hide ``ids`` and (compliance) destroy their content and lineage keys. Idempotent.
+    (Destroying hides too: one update of each row, not two.)"""
     if plan.compliance:
         txn.destroy_record_keys(ids, plan.version)
+    else:
+        txn.hide_records(ids, plan.version, plan.mode)
 
 
 def apply_plan(txn: Txn, plan: ForgetPlan) -> None:

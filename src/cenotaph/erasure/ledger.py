@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -34,6 +35,7 @@ __all__ = [
     "anchor_audit",
     "append_audit",
     "chunk_records",
+    "pause_between_chunks",
     "initial_layers",
     "start_audit_chain",
 ]
@@ -47,11 +49,18 @@ ENTRY_KIND = FORGET_KIND
 # plans with more record ids than this commit their head first and their records in chunks of
 # this many after (each chunk one short transaction: about 60 ms of row updates)
 CHUNK_RECORDS = 2000
+# and pause this long between chunks: a writer waiting for the lock (every cenotaph writer polls
+# for it every few milliseconds, see SQLiteBackend._begin) takes it in the gap
+CHUNK_PAUSE_S = 0.004
 
 
 def chunk_records() -> int:
     """:data:`CHUNK_RECORDS`, read at each use (tests lower it to exercise chunked forgets)."""
     return CHUNK_RECORDS
+
+
+def pause_between_chunks() -> None:
+    time.sleep(CHUNK_PAUSE_S)
 
 
 _log = logging.getLogger("cenotaph")

@@ -103,11 +103,10 @@ def sample_records(txn: Txn, ids: Sequence[str], open_record: Opener) -> RecordS
     destroyed; it reads every one of ``ids``, so a large forget calls it outside its transaction."""
     keys: list[bytes] = []  # wrapped record and lineage keys
     windows: list[bytes] = []  # ciphertext, plaintext and vector windows
-    rows = txn.existing_records(ids)
-    lineage = txn.lineage(ids)
-    live = {i for i, row in lineage.items() if row.wrapped is not None}
-    held = sorted(rows | live)
+    live = txn.lineage_keyed(ids)
+    held = sorted(txn.existing_records(ids) | live)
     chosen = _evenly(held, MAX_SAMPLED_RECORDS)
+    lineage = txn.lineage(chosen)
     for record_id in chosen:
         row = txn.record(record_id)
         if row is not None:

@@ -48,6 +48,7 @@ from .ledger import (
     all_intents,
     anchor_audit,
     chunk_records,
+    pause_between_chunks,
 )
 from .standing import OPERATIONAL_GAP, PURGE, Standing, standing_of
 from .unshared import dead_key_rows
@@ -279,8 +280,8 @@ class ErasureService:
     def _remove_rows(self, check_stop: Callable[[], None]) -> tuple[int, list[str]]:
         """Delete the rows of every request whose plan is applied (operational: reclaim its hidden
         rows; compliance: every row of its records, scopes and subjects), then expired rows: at
-        most ``chunk_records()`` record ids per transaction, each chunk's progress in the request's
-        layers, so a large request never holds the write lock long and resumes where it stopped.
+        most ``chunk_records()`` record ids per transaction, each chunk's progress recorded with it,
+        so a large request never holds the write lock long and resumes where it stopped.
         Returns the rows removed and the record ids whose in-memory copies must go."""
         with self._backend.read() as txn:
             rows = [r for r in txn.erasures(["tombstoned", *PENDING_STATES]) if r.applied is None]
@@ -295,7 +296,7 @@ class ErasureService:
         reclaimed = 0
         while work:
             with self._backend.write() as txn:
-                budget = chunk_records()
+                budget = max(1, chunk_records() // 2)  # deleting a row costs about twice hiding it
                 while work and budget > 0:
                     removed, used, finished = work[0].remove_some(txn, budget)
                     reclaimed, budget = reclaimed + removed, budget - max(used, 1)
@@ -303,6 +304,8 @@ class ErasureService:
                         work.pop(0)
             fault_point("purge.chunk")
             check_stop()
+            if work:
+                pause_between_chunks()
         while True:
             with self._backend.write() as txn:
                 swept = txn.sweep_expired(time.time(), chunk_records())
@@ -603,15 +606,14 @@ class _RowRemoval:
 
     def remove_some(self, txn: Txn, budget: int) -> tuple[int, int, bool]:
         """Remove the rows of up to ``budget`` more records; returns (rows removed, records
-        done, whether the request's rows are all gone). Progress is read from, and written to,
-        the request's layers in ``txn``."""
-        row = txn.erasure(self.request_id)
+        done, whether the request's rows are all gone). The cursor is read and advanced in
+        ``txn``; the request's layers are written once, when its rows are all gone."""
         name = _ROWS_LAYER[self.plan.mode]
-        layers = {} if row is None else json.loads(row.layers)
-        if row is None or layers[name]["state"] == "done":
+        text = txn.erasure_layers(self.request_id)
+        layers = {} if text is None else json.loads(text)
+        if text is None or layers[name]["state"] == "done":
             return 0, 0, True  # another process finished it
-        evidence = layers[name].get("evidence", {})
-        done = int(evidence.get("done", 0)) if layers[name]["state"] == "pending" else 0
+        done, total = txn.purge_progress(self.request_id)
         part = self.ids[done : done + budget]
         finished = done + len(part) >= len(self.ids)
         if self.plan.compliance:
@@ -619,13 +621,12 @@ class _RowRemoval:
             removed = txn.purge_erased(part, scopes, subjects, self.plan.version)
         else:
             removed = txn.delete_hidden(part)
-        total = int(evidence.get("rows_removed", 0)) + removed
-        layers[name] = (
-            _done(rows_removed=total, records=len(self.ids))
-            if finished
-            else _pending(rows_removed=total, records=len(self.ids), done=done + len(part))
-        )
-        txn.update_erasure(self.request_id, layers=json.dumps(layers))
+        if finished:
+            layers[name] = _done(rows_removed=total + removed, records=len(self.ids))
+            txn.update_erasure(self.request_id, layers=json.dumps(layers))
+            txn.set_purge_progress(self.request_id, None)
+        else:
+            txn.set_purge_progress(self.request_id, done + len(part), total + removed)
         return removed, len(part), finished
 
 

@@ -61,10 +61,18 @@ _SLOT_SQL = (
 )
 _ERASURE_COLS = (
     "id, mode, target_kind, target, version, requested_at, state, layers, plan, probes, horizon, "
-    "horizon_reason, verified_at, scan, applied"
+    "horizon_reason, verified_at, scan"
+)
+# a request row with its apply cursor, which lives apart (erasure_progress: see schema 6)
+_ERASURE_SELECT = (
+    "SELECT "
+    + ", ".join(f"e.{c.strip()}" for c in _ERASURE_COLS.split(","))
+    + ", p.applied FROM erasures e LEFT JOIN erasure_progress p ON p.request_id = e.id"
 )
 _WRAPPED_TABLES = (("records", "id"), ("lineage", "record_id"), ("scopes", "token"), ("subjects", "token"))
 _CHUNK = 500  # bound on host parameters per statement
+_POLL_FIRST_S = 0.0005  # a writer waiting for the write lock tries again after this,
+_POLL_MAX_S = 0.002  # doubling up to this (see SQLiteBackend._begin)
 
 
 # every column the store writes in plain: ids, states, content-free JSON (tokens as hex, counts,
@@ -107,10 +115,15 @@ def _lineage(row: Sequence[Any]) -> LineageRow:
     return LineageRow(*values)
 
 
+def _is_busy(exc: sqlite3.Error) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
 def translate(exc: sqlite3.Error) -> StorageError:
     """The one place a driver error becomes ours."""
     text = str(exc).lower()
-    if "locked" in text or "busy" in text:
+    if _is_busy(exc):
         return StorageError(
             "the data directory is locked by another process for too long; retry, or find the stuck "
             "process with `cenotaph doctor`"
@@ -384,6 +397,20 @@ class SQLiteTxn:
                 found[row[0]] = _lineage(row)
         return found
 
+    def lineage_tokens(self, ids: Sequence[str]) -> list[tuple[bytes, bytes]]:
+        found: list[tuple[bytes, bytes]] = []
+        for part in _chunks(list(ids)):
+            sql = f"SELECT scope_token, subject_tokens FROM lineage WHERE record_id IN ({_marks(len(part))})"
+            found.extend((bytes(s), bytes(t)) for s, t in self._c.execute(sql, part))
+        return found
+
+    def lineage_keyed(self, ids: Sequence[str]) -> set[str]:
+        found: set[str] = set()
+        for part in _chunks(list(ids)):
+            sql = f"SELECT record_id FROM lineage WHERE wrapped IS NOT NULL AND record_id IN ({_marks(len(part))})"
+            found.update(r[0] for r in self._c.execute(sql, part))
+        return found
+
     def lineage_ids(
         self, scope_tokens: Sequence[bytes], key_token: bytes | None, *, unforgotten: bool = False
     ) -> list[str]:
@@ -494,9 +521,9 @@ class SQLiteTxn:
                 (version, *part),
             )
             self._c.execute(
-                "UPDATE lineage SET wrapped=NULL, subjects=NULL, destroyed_version=coalesce(destroyed_version, ?) "
-                f"WHERE record_id IN ({marks})",
-                (version, *part),
+                "UPDATE lineage SET wrapped=NULL, subjects=NULL, destroyed_version=coalesce(destroyed_version, ?), "
+                f"forgotten_version=coalesce(forgotten_version, ?) WHERE record_id IN ({marks})",
+                (version, version, *part),
             )
 
     def destroy_scope_keys(self, tokens: Sequence[bytes], version: int) -> None:
@@ -655,7 +682,7 @@ class SQLiteTxn:
     # -- erasure requests and audit ----------------------------------------------------
     def insert_erasure(self, row: ErasureRow, *, replace: bool = False) -> None:
         self._c.execute(
-            f"INSERT OR {'REPLACE' if replace else 'IGNORE'} INTO erasures ({_ERASURE_COLS}) VALUES ({_marks(15)})",
+            f"INSERT OR {'REPLACE' if replace else 'IGNORE'} INTO erasures ({_ERASURE_COLS}) VALUES ({_marks(14)})",
             (
                 row.id,
                 row.mode,
@@ -671,23 +698,28 @@ class SQLiteTxn:
                 row.horizon_reason,
                 row.verified_at,
                 row.scan,
-                row.applied,
             ),
         )
+        self.set_applied(row.id, row.applied)
 
     def erasure(self, request_id: str) -> ErasureRow | None:
-        row = self._c.execute(f"SELECT {_ERASURE_COLS} FROM erasures WHERE id=?", (request_id,)).fetchone()
+        row = self._c.execute(f"{_ERASURE_SELECT} WHERE e.id=?", (request_id,)).fetchone()
         return None if row is None else ErasureRow(*row)
 
+    def erasure_layers(self, request_id: str) -> str | None:
+        value = self._one("SELECT layers FROM erasures WHERE id=?", (request_id,))
+        return None if value is None else str(value)
+
     def erasures(self, states: Sequence[str] | None = None) -> list[ErasureRow]:
-        sql = f"SELECT {_ERASURE_COLS} FROM erasures"
+        sql = _ERASURE_SELECT
         args: list[Any] = []
         if states is not None:
-            sql += f" WHERE state IN ({_marks(len(states))})"
+            sql += f" WHERE e.state IN ({_marks(len(states))})"
             args = list(states)
-        return [ErasureRow(*r) for r in self._c.execute(sql + " ORDER BY version", args)]
+        return [ErasureRow(*r) for r in self._c.execute(sql + " ORDER BY e.version", args)]
 
     def update_erasure(self, request_id: str, **fields: Any) -> None:
+        """Rewrites the whole row (its plan too): a large request's cursors are not kept here."""
         allowed = set(_ERASURE_COLS.replace(" ", "").split(","))
         if not fields or not set(fields) <= allowed:
             raise ValueError(f"unknown erasure fields: {sorted(set(fields) - allowed)}")
@@ -698,8 +730,40 @@ class SQLiteTxn:
         return {r[0] for r in self._c.execute("SELECT id FROM erasures")}
 
     def unapplied_erasures(self) -> list[ErasureRow]:
-        sql = f"SELECT {_ERASURE_COLS} FROM erasures WHERE applied IS NOT NULL ORDER BY version"
+        sql = f"{_ERASURE_SELECT} WHERE p.applied IS NOT NULL ORDER BY e.version"
         return [ErasureRow(*r) for r in self._c.execute(sql)]
+
+    def apply_cursor(self, request_id: str) -> int | None:
+        value = self._one("SELECT applied FROM erasure_progress WHERE request_id=?", (request_id,))
+        return None if value is None else int(value)
+
+    def set_applied(self, request_id: str, applied: int | None) -> None:
+        self._c.execute(
+            "INSERT INTO erasure_progress (request_id, applied) VALUES (?,?) "
+            "ON CONFLICT(request_id) DO UPDATE SET applied=excluded.applied",
+            (request_id, applied),
+        )
+        self._drop_finished_progress(request_id)
+
+    def purge_progress(self, request_id: str) -> tuple[int, int]:
+        row = self._c.execute(
+            "SELECT purged, rows_removed FROM erasure_progress WHERE request_id=?", (request_id,)
+        ).fetchone()
+        return (0, 0) if row is None else (int(row[0]), int(row[1]))
+
+    def set_purge_progress(self, request_id: str, done: int | None, removed: int = 0) -> None:
+        self._c.execute(
+            "INSERT INTO erasure_progress (request_id, purged, rows_removed) VALUES (?,?,?) "
+            "ON CONFLICT(request_id) DO UPDATE SET purged=excluded.purged, rows_removed=excluded.rows_removed",
+            (request_id, done or 0, removed if done is not None else 0),
+        )
+        self._drop_finished_progress(request_id)
+
+    def _drop_finished_progress(self, request_id: str) -> None:
+        self._c.execute(
+            "DELETE FROM erasure_progress WHERE request_id=? AND applied IS NULL AND purged=0 AND rows_removed=0",
+            (request_id,),
+        )
 
     def audit_tail(self) -> tuple[int, str] | None:
         row = self._c.execute("SELECT seq, entry FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
@@ -786,7 +850,7 @@ class SQLiteBackend:
                 )
             txn = SQLiteTxn(self._conn)
             try:
-                self._conn.execute(begin)
+                self._begin(begin)
             except sqlite3.Error as exc:
                 raise translate(exc) from exc
             try:
@@ -809,6 +873,29 @@ class SQLiteBackend:
                     failure = failure or exc
             if failure is not None:
                 raise failure
+
+    def _begin(self, begin: str) -> None:
+        """``begin``, waiting for the write lock by polling every few milliseconds until the busy
+        timeout, rather than with SQLite's busy handler: its sleeps grow to 100 ms, so a writer
+        queued behind a run of short transactions (a large forget's or purge's chunks, each
+        followed by a short pause for exactly this) kept missing the gaps between them and waited
+        through several. The handler stays in force for every statement inside the transaction."""
+        timeout_ms = busy_timeout_ms()
+        deadline = time.monotonic() + timeout_ms / 1000
+        delay = _POLL_FIRST_S
+        self._conn.execute("PRAGMA busy_timeout=0")
+        try:
+            while True:
+                try:
+                    self._conn.execute(begin)
+                    return
+                except sqlite3.OperationalError as exc:
+                    if not _is_busy(exc) or time.monotonic() >= deadline:
+                        raise
+                time.sleep(delay)
+                delay = min(delay * 2, _POLL_MAX_S)
+        finally:
+            self._conn.execute(f"PRAGMA busy_timeout={timeout_ms}")
 
     def in_transaction(self) -> bool:
         """Meaningful for the calling thread only while it holds :meth:`serial`."""
