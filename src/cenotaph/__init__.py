@@ -3,10 +3,11 @@
 >>> import cenotaph, tempfile
 >>> store = cenotaph.open(tempfile.mkdtemp())
 >>> rec = store.write("tenant:acme/user:alice", "diet", "vegetarian")
->>> store.forget("tenant:acme/user:alice", "diet").status().state
-'shredded'
+>>> request = store.forget("tenant:acme/user:alice", "diet")   # returns once keys are destroyed
 >>> store.read("tenant:acme/user:alice", "diet") is None
 True
+>>> request.wait().state                                       # purged and scanned in the background
+'verified'
 >>> store.close()
 """
 
