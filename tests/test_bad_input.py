@@ -592,17 +592,24 @@ def test_a_closed_store_refuses_every_call_with_a_hint(fresh: Store) -> None:
     fresh.close()  # closing twice is fine
 
 
-def test_write_many_with_a_repeated_slot_reports_each_item_truthfully(fresh: Store) -> None:
-    items = [{"scope": U, "key": "dup", "value": 1}, {"scope": U, "key": "dup", "value": 2}]
-    try:
-        records = fresh.write_many(items)
-    except InvalidValueError:
-        assert fresh.read(U, "dup") is None
-        return
-    assert [r.value for r in records] == [1, 2]
-    assert records[0].id != records[1].id
-    got = fresh.read(U, "dup")
-    assert got is not None and got.value == 2
+def test_write_many_refuses_a_repeated_slot_and_writes_nothing(fresh: Store) -> None:
+    """A batch naming one (scope, key) twice is refused whole: accepting it would silently keep
+    only the last value while returning a record for each item."""
+    fresh.write(U, "other", "kept")
+    items = [
+        {"scope": U, "key": "first", "value": 0},
+        {"scope": U, "key": "dup", "value": 1},
+        {"scope": U, "key": "dup", "value": 2},
+    ]
+    with pytest.raises(InvalidValueError, match="same \\(scope, key\\) twice"):
+        fresh.write_many(items)
+    assert fresh.read(U, "dup") is None and fresh.read(U, "first") is None  # all or nothing
+    assert [r.key for r in fresh.list(U)] == ["other"]
+    # the same key in two scopes is two slots, and lands
+    written = fresh.write_many(
+        [{"scope": U, "key": "dup", "value": 1}, {"scope": f"{U}/x:1", "key": "dup", "value": 2}]
+    )
+    assert [r.value for r in written] == [1, 2]
 
 
 def test_a_forgotten_error_crosses_a_process_boundary() -> None:

@@ -43,7 +43,7 @@ def test_a_schema_3_store_migrates_and_its_outstanding_subject_tokens_keep_their
     store.write(S1, "k", 1)
     store.forget(S1, "k")
     store.forget_subject(U)
-    legacy = "crt_legacy-token-issued-by-schema-3"
+    legacy = "crt_" + "legacy-token-issued-by-schema-3".ljust(43, "0")  # the format tokens always had
     digest = store._tokens.reauth(legacy)
     subject = store._tokens.subject(U)
     store.close()
@@ -52,7 +52,6 @@ def test_a_schema_3_store_migrates_and_its_outstanding_subject_tokens_keep_their
         clock = db.execute("SELECT value FROM meta WHERE name='clock'").fetchone()[0]
         db.execute("ALTER TABLE reauth_tokens DROP COLUMN subject")  # undo migration 4
         db.execute("DROP TABLE probe_keys")  # and 5
-        db.execute("ALTER TABLE erasures DROP COLUMN applied")  # and 6
         db.execute(
             "INSERT INTO reauth_tokens VALUES (?, 'subject', ?, ?, NULL)", (digest, subject, clock + 1)
         )

@@ -1,22 +1,26 @@
 """cenotaph: a memory store for AI agents whose erasure claims are true statements about bytes.
 
 >>> import cenotaph, tempfile
->>> store = cenotaph.open(tempfile.mkdtemp())
->>> rec = store.write("tenant:acme/user:alice", "diet", "vegetarian")
->>> request = store.forget("tenant:acme/user:alice", "diet")   # returns once keys are destroyed
->>> store.read("tenant:acme/user:alice", "diet") is None
-True
->>> request.wait().state                                       # purged and scanned in the background
-'verified'
->>> store.close()
+>>> with tempfile.TemporaryDirectory() as data, cenotaph.open(data) as store:
+...     _ = store.write("tenant:acme/user:alice", "diet", "vegetarian")
+...     request = store.forget("tenant:acme/user:alice", "diet")   # compliance: keys destroyed now
+...     print(store.read("tenant:acme/user:alice", "diet"), request.wait().state)  # purged, scanned
+...     certificate = store.attest(request.id)                    # signed, holds no names
+...     print(cenotaph.verify_certificate(certificate.to_json(), store.public_key)["target_kind"])
+None verified
+key
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from . import errors
 from .crypto.provider import KeyProvider, LocalKeyring
 from .erasure.certificate import verify_certificate
+from .erasure.service import Progress
 from .errors import (
+    AccessDeniedError,
     CenotaphError,
     CertificateError,
     DerivedFromForgottenError,
@@ -30,6 +34,7 @@ from .errors import (
     StaleWriteError,
     StorageError,
 )
+from .index.embedder import Embedder, HashingEmbedder
 from .model import (
     BackupInfo,
     Certificate,
@@ -46,18 +51,25 @@ from .scope import Scope
 from .store import Store, StoreSession, restore
 from .store import open_store as open
 
+if TYPE_CHECKING:
+    from .client import Client
+
 __version__ = "0.1.0"
 
 __all__ = [
+    "AccessDeniedError",
     "BackupInfo",
     "CenotaphError",
     "Certificate",
     "CertificateError",
+    "Client",
     "DerivedFromForgottenError",
+    "Embedder",
     "ErasureNotProvableError",
     "ErasureRequest",
     "ErasureStatus",
     "ForgottenError",
+    "HashingEmbedder",
     "InvalidScopeError",
     "InvalidValueError",
     "KeyProvider",
@@ -65,6 +77,7 @@ __all__ = [
     "NotFoundError",
     "LayerStatus",
     "LocalKeyring",
+    "Progress",
     "PurgeReport",
     "Record",
     "Retention",
@@ -81,3 +94,12 @@ __all__ = [
     "restore",
     "verify_certificate",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # the remote client needs httpx (the server extra): imported on first use, not by `import cenotaph`
+    if name == "Client":
+        from .client import Client
+
+        return Client
+    raise AttributeError(f"module 'cenotaph' has no attribute {name!r}")

@@ -13,7 +13,8 @@ Every error the library raises on purpose is a :class:`CenotaphError`::
     ├── ErasureNotProvableError    erasure cannot be proven yet (.gaps)
     ├── CertificateError           a certificate does not verify
     ├── KeyProviderError           the key provider failed or is misconfigured
-    └── StorageError               the database failed, is locked, or is corrupt
+    ├── StorageError               the database failed, is locked, or is corrupt
+    └── AccessDeniedError          a server refused the API key (missing, wrong, revoked) or its role
 
 Messages say what to do next. They may name the caller's own scopes (the caller
 already knows them) but never values, and they never reach a log or the audit log.
@@ -25,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 __all__ = [
+    "AccessDeniedError",
     "CenotaphError",
     "CertificateError",
     "DerivedFromForgottenError",
@@ -101,3 +103,14 @@ class KeyProviderError(CenotaphError):
 
 class StorageError(CenotaphError):
     """The storage backend failed, is locked for too long, or is corrupt."""
+
+
+class AccessDeniedError(CenotaphError):
+    """A cenotaph server refused the request's API key (``status`` 401) or its role (403)."""
+
+    def __init__(self, message: str, status: int = 401) -> None:
+        super().__init__(message, status)
+        self.status = status
+
+    def __str__(self) -> str:
+        return str(self.args[0])

@@ -1,9 +1,11 @@
 """Named crash points for crash-injection tests (SIGKILL of this process at a named step).
 
 Set ``CENOTAPH_FAULT=<point>`` in a child process's environment; when execution reaches that
-point the process kills itself with SIGKILL, exactly as a power cut would stop it.
+point the process kills itself with SIGKILL, exactly as a power cut would stop it;
 ``CENOTAPH_FAULT=<point>@<n>`` kills it the n-th time the point is reached (a chunk boundary of
-a large forget, say). Unset (the normal case), each point costs one dict lookup.
+a large forget, say). Set ``CENOTAPH_PAUSE=<point>:<file>`` instead to stop there while a test
+acts (sends Ctrl-C, say): the process creates ``file`` and waits while it exists (at most a
+minute). Unset (the normal case), each point costs two dict lookups.
 """
 
 from __future__ import annotations
@@ -11,10 +13,13 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
+from pathlib import Path
 
-__all__ = ["FAULT_ENV", "FAULT_POINTS", "fault_point"]
+__all__ = ["FAULT_ENV", "FAULT_POINTS", "PAUSE_ENV", "fault_point"]
 
 FAULT_ENV = "CENOTAPH_FAULT"
+PAUSE_ENV = "CENOTAPH_PAUSE"
 FAULT_POINTS = (
     "forget.planned",  # plan computed, nothing applied
     "forget.applied",  # tombstones and key destruction applied, not in the ledger, not committed
@@ -27,6 +32,8 @@ FAULT_POINTS = (
     "purge.scanned",  # scan done, verdict not recorded
     "purge.done",  # verdict recorded
     "restore.copied",  # backup copied into the target, the copy not yet opened (source's chain id)
+    "keyring.copied",  # keyring move: the copy is whole and opened, the source untouched
+    "keyring.unkeyed",  # keyring move: the source's key file removed, its ledger and lock not yet
 )
 
 _hits: dict[str, int] = {}
@@ -35,8 +42,14 @@ _hits_lock = threading.Lock()
 
 def fault_point(name: str) -> None:
     wanted = os.environ.get(FAULT_ENV)
-    if wanted is None or not wanted.startswith(name):
-        return
+    if wanted is not None and wanted.startswith(name):
+        _kill_at(name, wanted)
+    pause = os.environ.get(PAUSE_ENV)
+    if pause is not None and pause.partition(":")[0] == name:
+        _pause(Path(pause.partition(":")[2]))
+
+
+def _kill_at(name: str, wanted: str) -> None:
     if wanted == name:
         os.kill(os.getpid(), signal.SIGKILL)
     point, _, nth = wanted.partition("@")
@@ -45,3 +58,10 @@ def fault_point(name: str) -> None:
             _hits[name] = _hits.get(name, 0) + 1
             if _hits[name] == int(nth):
                 os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _pause(marker: Path) -> None:
+    marker.touch()
+    deadline = time.monotonic() + 60
+    while marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)

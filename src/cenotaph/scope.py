@@ -18,6 +18,9 @@ __all__ = ["Scope", "default_subjects", "MAX_ID_LENGTH", "MAX_DEPTH"]
 MAX_ID_LENGTH = 200
 MAX_DEPTH = 32
 _KIND = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+# a word 'user:x' after a space in an id: almost always two segments joined by a space instead
+# of '/' ('tenant:acme user:x'); 'note re: lunch' or 'at 10:30' or 'a:b:c' do not look like one
+_SEGMENT_LOOKALIKE = re.compile(r"[a-z][a-z0-9_-]{0,31}:[^:]+")
 _SUBJECT_KIND = "user"
 
 
@@ -104,6 +107,17 @@ def _parse_segment(part: str) -> tuple[str, str]:
         )
     if not 1 <= len(ident) <= MAX_ID_LENGTH or not _printable(ident):
         raise InvalidScopeError(f"a scope id must be 1..{MAX_ID_LENGTH} printable characters without '/'")
+    if ident != ident.strip(" "):
+        raise InvalidScopeError(
+            f"the id of scope segment '{kind}:...' starts or ends with a space; remove it "
+            "('acme' and 'acme ' would be two different scopes)"
+        )
+    lookalike = next((w for w in ident.split(" ")[1:] if _SEGMENT_LOOKALIKE.fullmatch(w)), None)
+    if lookalike is not None:
+        raise InvalidScopeError(
+            f"the id of scope segment '{kind}:...' holds ' {lookalike.partition(':')[0]}:...', which "
+            "looks like another segment; join segments with '/' (e.g. 'tenant:acme/user:alice')"
+        )
     return kind, ident
 
 

@@ -136,7 +136,7 @@ class Store:
                         raise StorageError(
                             "the audit chain id is missing, but this store or its key provider already "
                             "has history: the database was altered or replaced; restore it from a "
-                            "backup with `cenotaph restore`, or investigate"
+                            "backup with cenotaph.restore(), or investigate"
                         )
                     if restored:  # the copy's log, still under its source's chain id (S9)
                         self._ledger.view.refresh()
@@ -183,14 +183,20 @@ class Store:
         left (a purge, a large forget's chunks) resumes when this store is next opened."""
         if not self._closed:
             self._worker.close()
+            self._search.flush(self._store_vectors, force=True)
             self._closed = True
             self._drop_caches()
             self._backend.close()
 
     @property
     def auto_purge(self) -> str:
-        """``"background"``, ``"sync"`` or ``"off"``: what a compliance forget does about its purge."""
+        """``"background"``, ``"sync"`` or ``"off"``: what a compliance forget does about its purge
+        (set it like ``open``'s ``auto_purge``: ``True`` is ``"sync"``, ``False`` ``"off"``)."""
         return self._purge_mode
+
+    @auto_purge.setter
+    def auto_purge(self, value: bool | str) -> None:
+        self._purge_mode = purge_mode(value)
 
     def __enter__(self) -> Store:
         return self
@@ -420,7 +426,7 @@ class Store:
     def get(self, record_id: str) -> Record | None:
         """The record with this id, under the same checks as :meth:`read` (R2)."""
         if not isinstance(record_id, str) or not record_id.isalnum() or len(record_id) > 64:
-            raise InvalidValueError("record_id must be an id returned by write()")
+            raise InvalidValueError("record_id must be an id returned by store.write()")
         self._sync()
         generation = self._resolved_gen
         with self._backend.read() as txn:
@@ -507,7 +513,7 @@ class Store:
         qvec = self._search.embed_query(query)
         found: dict[str, Record] = {}
         with self._backend.read() as txn:
-            self._search.ensure(txn.clock(), lambda after: self._load_values(txn, after))
+            self._search.ensure(txn, self._crypto)
             tokens = {self._tokens.scope(p) for p in (parsed.prefixes() if fallthrough else [parsed])}
             if include_descendants:
                 tokens.update(txn.subtree_tokens(self._tokens.scope(parsed)))
@@ -520,31 +526,20 @@ class Store:
                 found[record_id] = record
                 return True
 
+            # hits at or below the embedder's relevance floor are noise, and in a session they would taint
+            # the writes: the index leaves them out
             hits = self._search.search(qvec, k, tokens, allow)
         qvec.fill(0)
-        # a hit with no similarity at all is noise, and in a session it would taint the writes
-        return [SearchHit(found[i], score) for i, score in hits if score > 0.0]
+        self._search.flush(self._store_vectors)
+        return [SearchHit(found[i], score) for i, score in hits]
 
-    def _load_values(
-        self, txn: Txn, after_version: int
-    ) -> tuple[builtins.list[str], builtins.list[JSONValue], builtins.list[bytes]]:
-        """Decrypted values of live records newer than ``after_version``, to embed in memory."""
-        ids: builtins.list[str] = []
-        values: builtins.list[JSONValue] = []
-        scopes: builtins.list[bytes] = []
-        rows = builtins.list(txn.live_records(after_version))
-        for start in range(0, len(rows), 500):
-            chunk = rows[start : start + 500]
-            lineage = txn.lineage([r.id for r in chunk])
-            for row in chunk:
-                if row.id in self._ledger.view.forgotten:
-                    continue
-                opened = self._crypto.open(txn, row, lineage.get(row.id))
-                if opened is not None:
-                    ids.append(row.id)
-                    values.append(opened.record().value)
-                    scopes.append(row.scope_token)
-        return ids, values, scopes
+    def _store_vectors(self, cells: builtins.list[tuple[bytes, str, int]]) -> None:
+        """Write sealed vectors (a cache: a failure only means they are embedded again after a restart)."""
+        try:
+            with self._backend.write() as txn:
+                txn.store_vectors(cells)
+        except StorageError:
+            pass
 
     # -- access requests -----------------------------------------------------------------
     def export_subject(self, subject: str) -> dict[str, Any]:
@@ -757,7 +752,7 @@ class Store:
         """End a backup's retention so rotate_keys() may destroy the epochs only it needed."""
         self._check_open()
         if not isinstance(backup_id, str):
-            raise InvalidValueError("backup_id must be the id returned by backup()")
+            raise InvalidValueError("backup_id must be the id returned by store.backup()")
         self._erasure.release_backup(backup_id)
 
     def backups(self) -> dict[str, builtins.list[int]]:
@@ -770,6 +765,31 @@ class Store:
         destroyed by rotation: who holds it, why, and what releases it."""
         self._sync()
         return self._erasure.retention()
+
+    def key_epochs(self) -> dict[int, dict[str, Any]]:
+        """Every live KEK epoch and what keeps it alive: ``current`` (new keys are wrapped under
+        it), ``wraps_live_keys``, ``backups`` (registered backups that need it) and
+        ``pending_erasures`` (requests whose probes it seals until they verify). An epoch held by
+        none of these is destroyed by the next :meth:`rotate_keys`."""
+        self._sync()
+        backups = self._provider.backups()
+        probing: dict[int, builtins.list[str]] = {}
+        with self._backend.read() as txn:
+            in_use = txn.epochs_in_use()
+            for row in txn.erasures():
+                found = txn.probe_key(row.id) if row.state != "verified" else None
+                if found is not None:
+                    probing.setdefault(found[1], []).append(row.id)
+        current = self._provider.current_epoch()
+        return {
+            epoch: {
+                "current": epoch == current,
+                "wraps_live_keys": epoch in in_use,
+                "backups": sorted(b for b, epochs in backups.items() if epoch in epochs),
+                "pending_erasures": probing.get(epoch, []),
+            }
+            for epoch in sorted(self._provider.live_epochs())
+        }
 
     def rotate_keys(self, *, progress: Progress | None = None) -> RotationReport:
         """Rewrap every live key under a new KEK epoch; destroy epochs no registered backup needs."""
@@ -787,7 +807,7 @@ class Store:
                 "the database was altered (the key provider's ledger says otherwise): "
                 + "; ".join(found)
                 + ". The store refuses what these rows would allow; restore from a backup with "
-                "`cenotaph restore` and investigate"
+                "cenotaph.restore() and investigate"
             )
         return result
 
@@ -837,7 +857,7 @@ class Store:
         if opened is None:
             return None
         record = opened.record()
-        return record, self._search.embed_values([record.value])[0].tobytes()
+        return record, self._search.embed_records([record])[0].tobytes()
 
 
 def open_store(
@@ -878,6 +898,10 @@ def open_store(
         ) from exc
     if not directory.is_dir():
         raise InvalidValueError("the data location exists and is not a directory; choose another path")
+    if not os.access(directory, os.R_OK | os.X_OK):
+        raise StorageError(
+            f"cannot read the data directory {directory} (permission denied); check its owner and mode"
+        )
     check_not_restoring(directory)
     provider = key_provider if key_provider is not None else keyring_from_env(directory)
     return Store(SQLiteBackend(directory), provider, auto_purge=auto_purge, embedder=embedder)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -29,6 +30,7 @@ __all__ = [
     "check_flag",
     "check_metadata",
     "check_path",
+    "check_reauthorization",
     "check_token_text",
     "echo",
     "check_record_ids",
@@ -173,7 +175,7 @@ def check_record_ids(ids: object) -> tuple[str, ...]:
     for item in items:
         text = exact_str(item) if isinstance(item, str) else None
         if text is None or not 1 <= len(text) <= 64 or not text.isalnum():
-            raise InvalidValueError("derived_from must hold record ids as returned by write()")
+            raise InvalidValueError("derived_from must hold record ids as returned by store.write()")
         found.append(text)
     return tuple(dict.fromkeys(found))
 
@@ -197,6 +199,20 @@ def check_token_text(value: object, message: str) -> str:
     if not isinstance(value, str) or not value or not value.isascii() or not value.isprintable():
         raise InvalidValueError(message)
     return value
+
+
+# What store.reauthorize() hands out: "crt_" and secrets.token_urlsafe(32) (43 characters).
+REAUTHORIZATION_TOKEN = re.compile(r"crt_[A-Za-z0-9_-]{43}")
+
+
+def check_reauthorization(value: object) -> str:
+    """A reauthorization token as the store issues them; anything else is refused at once, even
+    by a write that needs no token (a mangled token is a mistake worth hearing about)."""
+    message = "reauthorization must be a token returned by store.reauthorize() ('crt_' and 43 characters)"
+    token = check_token_text(value, message)
+    if not REAUTHORIZATION_TOKEN.fullmatch(token):
+        raise InvalidValueError(message)
+    return token
 
 
 def check_path(value: object, what: str) -> Path:

@@ -22,9 +22,9 @@ from .scope import Scope, default_subjects
 from .validation import (
     check_key,
     check_metadata,
+    check_reauthorization,
     check_record_ids,
     check_subjects,
-    check_token_text,
     check_ttl,
     echo,
     encode_json,
@@ -86,13 +86,13 @@ class RecordWriter:
                 f"unknown write option(s): {', '.join(unknown[:5])}; use only {', '.join(WRITE_OPTIONS)}"
             )
         if "value" not in item:
-            raise InvalidValueError("a write needs a value (use forget() to remove a key)")
+            raise InvalidValueError("a write needs a value (use store.forget() to remove a key)")
         base = item.get("base_version")
         if base is not None and (not isinstance(base, int) or isinstance(base, bool) or base < 0):
             raise InvalidValueError("base_version must be a non-negative int (a version returned by read)")
         token = item.get("reauthorization")
         if token is not None:
-            check_token_text(token, "reauthorization must be the string returned by store.reauthorize()")
+            check_reauthorization(token)
         return Prepared(
             scope=Scope.parse(item.get("scope")),
             key=check_key(item.get("key")),
@@ -111,6 +111,12 @@ class RecordWriter:
         """Seal and insert ``prepared`` at versions ``version + 1 ...``. Tombstones, lifts and
         tokens are the ledger's (``view``, read inside this transaction), never the database's
         rows (S9). Returns the rows, the ids replaced, and the tokens used (for the ledger)."""
+        future = max((p.base_version for p in prepared if p.base_version is not None), default=version)
+        if future > version:  # read inside the write's transaction: the clock cannot move meanwhile
+            raise InvalidValueError(
+                f"base_version {future} is newer than anything this store has written (its clock is "
+                f"at {version}); pass the version of a record you read from this store"
+            )
         now = time.time()
         source_ids = sorted({s for p in prepared for s in p.derived_from})
         sources = self._open_sources(txn, source_ids, view)
@@ -217,7 +223,7 @@ class RecordWriter:
                         erased,
                     )
                 raise InvalidValueError(
-                    "derived_from names a record id this store never wrote; pass ids returned by write()"
+                    "derived_from names a record id this store never wrote; pass ids returned by store.write()"
                 )
             rec = records[source]
             forgotten = (

@@ -16,7 +16,7 @@ import pytest
 from _scopes import S1, T, U, V
 
 from cenotaph import Store
-from cenotaph.index.embedder import HashingEmbedder, value_text
+from cenotaph.index.embedder import HashingEmbedder, memory_text
 
 LONG_VALUE_CHARS = 100_000
 PURGE = pytest.mark.parametrize("purge", [False, True], ids=["no-purge", "auto-purge"])
@@ -43,11 +43,11 @@ def probes(text: str) -> list[bytes]:
     return [p for i in range(WINDOWS) for p in forms(text[i * stride : i * stride + WINDOW])]
 
 
-def vector_probes(value: object) -> list[bytes]:
-    """Windows of the value's embedding (the default embedder's float32 bytes), each with at least
-    two non-zero floats so that zeroed pages cannot match by chance."""
+def vector_probes(text: str) -> list[bytes]:
+    """Windows of a record's embedding (the default embedder's float32 bytes of its ``memory_text``), each
+    with at least two non-zero floats so that zeroed pages cannot match by chance."""
     embedder = HashingEmbedder()
-    raw = embedder.embed([value_text(value)])[0].astype("<f4").tobytes()
+    raw = embedder.embed([text])[0].astype("<f4").tobytes()
     out: list[bytes] = []
     for start in range(0, len(raw) - VECTOR_WINDOW + 1, VECTOR_WINDOW // 2):
         window = raw[start : start + VECTOR_WINDOW]
@@ -173,6 +173,10 @@ class Canaries:
     def short_record_value(self) -> dict[str, object]:
         return {"note": self.short, "n": 1}
 
+    def short_record_text(self) -> str:
+        """What the store embeds for the short record: its key, metadata and value."""
+        return memory_text(self.key, self.short_record_value(), {self.meta_key: self.meta_value})
+
     def detector(self) -> Detector:
         """Every form of every canary, unsalted hashes of the names, and embedding windows."""
         texts = {
@@ -184,7 +188,7 @@ class Canaries:
         }
         needles = {name: probes(text) for name, text in texts.items()}
         needles |= {f"unsalted hash of {name}": unsalted_hashes(text) for name, text in self.names().items()}
-        needles["embedding of the short record"] = vector_probes(self.short_record_value())
+        needles["embedding of the short record"] = vector_probes(self.short_record_text())
         return Detector(needles)
 
 
@@ -202,7 +206,7 @@ def test_the_leak_detector_finds_every_form(tmp_path: Path) -> None:
         assert detector.files([planted]) == {str(planted): ["long value"]}
     planted.write_bytes(hashlib.sha256(c.key.encode()).hexdigest().encode())
     assert detector.files([planted]) == {str(planted): ["unsalted hash of key"]}
-    vector = HashingEmbedder().embed([value_text(c.short_record_value())])[0].tobytes()
+    vector = HashingEmbedder().embed([c.short_record_text()])[0].tobytes()
     planted.write_bytes(bytes(5000) + vector + bytes(5000))
     assert detector.files([planted]) == {str(planted): ["embedding of the short record"]}
     planted.write_bytes(bytes(1 << 20))  # zeroed pages never match

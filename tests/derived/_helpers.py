@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from cenotaph import Record, Store
-from cenotaph.index.embedder import HashingEmbedder, l2_normalise, value_text
+from cenotaph.index.embedder import HashingEmbedder, l2_normalise, memory_text, value_text
 
 from ._child import scan_directory
 
@@ -56,23 +56,24 @@ def text_forms(text: str) -> list[bytes]:
     return [raw, raw.hex().encode(), raw.hex().upper().encode(), text.encode("utf-16-le")]
 
 
-def embedding_bytes(value: object) -> list[bytes]:
-    """The float32 bytes the store computes for ``value``: the default embedder's row, and that row
-    normalised again as the in-memory index holds it (they usually agree to the bit)."""
-    row = HashingEmbedder().embed([value_text(value)])[0]
+def embedding_bytes(value: object, key: str = "", metadata: dict[str, Any] | None = None) -> list[bytes]:
+    """The float32 bytes the store computes for a record of this key, value and metadata
+    (``memory_text``): the default embedder's row, and that row normalised again as the in-memory
+    index holds it (they usually agree to the bit)."""
+    row = HashingEmbedder().embed([memory_text(key, value, metadata)])[0]
     forms = [row.astype("<f4").tobytes(), l2_normalise(row[np.newaxis, :])[0].astype("<f4").tobytes()]
     return list(dict.fromkeys(forms))
 
 
-def vector_windows(value: object) -> list[bytes]:
-    """Every float-aligned 32-byte window of the value's embedding that could not match by chance.
+def vector_windows(value: object, key: str = "", metadata: dict[str, Any] | None = None) -> list[bytes]:
+    """Every float-aligned 32-byte window of a record's embedding that could not match by chance.
 
     Skipped: windows that are all zero or one byte repeated (the brief's rule), and also windows with
     fewer than 8 non-zero bytes (one float among zeros: zeroed SQLite pages hold such runs by
     accident). A leaked vector leaks all of its windows, so this loses no detection power.
     """
     out: list[bytes] = []
-    for raw in embedding_bytes(value):
+    for raw in embedding_bytes(value, key, metadata):
         assert len(raw) == 4 * HashingEmbedder().dim
         for start in range(0, len(raw) - VECTOR_WINDOW + 1, 4):
             window = raw[start : start + VECTOR_WINDOW]

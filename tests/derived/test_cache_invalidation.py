@@ -121,7 +121,7 @@ def test_a_stale_cache_entry_is_never_served(stores, mode: str) -> None:
         store._cache[note.id] = stale
     store._search.add(
         [note.id],
-        store._search.embed_values([note.value]),
+        store._search.embed_records([note]),
         [store._tokens.scope(cenotaph.Scope.parse(note.scope))],
     )
     for op in OPS.values():

@@ -161,7 +161,7 @@ def test_vector_candidate_of_forgotten_record_is_never_returned(stores, mode: st
 
     # Simulate an index that missed the removal (the seeds' stale ANN structure): put the forgotten
     # record's vector back as a candidate. It must still never be returned, nor be fetchable.
-    vector = store._search.embed_values([NOTE])
+    vector = store._search.embed_records([note])
     store._search.add([note.id], vector, [store._tokens.scope(cenotaph.Scope.parse(note.scope))])
     assert note.id in store._search._vectors  # the stale candidate really is in the index
     hits = store.search(SESSION, QUERY, k=1000, include_descendants=True)

@@ -1,8 +1,10 @@
 """S1 for embeddings: no vector bytes and no plaintext in any file of the data directory, while the store
 is open (read from a second process), after close, and before and after a forget.
 
-The probe is the exact float32 embedding the store computes (``HashingEmbedder().embed([value_text(v)])``),
-cut into float-aligned 32-byte windows; any window found anywhere is a leak. Files are read only from a
+The probe is the exact float32 embedding the store computes (``HashingEmbedder().embed([memory_text(key, v,
+metadata)])``), cut into float-aligned 32-byte windows; any window found anywhere is a leak. The store keeps
+vectors at rest sealed under each record's keys (``index.atrest``): the plain float32 bytes must still be in
+no file. Files are read only from a
 process without the store open, or after closing it: closing a descriptor of the database file in a
 process that has the store open would drop SQLite's POSIX locks.
 """
@@ -31,7 +33,9 @@ def _values(canary: str) -> dict[str, object]:
 
 
 def _needles(values: dict[str, object], canary: str, meta: str, key: str) -> dict[str, list[bytes]]:
-    needles: dict[str, list[bytes]] = {f"vector:{label}": vector_windows(v) for label, v in values.items()}
+    needles: dict[str, list[bytes]] = {
+        f"vector:{label}": vector_windows(v, f"{key}-{label}", {"m": meta}) for label, v in values.items()
+    }
     needles["text:canary"] = text_forms(canary)
     needles["text:metadata"] = text_forms(meta)
     needles["text:key"] = text_forms(key)
@@ -71,12 +75,13 @@ def test_no_vector_bytes_or_plaintext_at_rest(stores, tmp_path: Path, mode: str)
 
     store = stores(purge=True)
     directory = stores.path(store)
-    for value in values.values():  # the probes are the very bytes the store computes and seals
-        assert store._search.embed_values([value])[0].astype("<f4").tobytes() in embedding_bytes(value)
     records = {
         label: store.write(SCOPE, f"{key}-{label}", value, metadata={"m": meta})
         for label, value in values.items()
     }
+    for label, record in records.items():  # the probes are the very bytes the store computes and seals
+        computed = store._search.embed_records([record])[0].astype("<f4").tobytes()
+        assert computed in embedding_bytes(values[label], record.key, {"m": meta})
     for i in range(20):  # other records so pages fill up and the WAL checkpoints
         store.write("tenant:acme/user:bob", f"filler{i}", f"filler memory number {i} about gardening")
     hits = store.search(SCOPE, "cardiology appointment heart ecg", k=10)  # builds the in-memory index

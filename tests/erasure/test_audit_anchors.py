@@ -296,7 +296,7 @@ def test_a_request_planted_in_the_database_is_never_ledgered_nor_certified(tmp_p
         tmp_path,
         (
             "INSERT INTO erasures SELECT ?, mode, target_kind, target, version, requested_at, 'shredded', "
-            "layers, plan, probes, NULL, NULL, NULL, NULL, NULL FROM erasures WHERE id=?",
+            "layers, plan, probes, NULL, NULL, NULL, NULL FROM erasures WHERE id=?",
             (planted, honest),
         ),
     )

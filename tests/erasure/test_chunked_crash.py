@@ -21,7 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from _erasure_data import DB, A, B, Written, assert_gone, assert_readable, assert_write_refused, cells, populate
+from _erasure_data import (
+    DB,
+    A,
+    B,
+    Written,
+    assert_gone,
+    assert_readable,
+    assert_write_refused,
+    cells,
+    populate,
+)
 from _erasure_kit import residue
 
 import cenotaph
@@ -66,7 +76,9 @@ def _crash(tmp_path: Path, template: Template, fault: str, mode: str, target: st
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # its scan worker dies with it, as in a power cut
-    assert proc.returncode == -signal.SIGKILL, f"not killed at {fault} (exit {proc.returncode}): {err[-2000:]}"
+    assert proc.returncode == -signal.SIGKILL, (
+        f"not killed at {fault} (exit {proc.returncode}): {err[-2000:]}"
+    )
     lines = out.splitlines()
     assert lines and lines[0] == "opened", err[-2000:]
     return data, lines

@@ -14,7 +14,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _erasure_data import DB, A, B, Written, assert_gone, assert_readable, assert_write_refused, cells, populate
+from _erasure_data import (
+    DB,
+    A,
+    B,
+    Written,
+    assert_gone,
+    assert_readable,
+    assert_write_refused,
+    cells,
+    populate,
+)
 from _erasure_kit import residue, sql
 
 import cenotaph

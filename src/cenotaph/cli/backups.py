@@ -23,6 +23,7 @@ from cenotaph.erasure.restoring import restore_committed
 from cenotaph.errors import NotFoundError
 
 from .forgetting import erasure_counts, registered_backups, request_rows
+from .interrupts import held, on_interrupt
 from .options import data_option, open_existing_store
 from .output import emit, generic_table, table_option
 from .progress import ProgressCallback, progress_bar
@@ -45,8 +46,10 @@ def backup(dest: Path, data: Path, table: bool) -> None:
     reach their erasure horizon until `cenotaph release-backup ID`. Prints the backup's id, path,
     epochs and size.
     """
+    on_interrupt("interrupted: no backup was made (the partial copy was removed, nothing registered)")
     with open_existing_store(data) as store:
         info = store.backup(dest.resolve())
+        on_interrupt(f"interrupted after backup {info.id} was made and registered")
     emit(info.to_dict(), table=table, render=_backup_table)
 
 
@@ -74,7 +77,9 @@ def release_backup(backup_id: str, data: Path, table: bool) -> None:
         backups = registered_backups(data)
         if backup_id not in backups:
             raise NotFoundError("no backup with that id is registered; `cenotaph status` lists them")
-        store.release_backup(backup_id)
+        with held():
+            store.release_backup(backup_id)
+            on_interrupt(f"interrupted after backup {backup_id} was released")
     doc = {
         "released": backup_id,
         "epochs": backups[backup_id],
@@ -129,6 +134,13 @@ def restore(src: Path, data: Path, keyring: Path | None, table: bool) -> None:
             store = _restore(src.resolve(), target, provider, progress)
     except BaseException:
         _undo(target, existed, before)  # a half-restored copy must neither serve nor block a retry
+        if restore_committed(target):
+            on_interrupt(
+                "interrupted after the restore committed (every forget replayed); run "
+                f"`cenotaph purge --data {target}` to finish purging it"
+            )
+        else:
+            on_interrupt("interrupted: the restore was undone; nothing was written")
         raise
     with store:
         requests = request_rows(store)

@@ -19,9 +19,11 @@ from rich.text import Text
 
 import cenotaph
 from cenotaph.durable import write_all
+from cenotaph.erasure.standing import PURGE
 from cenotaph.errors import CertificateError, ErasureNotProvableError
 
 from .forgetting import in_cli_words
+from .interrupts import held, on_interrupt
 from .options import data_option, open_existing_store
 from .output import emit, generic_table, table_option
 
@@ -70,7 +72,12 @@ def attest(request_id: str, out: Path | None, data: Path, table: bool) -> None:
     try:
         with open_existing_store(data) as store:
             try:
-                certificate = store.attest(request_id)
+                with held():
+                    certificate = store.attest(request_id)
+                    on_interrupt(
+                        "interrupted after the certificate was issued (and audited); run "
+                        f"`cenotaph attest {request_id}` again to print it"
+                    )
             except ErasureNotProvableError as exc:
                 raise click.ClickException(_not_provable(store, request_id, exc)) from None
     except BaseException:
@@ -121,7 +128,7 @@ def _not_provable(store: cenotaph.Store, request_id: str, exc: ErasureNotProvabl
     request = store.erasure(request_id)
     if request.mode == "compliance":
         status = request.status()
-        step = in_cli_words(status.next_step or "run store.purge()")
+        step = in_cli_words(status.next_step or PURGE)
         hint = (
             f" (purging again will not change this: {step})"
             if status.stuck

@@ -1,4 +1,5 @@
-"""``cenotaph demo``: the seeds' scenario, played on a temporary store and narrated step by step.
+"""``cenotaph demo``: an agent memory that must forget a patient's note, played on a temporary store
+and narrated step by step.
 
 Every claim it prints is checked as it goes: if the store ever behaved otherwise, the demo stops
 with exit code 1 and says which step failed.
@@ -56,7 +57,7 @@ class DemoFailed(click.ClickException):
 @click.command()
 @click.option("--keep", is_flag=True, help="Keep the temporary data directory and print where it is.")
 def demo(keep: bool) -> None:
-    """Play the seeds' scenario on a temporary store, narrated.
+    """Play an erasure scenario on a temporary store, narrated.
 
     Takes a few seconds: a medical note in a session, a summary derived from it, a refused
     scope-leak forget, a compliance forget that cascades, refused late and racing writes, a clean
@@ -79,7 +80,7 @@ def demo(keep: bool) -> None:
 
 
 class Scenario:
-    """The seeds' multi-tenant assistant, one method per step."""
+    """A multi-tenant assistant whose memory must forget a patient's note, one method per step."""
 
     def __init__(self, out: Console, directory: Path) -> None:
         self.out = out
@@ -147,7 +148,7 @@ class Scenario:
             summary = session.write(USER, "session-summary", SUMMARY)
         self.say(
             f"Inside store.session(...) the agent read the note and wrote [italic]{SUMMARY!r}[/] into the "
-            "user scope, where it would outlive the session: the seeds' failure."
+            "user scope, where it would outlive the session: how derived copies survive a naive delete."
         )
         self.check(
             note is not None and summary.derived_from == (note.id,),

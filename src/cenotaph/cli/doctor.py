@@ -17,18 +17,20 @@ import click
 from rich.console import RenderableType
 from rich.text import Text
 
-from cenotaph.backends.sqlite.backend import DB_NAME, SQLiteBackend
+from cenotaph.backends.sqlite.backend import DB_NAME, SQLiteBackend, read_only, unwritable
 from cenotaph.crypto.provider import keyring_from_env
+from cenotaph.erasure.standing import PURGE
 from cenotaph.errors import CenotaphError
 from cenotaph.store import Store
 
 from .forgetting import in_cli_words, retention_rows
 from .options import data_option, keyring_location, open_existing_store, root_of_trust_warning
-from .output import emit, new_table, table_option
+from .output import emit, message_cell, new_table, table_option
 
 __all__ = ["doctor"]
 
 Outcome = Literal["ok", "warn", "fail"]
+_READS_ONLY = "reads work; writes, forgets, purges and key rotation are refused"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,10 +72,14 @@ def doctor(ctx: click.Context, data: Path, table: bool) -> None:
 def _data_checks(data: Path) -> list[Check]:
     if not data.is_dir():
         return [Check("data directory", "fail", f"{data} does not exist; run `cenotaph init --data {data}`")]
-    if not os.access(data, os.W_OK | os.X_OK):
-        return [Check("data directory", "fail", f"{data} is not writable by this user")]
+    if not os.access(data, os.R_OK | os.X_OK):
+        return [Check("data directory", "fail", f"{data} is not readable by this user")]
     if not (data / DB_NAME).is_file():
         return [Check("data directory", "fail", f"{data} holds no store; run `cenotaph init --data {data}`")]
+    denied = unwritable(data)
+    if denied:
+        names = ", ".join(p.name if p != data else str(p) for p in denied)
+        return [Check("data directory", "warn", f"read-only for this user ({names}): {_READS_ONLY}")]
     return [Check("data directory", "ok", f"{data} exists and is writable")]
 
 
@@ -84,13 +90,13 @@ def _keyring_checks(data: Path) -> list[Check]:
             Check("keyring", "fail", f"no keyring at {keyring}; run `cenotaph init` or set the right path")
         ]
     mode = stat.S_IMODE(keyring.stat().st_mode)
-    checks = [
-        Check(
-            "keyring directory mode",
-            "ok" if mode == 0o700 else "fail",
-            f"{mode:04o}" + ("" if mode == 0o700 else f"; run `chmod 700 {keyring}`"),
-        )
-    ]
+    if mode & 0o077:
+        check = Check("keyring directory mode", "fail", f"{mode:04o}; run `chmod 700 {keyring}`")
+    elif not os.access(keyring, os.W_OK):
+        check = Check("keyring directory mode", "warn", f"{mode:04o}, read-only for this user: {_READS_ONLY}")
+    else:
+        check = Check("keyring directory mode", "ok", f"{mode:04o}")
+    checks = [check]
     # Files that hold bytes must be private; an empty lock file holds nothing.
     loose = sorted(
         f"{p.name} ({stat.S_IMODE(p.stat().st_mode):04o})"
@@ -134,7 +140,7 @@ def _sqlite_checks(data: Path) -> list[Check]:
             return [Check("sqlite connection", "fail", f"{which}: {reason}")]
         try:
             secure = int(conn.execute("PRAGMA secure_delete").fetchone()[0])
-            journal = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+            journal = _journal_mode(conn, path)
         finally:
             conn.close()
     return [
@@ -145,6 +151,16 @@ def _sqlite_checks(data: Path) -> list[Check]:
         ),
         Check("sqlite journal_mode", "ok" if journal == "wal" else "fail", f"{journal} ({which})"),
     ]
+
+
+def _journal_mode(conn: sqlite3.Connection, path: Path) -> str:
+    """The database's journal mode. A read-only connection may be opened immutable, which reports
+    its own mode; the file header says what the file is (bytes 18 and 19 are 2 in WAL mode)."""
+    if not read_only(path.parent):
+        return str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+    with open(path, "rb") as handle:
+        header = handle.read(20)
+    return "wal" if header[18:20] == b"\x02\x02" else "delete"
 
 
 def _store_checks(data: Path) -> list[Check]:
@@ -186,7 +202,7 @@ def _erasure_checks(store: Store) -> list[Check]:
     ]
     detail = "; ".join(
         f"{rid}: {status.state}{', stuck' if status.stuck else ''} ({', '.join(status.gaps) or 'no gap'}); "
-        f"next: {in_cli_words(status.next_step or 'run store.purge()')}"
+        f"next: {in_cli_words(status.next_step or PURGE)}"
         for rid, status in pending
     )
     stuck = any(status.stuck for _, status in pending)
@@ -229,7 +245,9 @@ _STYLE = {"ok": "green", "warn": "yellow", "fail": "red"}
 
 
 def _checks_table(doc: dict[str, Any]) -> RenderableType:
-    table = new_table("check", "status", "detail", title=f"cenotaph doctor: {doc['data']}")
+    table = new_table("check", "status", "detail", title=f"cenotaph doctor: {doc['data']}", free=("detail",))
     for check in doc["checks"]:
-        table.add_row(check["name"], Text(check["status"], style=_STYLE[check["status"]]), check["detail"])
+        table.add_row(
+            check["name"], Text(check["status"], style=_STYLE[check["status"]]), message_cell(check["detail"])
+        )
     return table

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +20,11 @@ import cenotaph
 from cenotaph.crypto.provider import keyring_from_env
 from cenotaph.errors import ErasureNotProvableError
 
+from .interrupts import held, on_interrupt
 from .options import data_option, keyring_location, open_existing_store
 from .output import emit, erasure_table, generic_table, table_option
+from .progress import progress_bar
+from .spelling import speak_cli
 
 __all__ = [
     "emit_forgotten",
@@ -37,19 +40,13 @@ __all__ = [
     "status",
 ]
 
-# the API's advice, as the CLI says it
-_CLI_WORDS = (
-    (re.compile(r"store\.release_backup\('([^']+)'\)"), r"`cenotaph release-backup \1`"),
-    (re.compile(r"store\.rotate_keys\(\)"), "`cenotaph rotate-keys`"),
-    (re.compile(r"store\.purge\(\)"), "`cenotaph purge`"),
-)
+# a release advice names its backup: the one spelling with an argument
+_RELEASE = re.compile(r"store\.release_backup\('([^']+)'\)")
 
 
 def in_cli_words(text: str) -> str:
-    """An API message's advice (``store.purge()``) in the CLI's words (`cenotaph purge`)."""
-    for pattern, words in _CLI_WORDS:
-        text = pattern.sub(words, text)
-    return text
+    """An API message's advice in the CLI's words (see ``cli.spelling``)."""
+    return speak_cli(_RELEASE.sub(r"`cenotaph release-backup \1`", text))
 
 
 def request_document(request: cenotaph.ErasureRequest) -> dict[str, Any]:
@@ -74,19 +71,22 @@ no_wait_option = click.option(
     "--no-wait",
     is_flag=True,
     help="Return once the tombstone and key destruction are durable (shredded), without waiting "
-    "for the purge and the verifying scan; they run when the store is next opened by a process "
-    "that stays, or with `cenotaph purge`.",
+    "for the purge and the verifying scan; `cenotaph purge` (or the next process that keeps the "
+    "store open) does them.",
 )
 
 
 def emit_forgotten(
     store: cenotaph.Store, request: cenotaph.ErasureRequest, no_wait: bool, table: bool
 ) -> None:
-    """Print a request as ``forget`` and ``forget-subject`` do: a compliance forget waits until
-    it is verified (or cannot be), unless ``no_wait``. A wait that cannot succeed prints the
-    request with its gaps, then its error ends the command (one line, a non-zero exit)."""
+    """Print a request as ``forget`` and ``forget-subject`` do: a compliance forget is purged and
+    verified first (a progress bar while it scans, then waiting until it is verified or cannot
+    be), unless ``no_wait``. A wait that cannot succeed prints the request with its gaps, then its
+    error ends the command (one line, a non-zero exit)."""
     failure: ErasureNotProvableError | None = None
     if request.mode == "compliance" and not no_wait:
+        with progress_bar("purging and verifying") as progress:
+            store.purge(progress=progress)
         try:
             request.wait()
         except ErasureNotProvableError as exc:
@@ -124,9 +124,29 @@ def forget(
     keys are destroyed). Prints the erasure request (id, version, mode) and its status; poll it
     with `cenotaph status ID`.
     """
-    with open_existing_store(data, auto_purge="off" if no_wait else "background") as store:
-        request = store.forget(scope, key, mode=mode, include_ancestors=include_ancestors)
+    with open_existing_store(data) as store:
+        request = committed_forget(
+            store, lambda: store.forget(scope, key, mode=mode, include_ancestors=include_ancestors)
+        )
         emit_forgotten(store, request, no_wait, table)
+
+
+def committed_forget(
+    store: cenotaph.Store, forget: Callable[[], cenotaph.ErasureRequest]
+) -> cenotaph.ErasureRequest:
+    """Run ``forget`` with Ctrl-C held until it committed (a compliance forget's purge follows in
+    :func:`emit_forgotten`, which Ctrl-C may cut short: the erasure then waits, shredded, for the
+    next `cenotaph purge`). The store is opened with purging off, so nothing runs behind it."""
+    with held():
+        request = forget()
+        if request.mode == "compliance":
+            on_interrupt(
+                f"interrupted after the forget committed (request {request.id}: keys destroyed, "
+                "nothing of it readable); run `cenotaph purge` to finish erasing and verify it"
+            )
+        else:
+            on_interrupt(f"interrupted after the forget committed (request {request.id})")
+    return request
 
 
 @click.command("forget-subject")
@@ -140,8 +160,8 @@ def forget_subject(subject: str, no_wait: bool, data: Path, table: bool) -> None
     Every record carrying SUBJECT, and every record derived from one, always in compliance mode.
     Waits until the erasure is verified (--no-wait: until its keys are destroyed).
     """
-    with open_existing_store(data, auto_purge="off" if no_wait else "background") as store:
-        emit_forgotten(store, store.forget_subject(subject), no_wait, table)
+    with open_existing_store(data) as store:
+        emit_forgotten(store, committed_forget(store, lambda: store.forget_subject(subject)), no_wait, table)
 
 
 @click.command()
@@ -160,8 +180,9 @@ def reauthorize(scope: str, key: str | None, subject: str | None, data: Path, ta
     SCOPE or to KEY, lands). Pass it to `cenotaph write --reauthorization TOKEN`. It never
     revives a stale write (one whose --base-version predates the forget).
     """
-    with open_existing_store(data) as store:
+    with open_existing_store(data) as store, held():
         token = store.reauthorize(scope, key, subject=subject)
+        on_interrupt("interrupted after the token was issued (it was not printed: request a new one)")
     emit({"token": token}, table=table)
 
 

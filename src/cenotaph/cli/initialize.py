@@ -12,6 +12,7 @@ from rich.text import Text
 import cenotaph
 from cenotaph.backends.sqlite.backend import DB_NAME
 
+from .interrupts import held, on_interrupt
 from .options import data_option, keyring_inside, keyring_location, root_of_trust_warning
 from .output import emit, generic_table, table_option
 
@@ -29,7 +30,9 @@ def init(data: Path, table: bool) -> None:
     and says how to keep the keyring elsewhere (CENOTAPH_KEYRING, CENOTAPH_MASTER_KEY).
     """
     created = not (data / DB_NAME).exists()
-    cenotaph.open(data).close()
+    with held():
+        cenotaph.open(data).close()
+        on_interrupt(f"interrupted after the store in {data} was {'created' if created else 'checked'}")
     warning = root_of_trust_warning(data)
     doc = {
         "data": str(data.resolve()),

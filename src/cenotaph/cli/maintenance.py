@@ -14,6 +14,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from .forgetting import retention_rows, retention_table
+from .interrupts import on_interrupt
 from .options import data_option, open_existing_store
 from .output import emit, generic_table, table_option
 from .progress import progress_bar
@@ -32,6 +33,10 @@ def purge(data: Path, table: bool) -> None:
     WAL was truncated, and the scan (files, bytes, probes, matches, positive control). Pending
     layers are reported, not raised: see `cenotaph status ID` for a request's gaps.
     """
+    on_interrupt(
+        "interrupted: the purge stopped part-way; what it finished stays done, and "
+        "`cenotaph purge` resumes the rest"
+    )
     with open_existing_store(data) as store, progress_bar("scanning for residue") as progress:
         report = store.purge(progress=progress)
     emit(report.to_dict(), table=table, render=_purge_table)
@@ -42,11 +47,25 @@ def _purge_table(doc: dict[str, Any]) -> RenderableType:
     requests = [{"request": rid, "state": state} for rid, state in doc.get("requests", {}).items()]
     return Group(
         generic_table(head, "purge"),
-        generic_table(doc.get("scan", {}), "residue scan"),
+        _scan_part(doc.get("scan", {})),
         generic_table(requests, "erasure requests")
         if requests
         else Text("(no erasure requests)", style="dim"),
     )
+
+
+def _scan_part(scan: dict[str, Any]) -> RenderableType:
+    """The residue scan for people. With nothing awaiting verification no scan runs, and its
+    ``positive_control: false`` (JSON) means "not run", not "the scanner is broken"."""
+    if not scan.get("files") and not scan.get("probes"):
+        return Text("residue scan: not run (no erasure was waiting for verification)", style="dim")
+    control = scan.get("positive_control")
+    shown = {k: v for k, v in scan.items() if k != "positive_control"}
+    shown["positive control"] = Text(
+        "found the planted probe" if control else "FAILED: the scan proves nothing",
+        style="green" if control else "red",
+    )
+    return generic_table(shown, "residue scan")
 
 
 @click.command("rotate-keys")
@@ -61,6 +80,10 @@ def rotate_keys(data: Path, table: bool) -> None:
     forget is what reaches that forget's erasure horizon: copies made before it (backups, old
     key files) can no longer be decrypted.
     """
+    on_interrupt(
+        "interrupted: the rotation either committed or rolled back whole; run `cenotaph rotate-keys` "
+        "again to finish (an unused new epoch may be left; the next rotation destroys it)"
+    )
     with open_existing_store(data) as store, progress_bar("rewrapping keys", unit="items") as progress:
         report = store.rotate_keys(progress=progress)
     emit(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -9,16 +10,104 @@ import click
 from rich.console import RenderableType
 from rich.text import Text
 
+from cenotaph.validation import MAX_VALUE_BYTES
+
+from .interrupts import held, on_interrupt
 from .options import data_option, json_callback, open_existing_store, parse_json
 from .output import RECORD_COLUMNS, cell, emit, new_table, records_table, table_option
 
 __all__ = ["list_records", "read", "search", "write"]
 
 
-@click.command()
+class ValueCommand(click.Command):
+    """A command whose arguments may start with ``-`` (``-5``, ``-x marks the spot``).
+
+    Before ``--``, an argument that starts with one ``-`` and is not one of the command's own
+    short options (``-h``) is an argument, not a bundle of short flags; an unknown long option
+    (``--jsn``) stays an error, since it is far more often a typo than a value: a value like that
+    goes after ``--``.
+    """
+
+    _HIDDEN = "\0cenotaph-argument-"
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        params = self.get_params(ctx)
+        known = {opt for param in params for opt in (*param.opts, *param.secondary_opts)}
+        takes_value = {
+            opt
+            for p in params
+            if isinstance(p, click.Option) and not p.is_flag and not p.count
+            for opt in p.opts
+        }
+        hidden: dict[str, str] = {}
+        shown: list[str] = []
+        for i, arg in enumerate(args):
+            if arg == "--":
+                shown.extend(args[i:])
+                break
+            is_option_value = i > 0 and args[i - 1] in takes_value  # `--ttl -5` is the option's
+            short = arg.startswith("-") and len(arg) > 1 and not arg.startswith("--")
+            if short and arg not in known and not is_option_value:
+                hidden[placeholder := f"{self._HIDDEN}{i}"] = arg
+                arg = placeholder
+            shown.append(arg)
+        rest = super().parse_args(ctx, shown)
+        for name, value in ctx.params.items():
+            if isinstance(value, str) and value in hidden:
+                ctx.params[name] = hidden[value]
+        return rest
+
+
+# Input read for one value: the store refuses more than MAX_VALUE_BYTES of compact JSON; JSON
+# text may be pretty-printed, so allow some room, but never read an unbounded stream.
+_MAX_INPUT_BYTES = 16 * MAX_VALUE_BYTES
+
+
+def read_value(value: str | None, file: Path | None) -> str:
+    """VALUE itself, stdin for ``-``, or the file's contents: text exactly as given (UTF-8)."""
+    if value is not None and file is not None:
+        raise click.UsageError("give either VALUE or --file PATH, not both")
+    if value is None and file is None:
+        raise click.UsageError("missing VALUE: give it, `-` to read it from stdin, or --file PATH")
+    if file is None:
+        assert value is not None
+        if value != "-":
+            return value
+        if sys.stdin.isatty():
+            click.echo("reading the value from stdin; end it with Ctrl-D", err=True)
+        where, raw = "stdin", sys.stdin.buffer.read(_MAX_INPUT_BYTES + 1)
+    else:
+        where = f"--file {file}"
+        try:
+            with open(file, "rb") as handle:
+                raw = handle.read(_MAX_INPUT_BYTES + 1)
+        except OSError as exc:
+            raise click.BadParameter(f"cannot read {file} ({exc.strerror})", param_hint="--file") from exc
+    if len(raw) > _MAX_INPUT_BYTES:
+        raise click.UsageError(
+            f"the value from {where} is over {_MAX_INPUT_BYTES} bytes; a value is at most "
+            f"{MAX_VALUE_BYTES} bytes of compact JSON (1 MiB): split it into several keys"
+        )
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise click.UsageError(
+            f"the value from {where} is not UTF-8 text (byte {exc.start}); values are JSON, so "
+            "encode binary data (e.g. base64) first"
+        ) from None
+
+
+@click.command(cls=ValueCommand)
 @click.argument("scope")
 @click.argument("key")
-@click.argument("value")
+@click.argument("value", required=False)
+@click.option(
+    "--file",
+    "file",
+    metavar="PATH",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Read the value from PATH (UTF-8 text, exactly as it is) instead of VALUE.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Parse VALUE as JSON instead of taking it as a string.")
 @click.option(
     "--ttl",
@@ -54,7 +143,8 @@ __all__ = ["list_records", "read", "search", "write"]
 def write(
     scope: str,
     key: str,
-    value: str,
+    value: str | None,
+    file: Path | None,
     as_json: bool,
     ttl: float | None,
     subjects: tuple[str, ...],
@@ -67,12 +157,16 @@ def write(
 ) -> None:
     """Write a value under a key in a scope.
 
-    Writes VALUE under KEY in SCOPE and prints the record. VALUE is a string unless --json is
-    given. A forgotten target refuses the write (exit 1) unless --reauthorization carries a token
-    issued after the forget.
+    Writes VALUE under KEY in SCOPE and prints the record. VALUE `-` reads the value from stdin,
+    and --file PATH from a file, exactly as given (a trailing newline is kept): that is how values
+    larger than the command line allows (up to the 1 MiB limit) get in. VALUE is a string unless
+    --json is given. A VALUE starting with `-` (`-5`) is a value; one starting with `--` needs `--`
+    before it (`cenotaph write SCOPE KEY -- --text`). A forgotten target refuses the write (exit 1)
+    unless --reauthorization carries a token issued after the forget.
     """
-    parsed = parse_json(value, "VALUE") if as_json else value
-    with open_existing_store(data) as store:
+    text = read_value(value, file)
+    parsed = parse_json(text, "VALUE") if as_json else text
+    with open_existing_store(data) as store, held():
         record = store.write(
             scope,
             key,
@@ -84,6 +178,7 @@ def write(
             base_version=base_version,
             reauthorization=reauthorization,
         )
+        on_interrupt(f"interrupted after the write committed (record {record.id}, version {record.version})")
     emit(record.to_dict(), table=table, render=records_table)
 
 
@@ -182,7 +277,7 @@ def search(
 def _hits_table(hits: list[dict[str, Any]]) -> RenderableType:
     if not hits:
         return Text("(no hits)", style="dim")
-    table = new_table("score", *RECORD_COLUMNS)
+    table = new_table("score", *RECORD_COLUMNS, free=("value",))
     for hit in hits:
         record = hit["record"]
         table.add_row(f"{hit['score']:.3f}", *(cell(record.get(c)) for c in RECORD_COLUMNS))

@@ -10,16 +10,22 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 import cenotaph
 from cenotaph.backends.sqlite.backend import DB_NAME
 from cenotaph.crypto.provider import KEYRING_ENV, MASTER_KEY_ENV
 from cenotaph.crypto.provider import keyring_location as default_keyring_location
 
+from .output import GLOBAL_TABLE, table_group_option
+
 __all__ = [
     "DATA_ENV",
     "DEFAULT_DATA",
+    "GLOBAL_DATA",
+    "check_global_options",
     "data_option",
+    "global_options",
     "json_callback",
     "keyring_inside",
     "keyring_location",
@@ -34,19 +40,84 @@ DATA_ENV = "CENOTAPH_DATA"
 DEFAULT_DATA = "cenotaph-data"
 
 
+# Where the group keeps ``cenotaph --data DIR --table COMMAND``'s values (ctx.meta is shared by
+# every context of one invocation), for the command's own options to pick up.
+GLOBAL_DATA = "cenotaph.data"
+_DATA_TYPE = click.Path(file_okay=False, path_type=Path)
+
+
 def data_option(func: F) -> F:
-    """The shared ``--data DIR`` option, passed to the command as ``data`` (a Path)."""
+    """The shared ``--data DIR`` option, passed to the command as ``data`` (a Path).
+
+    It may also come before the command (``cenotaph --data DIR COMMAND``); the command line wins
+    over ``$CENOTAPH_DATA``, and the same option given in both places must agree.
+    """
     return click.option(
         "--data",
         "data",
-        type=click.Path(file_okay=False, path_type=Path),
+        type=_DATA_TYPE,
         metavar="DIR",
         envvar=DATA_ENV,
         default=DEFAULT_DATA,
         show_default=True,
         show_envvar=True,
-        help="The data directory of the store.",
+        callback=_command_data,
+        help="The data directory of the store (also accepted before the command).",
     )(func)
+
+
+def _command_data(ctx: click.Context, param: click.Parameter, value: Path) -> Path:
+    before: Path | None = ctx.meta.get(GLOBAL_DATA)
+    if before is None:
+        return value
+    given_here = param.name and ctx.get_parameter_source(param.name) is ParameterSource.COMMANDLINE
+    if given_here and value != before:
+        raise click.UsageError(
+            "--data was given before and after the command with different directories; give it once",
+            ctx=ctx,
+        )
+    return before
+
+
+def _group_data(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+    if value is not None:
+        ctx.meta[GLOBAL_DATA] = value
+    return value
+
+
+def global_options(func: F) -> F:
+    """``--data DIR`` and ``--table`` on the ``cenotaph`` group itself, for commands that take them."""
+    func = click.option(
+        "--data",
+        "data",
+        type=_DATA_TYPE,
+        metavar="DIR",
+        callback=_group_data,
+        expose_value=False,
+        is_eager=True,
+        help=f"The data directory, for every command that uses one (default ${DATA_ENV}, else ./{DEFAULT_DATA}).",
+    )(func)
+    return table_group_option(func)
+
+
+def check_global_options(ctx: click.Context) -> None:
+    """Refuse ``cenotaph --data DIR COMMAND`` (or ``--table``) for a command without that option:
+    silently ignoring it would let ``cenotaph --data prod demo`` look like it touched ``prod``."""
+    name = ctx.invoked_subcommand
+    command = ctx.command.get_command(ctx, name) if isinstance(ctx.command, click.Group) and name else None
+    if command is None:
+        return
+    for option, given in (("data", GLOBAL_DATA in ctx.meta), ("table", bool(ctx.meta.get(GLOBAL_TABLE)))):
+        if given and option not in _option_names(command):
+            raise click.UsageError(f"`cenotaph {name}` has no --{option} option; leave it out", ctx=ctx)
+
+
+def _option_names(command: click.Command) -> set[str]:
+    names = {p.name for p in command.params if isinstance(p, click.Option) and p.name}
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            names |= _option_names(sub)
+    return names
 
 
 def keyring_location(data: Path) -> Path:
@@ -71,8 +142,9 @@ def root_of_trust_warning(data: Path) -> str | None:
         )
     return (
         "the keyring is inside the data directory: whoever copies the directory has the keys, so "
-        "encryption protects a copied database file, not a copied directory. Keep it elsewhere with "
-        f"{KEYRING_ENV}=/path/outside (before init), or seal it with {MASTER_KEY_ENV}=<64 hex characters>"
+        "encryption protects a copied database file, not a copied directory. Keep it elsewhere "
+        f"(`cenotaph keyring move /path/outside`, then {KEYRING_ENV}=/path/outside; or set it before "
+        f"init), and seal it (`cenotaph keyring seal` with {MASTER_KEY_ENV}=<64 hex characters>)"
     )
 
 

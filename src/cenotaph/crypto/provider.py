@@ -18,6 +18,7 @@ import fcntl
 import json
 import os
 import secrets
+import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -31,13 +32,14 @@ __all__ = [
     "LocalKeyring",
     "keyring_from_env",
     "keyring_location",
+    "master_key_from_env",
     "MASTER_KEY_ENV",
     "KEYRING_ENV",
 ]
 
 MASTER_KEY_ENV = "CENOTAPH_MASTER_KEY"
 KEYRING_ENV = "CENOTAPH_KEYRING"
-_SEALED_MAGIC = "cenotaph-sealed-keyring/1"
+SEALED_FORMAT = "cenotaph-sealed-keyring/1"  # the "format" of a keyring.json sealed by a master key
 
 
 @runtime_checkable
@@ -92,7 +94,7 @@ class LocalKeyring:
         self._master = master_key
         if master_key is not None and len(master_key) != KEY_BYTES:
             raise KeyProviderError(f"{MASTER_KEY_ENV} must be {KEY_BYTES * 2} hex characters")
-        self._ledger_path = str(self.path / "ledger.jsonl")
+        self._ledger_path = str(self.path / self.LEDGER_FILE)
         self._state: dict[str, Any] = {}
         self._stamp: tuple[int, int, int] | None = None
         self._open()
@@ -100,15 +102,26 @@ class LocalKeyring:
     # -- file handling ---------------------------------------------------------------
     @property
     def _file(self) -> Path:
-        return self.path / "keyring.json"
+        return self.path / self.KEYRING_FILE
 
     @property
     def _ledger_file(self) -> Path:
-        return self.path / "ledger.jsonl"
+        return self.path / self.LEDGER_FILE
+
+    def _denied(self, path: Path, exc: OSError, step: str) -> KeyProviderError:
+        """The error for an OS refusal on a keyring file: names the file, says what to do."""
+        return KeyProviderError(
+            f"cannot {step} {path} ({exc.strerror}); this step needs read and write permission on "
+            f"the keyring directory {self.path} and its files"
+        )
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        lock = self.path / ".lock"
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise self._denied(lock, exc, "lock") from exc
         with os.fdopen(fd, "r+b") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
@@ -124,17 +137,22 @@ class LocalKeyring:
                     f"empty directory of its own ({KEYRING_ENV}), which cenotaph makes private (0700)"
                 )
             self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
-            os.chmod(self.path, 0o700)
+            self._make_private()
+            read_only = self._file.exists() and not os.access(self.path, os.W_OK)
         except OSError as exc:
             raise KeyProviderError(
-                f"cannot create the keyring directory ({exc.strerror}); check permissions or set "
-                f"{KEYRING_ENV} to a writable directory"
+                f"cannot use the keyring directory {self.path} ({exc.strerror}); check its permissions "
+                f"or set {KEYRING_ENV} to the right directory"
             ) from exc
+        if read_only:  # read it as it is: every save is an atomic rename, so no lock is needed
+            self._load()
+            return
         with self._locked():
             self._remove_stale_copies()
             if self._file.exists():
                 self._load()
             else:
+                self._refuse_if_used()
                 self._state = {
                     "format": "cenotaph-keyring/1",
                     "erasure_secret": secrets.token_hex(KEY_BYTES),
@@ -145,6 +163,33 @@ class LocalKeyring:
                     "backups": {},
                 }
                 self._save()
+
+    def _make_private(self) -> None:
+        """Take group and other permissions off the directory (never add any: a keyring made
+        read-only on purpose stays read-only)."""
+        mode = stat.S_IMODE(self.path.stat().st_mode)
+        if mode & 0o077:
+            try:
+                os.chmod(self.path, mode & 0o700)
+            except OSError as exc:
+                raise KeyProviderError(
+                    f"the keyring directory {self.path} is open to other users (mode {mode:04o}) and "
+                    f"cannot be made private ({exc.strerror}); chmod 700 it"
+                ) from exc
+
+    def _refuse_if_used(self) -> None:
+        """A missing keyring.json beside a ledger is lost, not new: a fresh one would hold other
+        keys (nothing this keyring protected could be decrypted) and would hide the loss."""
+        try:
+            used = self._ledger_file.stat().st_size > 0
+        except FileNotFoundError:
+            used = False
+        if used:
+            raise KeyProviderError(
+                f"{self._file} is missing, but the ledger beside it shows this keyring was in use; "
+                "restore keyring.json from your keyring backup (nothing was created: a new keyring "
+                "could not decrypt anything this one protected)"
+            )
 
     def _foreign_files(self) -> list[str]:
         """Files in the keyring directory that are not the keyring's own (its lock, its ledger,
@@ -169,14 +214,14 @@ class LocalKeyring:
             # separate stat() would stamp the new file on the old contents, never reloaded
             with open(self._file, "rb") as handle:
                 raw = handle.read()
-                stat = os.fstat(handle.fileno())
+                found = os.fstat(handle.fileno())
         except OSError as exc:
             raise KeyProviderError(
-                f"cannot read the keyring ({exc.strerror}); check its permissions"
+                f"cannot read the keyring {self._file} ({exc.strerror}); check its permissions"
             ) from exc
         try:
             doc = json.loads(raw)
-            if doc.get("format") == _SEALED_MAGIC:
+            if doc.get("format") == SEALED_FORMAT:
                 if self._master is None:
                     raise KeyProviderError(
                         f"the keyring is sealed with a master key; set {MASTER_KEY_ENV} to open it"
@@ -193,24 +238,55 @@ class LocalKeyring:
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise KeyProviderError("the keyring file is corrupt; restore it from a trusted copy") from exc
         self._state = doc
-        self._stamp = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        self._stamp = (found.st_ino, found.st_size, found.st_mtime_ns)
 
     def _refresh(self) -> None:
         try:
-            stat = self._file.stat()
+            found = self._file.stat()
+        except FileNotFoundError as exc:
+            raise KeyProviderError(
+                f"the keyring file {self._file} disappeared; restore it from a trusted copy"
+            ) from exc
         except OSError as exc:
-            raise KeyProviderError("the keyring file disappeared; restore it from a trusted copy") from exc
-        if (stat.st_ino, stat.st_size, stat.st_mtime_ns) != self._stamp:
+            raise self._denied(self._file, exc, "read") from exc
+        if (found.st_ino, found.st_size, found.st_mtime_ns) != self._stamp:
             self._load()
 
     def _save(self) -> None:
         body = json.dumps(self._state, sort_keys=True).encode()
         if self._master is not None:
             sealed = seal(self._master, body, b"keyring").hex()
-            body = json.dumps({"format": _SEALED_MAGIC, "sealed": sealed}).encode()
-        write_atomically(self._file, body)
-        stat = self._file.stat()
-        self._stamp = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+            body = json.dumps({"format": SEALED_FORMAT, "sealed": sealed}).encode()
+        try:
+            write_atomically(self._file, body)
+            saved = self._file.stat()
+        except OSError as exc:
+            raise self._denied(self._file, exc, "write") from exc
+        self._stamp = (saved.st_ino, saved.st_size, saved.st_mtime_ns)
+
+    # -- the keyring's own files (``cenotaph keyring``: seal, move, export) ----------------
+    KEYRING_FILE = "keyring.json"
+    LEDGER_FILE = "ledger.jsonl"
+
+    @property
+    def sealed(self) -> bool:
+        """Whether keyring.json is sealed under a master key (this instance was opened with it)."""
+        return self._master is not None
+
+    def exclusive(self) -> contextlib.AbstractContextManager[None]:
+        """Hold the keyring's lock: no process changes its files until the block ends."""
+        return self._locked()
+
+    def reseal(self, master_key: bytes) -> None:
+        """Rewrite keyring.json sealed under ``master_key``: one atomic replace (a crash leaves the
+        old file or the new one), under the lock, from the newest state on disk."""
+        if len(master_key) != KEY_BYTES:
+            raise KeyProviderError(f"{MASTER_KEY_ENV} must be {KEY_BYTES * 2} hex characters")
+        with self._locked():
+            self._load()
+            self._remove_stale_copies()  # staged copies of the old file (unsealed, perhaps)
+            self._master = master_key
+            self._save()
 
     # -- KeyProvider -----------------------------------------------------------------
     @property
@@ -284,7 +360,8 @@ class LocalKeyring:
                     os.close(fd)
             except OSError as exc:
                 raise KeyProviderError(
-                    f"cannot append to the forget ledger ({exc.strerror}); the forget was not applied"
+                    f"cannot append to the forget ledger {self._ledger_file} ({exc.strerror}); the "
+                    "forget was not applied (it needs write permission on the keyring directory)"
                 ) from exc
 
     def ledger(self) -> list[dict[str, Any]]:
@@ -292,6 +369,8 @@ class LocalKeyring:
             text = self._ledger_file.read_text()
         except FileNotFoundError:
             return []
+        except OSError as exc:
+            raise self._denied(self._ledger_file, exc, "read") from exc
         entries = []
         for line in text.splitlines():
             try:
@@ -325,6 +404,8 @@ class LocalKeyring:
             return os.stat(self._ledger_path).st_size  # a plain str path: this runs before every read
         except FileNotFoundError:
             return 0
+        except OSError as exc:
+            raise self._denied(self._ledger_file, exc, "read") from exc
 
     def register_backup(self, backup_id: str, epochs: list[int]) -> None:
         with self._locked():
@@ -336,7 +417,7 @@ class LocalKeyring:
         with self._locked():
             self._load()
             if self._state["backups"].pop(backup_id, None) is None:
-                raise KeyProviderError("no backup with that id is registered; see `cenotaph status`")
+                raise KeyProviderError("no backup with that id is registered; list them with store.backups()")
             self._save()
 
     def backups(self) -> dict[str, list[int]]:
@@ -365,25 +446,39 @@ def _check_state(doc: object) -> None:
         raise ValueError("backups")
 
 
+def master_key_from_env(name: str = MASTER_KEY_ENV) -> bytes | None:
+    """The master key in ``$name`` (64 hex characters), or None when it is not set."""
+    master_hex = os.environ.get(name)
+    if master_hex is None:
+        return None
+    try:  # set but empty (a failed `$(cat file)`) must not mean "unsealed"
+        master = bytes.fromhex(master_hex.strip())
+    except ValueError as exc:
+        raise KeyProviderError(f"{name} must be {KEY_BYTES * 2} hex characters") from exc
+    if not master:
+        raise KeyProviderError(
+            f"{name} is set but empty; set it to the {KEY_BYTES * 2} hex characters of the master "
+            "key, or unset it for an unsealed keyring"
+        )
+    if len(master) != KEY_BYTES:
+        raise KeyProviderError(f"{name} must be {KEY_BYTES * 2} hex characters")
+    return master
+
+
 def keyring_from_env(data_dir: Path) -> LocalKeyring:
     """The default provider: ``$CENOTAPH_KEYRING`` or ``<data_dir>/keyring``, sealed if a master key is set."""
-    master_hex = os.environ.get(MASTER_KEY_ENV)
-    master = None
-    if master_hex is not None:  # set but empty (a failed `$(cat file)`) must not mean "unsealed"
-        try:
-            master = bytes.fromhex(master_hex.strip())
-        except ValueError as exc:
-            raise KeyProviderError(f"{MASTER_KEY_ENV} must be {KEY_BYTES * 2} hex characters") from exc
-        if not master:
-            raise KeyProviderError(
-                f"{MASTER_KEY_ENV} is set but empty; set it to the {KEY_BYTES * 2} hex characters of "
-                "the master key, or unset it for an unsealed keyring"
-            )
+    master = master_key_from_env()
     location = keyring_location(data_dir)
-    if not location.exists() and (data_dir / "cenotaph.db").exists():
+    try:
+        orphaned = not (location / "keyring.json").exists() and (data_dir / "cenotaph.db").exists()
+    except OSError as exc:
+        raise KeyProviderError(f"cannot look for the keyring in {location} ({exc.strerror})") from exc
+    if orphaned:
+        where = "no keyring" if not location.exists() else f"no keyring.json in {location}"
         raise KeyProviderError(
-            "this data directory has a database but no keyring at the configured location; point "
-            f"{KEYRING_ENV} at its keyring (without it nothing in the store can be decrypted)"
+            f"this data directory has a database but {where}; point {KEYRING_ENV} at its keyring, "
+            "or restore keyring.json from your keyring backup (without it nothing in the store can "
+            "be decrypted; a new keyring is only made for a new store)"
         )
     return LocalKeyring(location, master_key=master)
 

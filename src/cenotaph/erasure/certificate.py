@@ -154,7 +154,9 @@ def _certificate_fields(certificate: object) -> dict[str, Any]:
             f"a certificate is a Certificate, its JSON text or a dict, not {type(certificate).__name__}"
         )
     if not isinstance(parsed, dict):
-        raise CertificateError("the certificate JSON must be an object; pass the text attest() returned")
+        raise CertificateError(
+            "the certificate JSON must be an object; pass the text store.attest() returned"
+        )
     return parsed
 
 
@@ -164,10 +166,12 @@ def _parse_json(text: str | bytes) -> object:
             text = text.decode("utf-8")
         return json.loads(text, object_pairs_hook=_reject_duplicate_keys, parse_constant=_reject_constant)
     except UnicodeDecodeError as exc:
-        raise CertificateError("the certificate is not UTF-8 text; pass the bytes attest() returned") from exc
+        raise CertificateError(
+            "the certificate is not UTF-8 text; pass the bytes store.attest() returned"
+        ) from exc
     except (ValueError, RecursionError) as exc:
         raise CertificateError(
-            "the certificate is not valid JSON (or repeats a key, or holds NaN); pass what attest() returned"
+            "the certificate is not valid JSON (or repeats a key, or holds NaN); pass what store.attest() returned"
         ) from exc
 
 
@@ -217,7 +221,7 @@ def _canonical_bytes(fields: Mapping[str, Any]) -> bytes:
         return canonical_json(fields).encode("utf-8")
     except (TypeError, ValueError, RecursionError) as exc:
         raise CertificateError(
-            "the certificate holds a value that is not plain JSON; pass the text attest() returned"
+            "the certificate holds a value that is not plain JSON; pass the text store.attest() returned"
         ) from exc
 
 

@@ -44,7 +44,7 @@ class ForgetPlan:
     # again wherever the plan is applied, never listed (a list of tokens would name them)
     unshared: bool = False
     _found: tuple[list[bytes], list[bytes]] | None = field(default=None, repr=False, compare=False)
-    _ids: list[str] | None = field(default=None, repr=False, compare=False)
+    _ids: tuple[tuple[int, int, int, int], list[str]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def compliance(self) -> bool:
@@ -53,10 +53,11 @@ class ForgetPlan:
     @property
     def record_ids(self) -> list[str]:
         """Every record id the plan hides or destroys, sorted: the order chunks follow (computed
-        once; a plan's lists are final before it is applied)."""
-        if self._ids is None:
-            self._ids = sorted({*self.hide, *self.destroy_records})
-        return self._ids
+        again only when a list is replaced or grows)."""
+        lists = (id(self.hide), len(self.hide), id(self.destroy_records), len(self.destroy_records))
+        if self._ids is None or self._ids[0] != lists:
+            self._ids = (lists, sorted({*self.hide, *self.destroy_records}))
+        return self._ids[1]
 
     def keys_to_destroy(self, txn: Txn) -> tuple[list[bytes], list[bytes]]:
         """(scope tokens, subject tokens) whose keys this plan destroys: those listed, and (if

@@ -266,7 +266,7 @@ def check_postcondition(txn: Txn, plan: ForgetPlan, ids: Sequence[str] | None = 
         )
         raise ErasureNotProvableError(
             f"the forget's postcondition failed (records still readable); {done}. "
-            "Run `cenotaph doctor` and report this.",
+            "This is a bug in cenotaph; please report it.",
             ["postcondition"],
         )
 

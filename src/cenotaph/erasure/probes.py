@@ -33,6 +33,7 @@ import numpy as np
 
 from ..backends.base import Txn
 from ..crypto.aead import derive, open_sealed, seal
+from ..index.atrest import sealed_part
 from ..model import Record
 from .forget import ForgetPlan
 from .scanner import PROBE_MIN, probe_windows
@@ -110,7 +111,8 @@ def sample_records(txn: Txn, ids: Sequence[str], open_record: Opener) -> RecordS
     for record_id in chosen:
         row = txn.record(record_id)
         if row is not None:
-            for blob in (row.ciphertext, row.vector):
+            cell = txn.vector_cell(row.version)  # the search index's sealed vector
+            for blob in (row.ciphertext, row.vector, None if cell is None else sealed_part(cell)):
                 if blob:
                     windows.extend(probe_windows(blob))
             if row.wrapped:

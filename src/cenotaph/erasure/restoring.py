@@ -114,7 +114,7 @@ def _manifest(src: Path) -> dict[str, Any]:
     manifest_path = src / BACKUP_MANIFEST
     if not manifest_path.is_file() or not (src / DB_NAME).is_file():
         raise InvalidValueError(
-            "the source is not a cenotaph backup (no manifest); pass a directory made by backup()"
+            "the source is not a cenotaph backup (no manifest); pass a directory made by store.backup()"
         )
     manifest: dict[str, Any] = json.loads(manifest_path.read_text())
     return manifest

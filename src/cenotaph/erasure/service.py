@@ -90,12 +90,12 @@ class ErasureService:
 
     # -- status ------------------------------------------------------------------------
     def row(self, request_id: object) -> ErasureRow:
-        checked = check_token_text(request_id, "request_id must be the id returned by forget()")
+        checked = check_token_text(request_id, "request_id must be the id returned by store.forget()")
         self._sync()
         with self._backend.read() as txn:
             row = txn.erasure(checked)
         if row is None:
-            raise NotFoundError("no erasure request with that id; list them with `cenotaph status`")
+            raise NotFoundError("no erasure request with that id; list them with store.erasures()")
         return row
 
     def status(self, request_id: str) -> ErasureStatus:
@@ -542,10 +542,16 @@ class ErasureService:
     # -- backups -----------------------------------------------------------------------
     def backup(self, dest: Path) -> BackupInfo:
         self._sync()
-        if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-            raise InvalidValueError("the backup destination must be a new or empty directory")
-        dest.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fsync(dest.parent)
+        try:
+            if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+                raise InvalidValueError("the backup destination must be a new or empty directory")
+            dest.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fsync(dest.parent)
+        except OSError as exc:
+            raise StorageError(
+                f"cannot make the backup directory {dest} ({exc.strerror}); choose a directory this "
+                "user may write"
+            ) from exc
         backup_id = "bk_" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "_" + os.urandom(4).hex()
         try:
             epochs = self._copy_for_backup(backup_id, dest / DB_NAME)
@@ -589,7 +595,7 @@ class ErasureService:
 
     def release_backup(self, backup_id: str) -> None:
         if backup_id not in self._provider.backups():
-            raise NotFoundError("no backup with that id is registered; list them with `cenotaph status`")
+            raise NotFoundError("no backup with that id is registered; list them with store.backups()")
         self._provider.release_backup(backup_id)
         with self._backend.write() as txn:
             anchor_audit(self._provider, txn, "release_backup", {"backup_id": backup_id})

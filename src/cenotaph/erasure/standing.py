@@ -38,7 +38,9 @@ READER = (
     "then run store.purge()"
 )
 REFORGET = "forget the same target again: the new request takes its own evidence and verifies"
-INVESTIGATE = "check the store with `cenotaph doctor` (the database may have been altered) and report it"
+INVESTIGATE = (
+    "check the store with store.check_integrity() (the database may have been altered) and report it"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +84,7 @@ def judge_scan(
         return Verdict(
             "the scanner's positive control failed, so a clean scan proves nothing",
             stuck=True,
-            release="make the temporary directory writable and check `cenotaph doctor` passes, then "
+            release="make the temporary directory writable and check store.check_integrity() passes, then "
             "run store.purge()",
         )
     if result.files == 0 or result.bytes == 0:

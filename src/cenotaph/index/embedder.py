@@ -7,6 +7,17 @@
 
 Every embedder returns float32 rows of unit L2 norm (an all-zero row, e.g. for empty text, stays zero), so a
 dot product is the cosine similarity. None of them ever downloads anything.
+
+Two optional attributes tell the store more about an embedder:
+
+- ``embedder_id`` (a string naming the model and everything that changes its vectors): with it, the
+  store keeps each record's vector at rest, sealed under that record's keys, so a restart does not
+  re-embed; an embedder without one is re-run over every record after each open. Vectors stored under
+  another id are never used.
+- ``min_score`` (a float): the relevance floor. A hit scoring at or below it shares nothing with the query
+  but noise, and is left out. Embedders without one get :data:`DEFAULT_MIN_SCORE`.
+
+What is embedded for a record is :func:`memory_text`: its key, its metadata and its value.
 """
 
 from __future__ import annotations
@@ -29,16 +40,32 @@ from cenotaph.errors import InvalidValueError
 __all__ = [
     "CallableEmbedder",
     "DEFAULT_DIM",
+    "DEFAULT_MIN_SCORE",
     "Embedder",
+    "HASHING_MIN_SCORE",
     "HashingEmbedder",
     "SentenceTransformerEmbedder",
+    "embedder_id",
     "l2_normalise",
+    "memory_text",
+    "min_score",
     "value_text",
 ]
 
 DEFAULT_DIM = 384
+DEFAULT_MIN_SCORE = 0.0  # a hit must score above it: anything with no similarity at all is noise
+# The hashing embedder's floor: a hit must score above it. Two texts that share no word still score a few
+# hundredths either side of 0 through hash collisions (384 columns for ~100 features a memory); the floor
+# removes that near-zero band. Measured on bench/data/agent_memories.json (bench/bench_recall.py): half of
+# the (query, unrelated memory) pairs score at most 0.01 and 77% at most 0.05, while a memory sharing a word
+# with a short query usually scores 0.15-0.45. A higher floor would drop more noise but also real one-word
+# matches whose score a collision pulled down (recall@10 0.68 at 0.05, 0.63 at 0.1, 0.50 at 0.15).
+HASHING_MIN_SCORE = 0.05
+_HASHING_ID = "cenotaph-hashing/2"  # bump whenever the features or weights change: vectors at rest then miss
 
-_TOKEN_RE = re.compile(r"\w+")
+# Words are runs of letters and digits: "_" separates them too (favourite_food -> favourite, food).
+_TOKEN_RE = re.compile(r"[^\W_]+")
+_CAMEL_RE = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 # Relative weights of the three feature kinds. A word's character trigrams together weigh _TRIGRAM_WEIGHT
 # (in L2 norm) whatever the word's length: they add typo and inflection tolerance without drowning the words.
 _UNIGRAM_WEIGHT = 1.0
@@ -63,6 +90,23 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
         """Return a ``(len(texts), dim)`` float32 array whose rows have L2 norm 1 (or are all zero)."""
         ...
+
+
+def embedder_id(embedder: Embedder) -> str | None:
+    """The embedder's ``embedder_id`` and dimension as one string, or None if it names no model (its vectors
+    are then never kept at rest)."""
+    ident = getattr(embedder, "embedder_id", None)
+    if not isinstance(ident, str) or not ident:
+        return None
+    return f"{ident}#dim={embedder.dim}"
+
+
+def min_score(embedder: Embedder) -> float:
+    """The embedder's relevance floor (``min_score``), or :data:`DEFAULT_MIN_SCORE`."""
+    floor = getattr(embedder, "min_score", None)
+    if isinstance(floor, bool) or not isinstance(floor, int | float) or not math.isfinite(floor):
+        return DEFAULT_MIN_SCORE
+    return float(floor)
 
 
 def l2_normalise(matrix: ArrayLike) -> NDArray[np.float32]:
@@ -110,11 +154,15 @@ class _WordEntry(NamedTuple):
 
 def _word_entry(word: str, dim: int) -> _WordEntry:
     marked = f"<{word}>"
-    hashes = np.array(
-        [_feature_hash("c:" + marked[i : i + 3]) for i in range(len(marked) - 2)], dtype=np.uint64
-    )
-    weight = _TRIGRAM_WEIGHT / math.sqrt(len(hashes))
-    return _WordEntry(_feature_hash("w:" + word), *_signed_columns(hashes, weight, dim))
+    trigrams = {marked[i : i + 3] for i in range(len(marked) - 2)}  # distinct: "xxxxxx" is one trigram
+    hashes = np.array([_feature_hash("c:" + t) for t in sorted(trigrams)], dtype=np.uint64)
+    cols, signs = _signed_columns(hashes, 1.0, dim)
+    unique, where = np.unique(cols, return_inverse=True)  # trigrams sharing a column add up there
+    vals = np.bincount(where, weights=signs, minlength=len(unique)).astype(np.float64)
+    norm = math.sqrt(float(vals @ vals))
+    if norm > 0:
+        vals *= _TRIGRAM_WEIGHT / norm  # the block weighs _TRIGRAM_WEIGHT whatever the word's length
+    return _WordEntry(_feature_hash("w:" + word), unique.astype(np.int64), vals)
 
 
 def _signed_columns(
@@ -166,17 +214,31 @@ class HashingEmbedder:
 
     Per-word features are memoised in an LRU cache owned by the instance; the cached keys are words from
     embedded texts, so :meth:`clear_cache` drops them (e.g. after a forget).
+
+    ``min_score`` (default :data:`HASHING_MIN_SCORE`) is the relevance floor the store applies to its hits:
+    scores at or below it are in the near-zero band that hash collisions alone produce.
     """
 
-    def __init__(self, dim: int = DEFAULT_DIM, *, cache_size: int = 1 << 16) -> None:
+    def __init__(
+        self, dim: int = DEFAULT_DIM, *, cache_size: int = 1 << 16, min_score: float = HASHING_MIN_SCORE
+    ) -> None:
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
             raise InvalidValueError(f"dim must be a positive integer, got {dim!r}")
         self._dim = dim
+        self._min_score = _check_floor(min_score)
         self._word_cache = functools.lru_cache(maxsize=cache_size)(functools.partial(_word_entry, dim=dim))
 
     @property
     def dim(self) -> int:
         return self._dim
+
+    @property
+    def embedder_id(self) -> str:
+        return _HASHING_ID
+
+    @property
+    def min_score(self) -> float:
+        return self._min_score
 
     def clear_cache(self) -> None:
         """Forget every memoised word (the cache keys are text from embedded memories)."""
@@ -253,15 +315,28 @@ class CallableEmbedder:
     >>> emb = CallableEmbedder(lambda texts: [[float(len(t)), 1.0] for t in texts], dim=2)
     >>> [round(float(x), 3) for x in emb.embed(["abc"])[0]]
     [0.949, 0.316]
+
+    ``embedder_id`` names the model behind ``fn`` (and its version): give one and the store keeps vectors
+    at rest instead of re-embedding every record after each open; change it whenever ``fn`` changes.
+    ``min_score`` is the relevance floor for its hits (default :data:`DEFAULT_MIN_SCORE`).
     """
 
-    def __init__(self, fn: Callable[[Sequence[str]], Sequence[Sequence[float]]], dim: int) -> None:
+    def __init__(
+        self,
+        fn: Callable[[Sequence[str]], Sequence[Sequence[float]]],
+        dim: int,
+        *,
+        embedder_id: str | None = None,
+        min_score: float = DEFAULT_MIN_SCORE,
+    ) -> None:
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
             raise InvalidValueError(f"dim must be a positive integer, got {dim!r}")
         if not callable(fn):
             raise InvalidValueError("CallableEmbedder needs a callable taking a list of texts")
         self._fn = fn
         self._dim = dim
+        self.embedder_id = _check_id(embedder_id)
+        self.min_score = _check_floor(min_score)
 
     @property
     def dim(self) -> int:
@@ -278,10 +353,22 @@ class SentenceTransformerEmbedder:
 
     Needs ``pip install sentence-transformers``. ``model_name_or_path`` is a local directory or the name of a
     model already in the Hugging Face cache. Hub access is switched off (``HF_HUB_OFFLINE=1``,
-    ``local_files_only``).
+    ``local_files_only``). Vectors are kept at rest only if ``embedder_id`` names the model (the path alone
+    does not say whether its files changed). For the bundled all-MiniLM-L6-v2 without torch, see
+    :class:`cenotaph.index.minilm.SentenceEmbedder`.
     """
 
-    def __init__(self, model_name_or_path: str, *, device: str | None = None, batch_size: int = 64) -> None:
+    def __init__(
+        self,
+        model_name_or_path: str,
+        *,
+        device: str | None = None,
+        batch_size: int = 64,
+        embedder_id: str | None = None,
+        min_score: float = DEFAULT_MIN_SCORE,
+    ) -> None:
+        self.embedder_id = _check_id(embedder_id)
+        self.min_score = _check_floor(min_score)
         # Set before the import: huggingface_hub reads these once, when it is first imported.
         os.environ["HF_HUB_OFFLINE"] = "1"
         os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -324,6 +411,34 @@ class SentenceTransformerEmbedder:
             show_progress_bar=False,
         )
         return _as_embedding_matrix(raw, len(texts), self._dim, "the sentence-transformers model")
+
+
+def _check_id(ident: object) -> str | None:
+    if ident is not None and (not isinstance(ident, str) or not ident.strip() or len(ident) > 200):
+        raise InvalidValueError("embedder_id must be a non-empty string of at most 200 characters, or None")
+    return ident
+
+
+def _check_floor(floor: object) -> float:
+    if isinstance(floor, bool) or not isinstance(floor, int | float) or not -1.0 <= floor < 1.0:
+        raise InvalidValueError(f"min_score must be a number in [-1, 1), got {floor!r}")
+    return float(floor)
+
+
+def memory_text(key: str, value: object, metadata: Mapping[str, object] | None = None) -> str:
+    r"""The text embedded for a record: its key as words, its metadata, then its value (:func:`value_text`).
+
+        >>> memory_text("favouriteFood", "lentil soup", {"topic": "diet"})
+        'favourite Food\ntopic diet\nlentil soup'
+
+    A key is an identifier more often than prose, so ``_``, ``-``, ``.``, ``/``, ``:`` and camelCase
+    boundaries separate its words. Empty parts are left out.
+    """
+    words = _CAMEL_RE.sub(" ", key)
+    for sep in "_-./:":
+        words = words.replace(sep, " ")
+    parts = (" ".join(words.split()), value_text(metadata) if metadata else "", value_text(value))
+    return "\n".join(part for part in parts if part)
 
 
 def value_text(value: object) -> str:

@@ -1,9 +1,12 @@
 """The store's search index: an embedder, an in-memory exact vector index, and its upkeep.
 
-Vectors live on disk only sealed under each record's content key (S1). In memory, the index is
-built lazily on the first search from the decrypted vectors, caught up with other processes'
-writes by version, and a forget removes its records' vectors at once (in this process) or drops
-the whole index (when another process forgot), before anything else is served.
+Vectors live on disk only sealed, one cell per record under a key derived from that record's keys
+(:mod:`cenotaph.index.atrest`; S1). In memory, the index is built lazily on the first search, from those
+cells where they exist and by decrypting and embedding the other records, caught up with other
+processes' writes by version; a forget removes its records' vectors at once (in this process) or drops
+the whole index (when another process forgot), before anything else is served. Vectors this process
+embedded are sealed at once and written later, in batches (:meth:`SearchIndex.flush`), outside any
+write a caller waits for.
 """
 
 from __future__ import annotations
@@ -15,15 +18,29 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from ..backends.base import RecordRow, Txn
 from ..errors import InvalidValueError
+from ..model import Record
+from ..records import RecordCrypto
 from ..validation import echo
-from .embedder import Embedder, value_text
+from .atrest import VectorCells
+from .embedder import Embedder, embedder_id, l2_normalise, memory_text, min_score
 from .vectors import VectorIndex
 
-__all__ = ["SearchIndex", "check_filter", "check_query", "matches_filter", "MAX_K", "MAX_QUERY_CHARS"]
+__all__ = [
+    "FLUSH_MIN",
+    "SearchIndex",
+    "check_filter",
+    "check_query",
+    "matches_filter",
+    "MAX_K",
+    "MAX_QUERY_CHARS",
+]
 
 MAX_K = 1000
 _EMBED_BATCH = 4096
+FLUSH_MIN = 256  # sealed cells queued before a search writes them (a close writes any)
+_FLUSH_BATCH = 2048  # cells per write transaction: a writer waits for at most one batch
 MAX_QUERY_CHARS = 10_000
 _OPERATORS = ("$eq", "$ne", "$in", "$nin", "$exists")
 
@@ -85,13 +102,20 @@ def _holds(op: str, operand: Any, present: bool, value: Any) -> bool:
 
 
 class SearchIndex:
+    """The store's in-memory index and the vectors it keeps at rest (see :mod:`cenotaph.index.atrest`)."""
+
     def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder
+        self.min_score = min_score(embedder)
+        self._ident = embedder_id(embedder)
         self._vectors = VectorIndex(embedder.dim)
         self._lock = threading.RLock()
         self.ready = False
         self.indexed_version = 0
         self._codes: dict[bytes, int] = {}  # scope token -> group code in the vector index
+        # sealed cells of vectors this process embedded, not yet written: record id -> (version, cell)
+        self._pending: dict[str, tuple[int, bytes]] = {}
+        self.embedded = 0  # records embedded (not read back from a cell) since this index was made
 
     def _code(self, scope_token: bytes) -> int:
         code = self._codes.get(scope_token)
@@ -103,8 +127,9 @@ class SearchIndex:
     def dim(self) -> int:
         return self.embedder.dim
 
-    def embed_values(self, values: Sequence[object]) -> NDArray[np.float32]:
-        return self.embedder.embed([value_text(v) for v in values])
+    def embed_records(self, records: Sequence[Record]) -> NDArray[np.float32]:
+        """The vectors of these records: their key, metadata and value (:func:`memory_text`)."""
+        return self.embedder.embed([memory_text(r.key, r.value, r.metadata) for r in records])
 
     def embed_query(self, query: str) -> NDArray[np.float32]:
         vector: NDArray[np.float32] = self.embedder.embed([query])[0]
@@ -117,6 +142,9 @@ class SearchIndex:
 
     def remove(self, ids: Iterable[str]) -> int:
         with self._lock:
+            ids = list(ids)
+            for id_ in ids:
+                self._pending.pop(id_, None)
             return self._vectors.remove(ids)
 
     def count_of(self, ids: Collection[str]) -> int:
@@ -128,6 +156,7 @@ class SearchIndex:
         with self._lock:
             count = len(self._vectors)
             self._vectors.clear()
+            self._pending.clear()
             self.ready = False
             self.indexed_version = 0
             clear = getattr(self.embedder, "clear_cache", None)
@@ -135,21 +164,81 @@ class SearchIndex:
                 clear()
             return count
 
-    def ensure(self, clock: int, load: Callable[[int], tuple[list[str], list[Any], list[bytes]]]) -> None:
-        """Build or catch up: ``load(after_version)`` returns ids, decrypted values and scope
-        tokens of the live records written after that version; they are embedded here, in memory
-        (embeddings never reach disk)."""
+    def ensure(self, txn: Txn, crypto: RecordCrypto) -> None:
+        """Build or catch up with the live records written after what is indexed, inside ``txn``'s snapshot.
+
+        A record's vector is read back from its sealed cell when it has one from this embedder; the others
+        are decrypted and embedded here, in memory, and their sealed cells queued for :meth:`flush`."""
         with self._lock:
+            clock = txn.clock()
             if self.ready and clock <= self.indexed_version:
                 return
-            ids, values, scopes = load(self.indexed_version if self.ready else 0)
-            for start in range(0, len(ids), _EMBED_BATCH):
-                part = slice(start, start + _EMBED_BATCH)
-                matrix = self.embed_values(values[part])
-                self._vectors.add(ids[part], matrix, [self._code(t) for t in scopes[part]])
-                matrix.fill(0)
+            after = self.indexed_version if self.ready else 0
+            entries = txn.live_vectors(after)
+            cells = None if self._ident is None else VectorCells(crypto, self._ident, self.dim)
+            opened: list[int] = []
+            if cells is not None and entries:
+
+                def fill(rows: NDArray[np.float32]) -> tuple[list[str], list[int]]:
+                    opened.extend(cells.open(txn, entries, rows))
+                    code = self._code
+                    return [entries[i][0] for i in opened], [code(entries[i][2]) for i in opened]
+
+                self._vectors.load(len(entries), fill)
+            if len(opened) == len(entries):
+                missing: list[str] = []
+            else:
+                taken = set(opened)
+                missing = [e[0] for i, e in enumerate(entries) if i not in taken]
+            rows = self._rows_of(txn, missing, after, len(entries))
+            for start in range(0, len(rows), _EMBED_BATCH):
+                self._embed_missing(txn, crypto, cells, rows[start : start + _EMBED_BATCH])
             self.ready = True
             self.indexed_version = max(self.indexed_version, clock)
+
+    @staticmethod
+    def _rows_of(txn: Txn, ids: list[str], after: int, live: int) -> list[RecordRow]:
+        """The full rows of these live records: one scan when they are most of them, else one lookup each."""
+        if 2 * len(ids) > live:
+            wanted = set(ids)
+            return [row for row in txn.live_records(after) if row.id in wanted]
+        return [row for row in map(txn.record, ids) if row is not None]
+
+    def _embed_missing(
+        self, txn: Txn, crypto: RecordCrypto, cells: VectorCells | None, rows: Sequence[RecordRow]
+    ) -> None:
+        lineage = txn.lineage([r.id for r in rows])
+        opened: list[RecordRow] = []
+        records: list[Record] = []
+        for row in rows:
+            record = crypto.open(txn, row, lineage.get(row.id))
+            if record is not None:
+                opened.append(row)
+                records.append(record.record())
+        if not opened:
+            return
+        matrix = l2_normalise(self.embed_records(records))  # sealed as the index keeps it: unit-norm
+        try:
+            self._vectors.add([r.id for r in opened], matrix, [self._code(r.scope_token) for r in opened])
+            self.embedded += len(opened)
+            if cells is not None:  # checked by add(): shaped and finite
+                for row, cell in zip(opened, cells.seal_many(txn, opened, lineage, matrix), strict=True):
+                    if cell is not None:
+                        self._pending[row.id] = (row.version, cell)
+        finally:
+            matrix.fill(0)
+
+    def flush(self, write: Callable[[list[tuple[bytes, str, int]]], None], *, force: bool = False) -> int:
+        """Hand the queued cells to ``write`` (``(cell, record id, version)`` triples, in batches): when at
+        least :data:`FLUSH_MIN` are queued, or any with ``force``. Returns how many were handed over."""
+        with self._lock:
+            if not self._pending or (len(self._pending) < FLUSH_MIN and not force):
+                return 0
+            batch = [(cell, id_, version) for id_, (version, cell) in self._pending.items()]
+            self._pending.clear()
+        for start in range(0, len(batch), _FLUSH_BATCH):
+            write(batch[start : start + _FLUSH_BATCH])
+        return len(batch)
 
     def search(
         self,
@@ -158,9 +247,10 @@ class SearchIndex:
         scope_tokens: Collection[bytes],
         allow: Callable[[str], bool],
     ) -> list[tuple[str, float]]:
-        """Top ``k`` among vectors of these scopes that pass ``allow`` (the final-step check)."""
+        """Top ``k`` among vectors of these scopes that score above the relevance floor and pass ``allow``
+        (the final-step check)."""
         with self._lock:
             groups = [self._codes[t] for t in scope_tokens if t in self._codes]
         if not groups:
             return []
-        return self._vectors.search(query, k, groups=groups, allow=allow)
+        return self._vectors.search(query, k, groups=groups, allow=allow, min_score=self.min_score)

@@ -96,6 +96,27 @@ class VectorIndex:
         finally:
             batch.fill(0)  # our normalised copy is personal data too
 
+    def load(self, count: int, fill: Callable[[NDArray[np.float32]], tuple[list[str], list[int]]]) -> int:
+        """Append up to ``count`` vectors that ``fill`` writes straight into the matrix (a bulk load with no
+        copy on the way); returns how many were appended.
+
+        ``fill(rows)`` gets a writable ``(count, dim)`` view of the free rows, writes unit-norm finite vectors
+        into its first rows and returns their ids and groups, in order. Ids must be new to the index and
+        distinct; if not, nothing is appended (and the rows are zeroed again)."""
+        with self._lock:
+            start = len(self._ids)
+            self._reserve(start + count)
+            rows = self._matrix[start : start + count]
+            ids, groups = fill(rows)
+            n = len(ids)
+            if n > count or len(groups) != n or len(set(ids)) != n or not self._rows.keys().isdisjoint(ids):
+                rows.fill(0.0)
+                raise InvalidValueError("a bulk load must bring new, distinct ids")
+            self._groups[start : start + n] = groups
+            self._rows.update(zip(ids, range(start, start + n), strict=True))
+            self._ids.extend(ids)
+            return n
+
     def remove(self, ids: Iterable[str]) -> int:
         """Remove these ids (unknown ones are ignored) and return how many were removed.
 
@@ -143,9 +164,11 @@ class VectorIndex:
         allow: Callable[[str], bool] | None = None,
         candidates: Collection[str] | None = None,
         groups: Collection[int] | None = None,
+        min_score: float | None = None,
     ) -> list[tuple[str, float]]:
         """The ``k`` ids most similar to ``query``, best first, as ``(id, cosine score)`` pairs.
 
+        ``min_score`` is a relevance floor: only ids scoring above it are returned (or asked about).
         ``candidates`` restricts the search to those ids (unknown ones are ignored). ``allow`` is a
         final-step filter: it is called lazily, in descending score order, until ``k`` ids pass, so an
         expensive recheck runs only on the ids that may be returned. It runs without the index lock held (it
@@ -159,9 +182,10 @@ class VectorIndex:
             raise InvalidValueError(f"expected a query vector of shape ({self._dim},), got {query.shape}")
         q = self._check_vectors(query[np.newaxis, :], 1)[0]
         try:
-            return self._search(q, k, allow, candidates, groups)
+            hits = self._search(q, k, allow, candidates, groups, min_score)
         finally:
             q.fill(0)  # the query embedding is personal data too
+        return hits
 
     def _search(
         self,
@@ -170,9 +194,11 @@ class VectorIndex:
         allow: Callable[[str], bool] | None,
         candidates: Collection[str] | None,
         groups: Collection[int] | None = None,
+        min_score: float | None = None,
     ) -> list[tuple[str, float]]:
         if k == 0:
             return []
+        floor = -np.inf if min_score is None else min_score
         with self._lock:
             n = len(self._ids)
             if n == 0:
@@ -192,13 +218,14 @@ class VectorIndex:
                 return [
                     (self._ids[r], float(s))
                     for r, s in zip(picked.tolist(), scores[order].tolist(), strict=True)
+                    if s > floor
                 ]
             # A snapshot, so that allow() runs without the lock while rows may move.
             snapshot = self._ids.copy()
         if rows is None:
-            return _filtered_top(scores, snapshot.__getitem__, k, allow)
+            return _filtered_top(scores, snapshot.__getitem__, k, allow, floor)
         picked_rows = rows
-        return _filtered_top(scores, lambda pos: snapshot[int(picked_rows[pos])], k, allow)
+        return _filtered_top(scores, lambda pos: snapshot[int(picked_rows[pos])], k, allow, floor)
 
     def _candidate_rows(self, candidates: Collection[str]) -> NDArray[np.intp]:
         found = {self._rows[c] for c in candidates if c in self._rows}
@@ -247,9 +274,14 @@ def _top(scores: NDArray[np.float32], k: int) -> NDArray[np.intp]:
 
 
 def _filtered_top(
-    scores: NDArray[np.float32], ids: Callable[[int], str], k: int, allow: Callable[[str], bool]
+    scores: NDArray[np.float32],
+    ids: Callable[[int], str],
+    k: int,
+    allow: Callable[[str], bool],
+    floor: float = -np.inf,
 ) -> list[tuple[str, float]]:
-    """Walk the ids in descending score order, asking ``allow`` about each, until ``k`` pass or none are left.
+    """Walk the ids in descending score order, asking ``allow`` about each, until ``k`` pass, the scores
+    fall to ``floor`` or none are left.
 
     Candidates are fetched in geometrically growing batches, so a few rejections cost one more partition, not
     a full sort. Positions already asked about are never asked again.
@@ -262,6 +294,8 @@ def _filtered_top(
         for pos in _top(scores, fetch).tolist():
             if asked[pos]:
                 continue
+            if not scores[pos] > floor:
+                return hits  # every position after it scores no higher
             asked[pos] = True
             id_ = ids(pos)
             if allow(id_):

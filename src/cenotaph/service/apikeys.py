@@ -163,7 +163,7 @@ class ApiKeyRing:
         if len(pepper) != _PEPPER_BYTES:
             raise StorageError(
                 "the API key pepper file is damaged; every key must be created again "
-                "(remove the api-keys directory, then `cenotaph api-keys create`)"
+                "(remove the api-keys directory, then ApiKeyRing.create())"
             )
         return pepper
 
@@ -257,15 +257,21 @@ class ApiKeyRing:
             )
         return sorted((_to_key(e) for e in entries), key=lambda k: (k.created_at, k.id))
 
+    def get(self, key_id: str) -> ApiKey | None:
+        """The key with this id (revoked or not), unless its entry was edited outside cenotaph."""
+        self._refresh()
+        entry = self._entries.get(key_id)
+        return _to_key(entry) if entry is not None and self._intact(entry) else None
+
     def revoke(self, key_id: str) -> None:
         """Revoke a key: every request from the next one on is refused. Revoking twice is a no-op."""
         if not isinstance(key_id, str):
-            raise InvalidValueError("key_id must be an id printed by `cenotaph api-keys create`")
+            raise InvalidValueError("key_id must be an id returned by ApiKeyRing.create()")
         with self._locked():
             self._refresh()
             entry = self._entries.get(key_id)
             if entry is None:
-                raise NotFoundError("no API key has this id; `cenotaph api-keys list` shows them")
+                raise NotFoundError("no API key has this id; ApiKeyRing.list() shows them")
             if entry.get("revoked_at") is not None and self._intact(entry):
                 return
             entry = {**entry, "revoked_at": datetime.now(UTC).isoformat()}

@@ -17,7 +17,7 @@ from ...errors import StorageError
 from ..base import ErasureRow, LineageRow, RecordRow, ScopeKeyRow
 from .schema import MIGRATIONS, statements
 
-__all__ = ["SQLiteBackend", "SQLITE_SETTINGS", "DB_NAME"]
+__all__ = ["SQLiteBackend", "SQLITE_SETTINGS", "DB_NAME", "read_only", "unwritable"]
 
 DB_NAME = "cenotaph.db"
 
@@ -42,6 +42,42 @@ SQLITE_SETTINGS: tuple[tuple[str, str], ...] = (
     ("trusted_schema", "OFF"),
     ("foreign_keys", "OFF"),
 )
+
+
+def unwritable(directory: Path) -> list[Path]:
+    """The data directory and database files (``-wal`` and ``-shm`` too, if they exist) this
+    process may not write. Any at all, and the store is opened read-only: reads work, and a step
+    that writes raises StorageError naming them."""
+    db = directory / DB_NAME
+    paths = [directory, db, db.with_name(DB_NAME + "-wal"), db.with_name(DB_NAME + "-shm")]
+    return [p for p in paths if (p == directory or p.exists()) and not os.access(p, os.W_OK)]
+
+
+def read_only(directory: Path) -> bool:
+    return bool(unwritable(directory))
+
+
+def _nobody_writes(db: Path) -> bool:
+    """Only root could change this database: a read-only file system; a file no one may write (a
+    connection that cannot write the file cannot write its WAL either); or a directory no one may
+    write and no -wal to write into (a WAL writer would have to create it)."""
+    if os.statvfs(db.parent).f_flag & os.ST_RDONLY:
+        return True
+    if not os.stat(db).st_mode & 0o222:
+        return True
+    wal = db.with_name(db.name + "-wal")
+    return not os.stat(db.parent).st_mode & 0o222 and not wal.exists()
+
+
+def _read_only_uri(path: Path) -> str:
+    """How to open ``path`` read-only. When nothing can change the database and no WAL content is
+    left, it is opened immutable: SQLite then needs no -wal or -shm (which a read-only directory
+    could not hold, and which it would otherwise leave behind, read-only, to block the next writer).
+    Otherwise it is read through the -wal and -shm, seeing every commit other processes make."""
+    wal = path.with_name(path.name + "-wal")
+    immutable = _nobody_writes(path) and (not wal.exists() or wal.stat().st_size == 0)
+    return f"{path.as_uri()}?mode=ro" + ("&immutable=1" if immutable else "")
+
 
 _RECORD_COLS = (
     "id, scope_token, key_token, version, expires_at, hidden_version, wrapped, epoch, ciphertext, vector"
@@ -120,18 +156,29 @@ def _is_busy(exc: sqlite3.Error) -> bool:
     return "locked" in text or "busy" in text
 
 
-def translate(exc: sqlite3.Error) -> StorageError:
-    """The one place a driver error becomes ours."""
+def translate(exc: sqlite3.Error, path: Path | None = None) -> StorageError:
+    """The one place a driver error becomes ours (naming the database file ``path`` when known)."""
     text = str(exc).lower()
+    where = "the database" if path is None else str(path)
     if _is_busy(exc):
         return StorageError(
-            "the data directory is locked by another process for too long; retry, or find the stuck "
-            "process with `cenotaph doctor`"
+            "the data directory is locked by another process for too long (a long write, or a stuck "
+            "process holding it open); retry, or wait longer with CENOTAPH_BUSY_TIMEOUT_MS"
         )
     if "malformed" in text or "not a database" in text:
-        return StorageError("the database file is corrupt; restore it from a backup with `cenotaph restore`")
+        return StorageError("the database file is corrupt; restore it from a backup with cenotaph.restore()")
     if "readonly" in text or "read-only" in text:
-        return StorageError("the data directory is read-only; open it with write permission")
+        denied = [] if path is None else unwritable(path.parent)
+        named = f"{where} (or its directory)" if not denied else ", ".join(map(str, denied))
+        return StorageError(
+            f"read-only for this user: {named}; reads work, but this step writes, so it needs write "
+            "permission on the data directory and every cenotaph.db* file in it"
+        )
+    if "unable to open" in text:
+        return StorageError(
+            f"cannot open {where} (SQLite: {exc}); check that this user may read the data directory "
+            "and its files"
+        )
     return StorageError(f"the database failed ({type(exc).__name__}); check disk space and permissions")
 
 
@@ -384,6 +431,27 @@ class SQLiteTxn:
         derived = [(src, x.record_id) for x in lineage for src in x.sources]
         if derived:
             self._c.executemany("INSERT OR IGNORE INTO derivations VALUES (?,?)", derived)
+
+    def store_vectors(self, cells: Sequence[tuple[bytes, str, int]]) -> int:
+        """Keep ``(cell, id, version)`` sealed vectors of rows still live at that version; returns how many."""
+        cursor = self._c.executemany(
+            "INSERT OR REPLACE INTO vectors (version, cell) SELECT version, ?1 FROM records "
+            "WHERE version=?3 AND id=?2 AND wrapped IS NOT NULL AND hidden_version IS NULL",
+            cells,
+        )
+        return cursor.rowcount
+
+    def live_vectors(self, after_version: int = 0) -> list[tuple[str, int, bytes, bytes, int, bytes | None]]:
+        sql = (
+            "SELECT r.id, r.version, r.scope_token, r.wrapped, r.epoch, v.cell FROM records r "
+            "LEFT JOIN vectors v ON v.version = r.version "
+            "WHERE r.version > ? AND r.hidden_version IS NULL AND r.wrapped IS NOT NULL"
+        )
+        return self._c.execute(sql, (after_version,)).fetchall()
+
+    def vector_cell(self, version: int) -> bytes | None:
+        row = self._c.execute("SELECT cell FROM vectors WHERE version=?", (version,)).fetchone()
+        return None if row is None else bytes(row[0])
 
     def delete_records(self, ids: Sequence[str]) -> None:
         if ids:
@@ -782,18 +850,24 @@ class SQLiteBackend:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.path = directory / DB_NAME
+        self.read_only = read_only(directory)
         self._lock = threading.RLock()
         self._data_version: int | None = None
+        if self.read_only and not self.path.exists():
+            raise StorageError(
+                f"cannot create a store in {directory}: it is read-only for this user; choose a "
+                "writable directory"
+            )
         try:
             self._conn = self.connect(self.path)
         except sqlite3.Error as exc:
-            raise translate(exc) from exc
+            raise translate(exc, self.path) from exc
         try:
             self._migrate()
         except BaseException as exc:
             self._conn.close()
             if isinstance(exc, sqlite3.Error):
-                raise translate(exc) from exc
+                raise translate(exc, self.path) from exc
             raise
 
     @property
@@ -802,24 +876,36 @@ class SQLiteBackend:
 
     @staticmethod
     def connect(path: Path) -> sqlite3.Connection:
-        """A connection with every setting of SQLITE_SETTINGS applied and secure_delete read back."""
-        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+        """A connection with every setting of SQLITE_SETTINGS applied and secure_delete read back;
+        read-only (see :func:`read_only`) when this process cannot write the database."""
+        ro = read_only(path.parent)
+        target = _read_only_uri(path) if ro else str(path)
+        conn = sqlite3.connect(target, uri=ro, isolation_level=None, check_same_thread=False, timeout=30.0)
         # busy_timeout first: switching to WAL needs a lock another process opening the same new
         # directory may hold, and without a timeout that fails at once
         for name, value in (("busy_timeout", str(busy_timeout_ms())), *SQLITE_SETTINGS):
-            conn.execute(f"PRAGMA {name}={value}")
+            if not (ro and name == "journal_mode"):  # a reader cannot switch it, and needs not
+                conn.execute(f"PRAGMA {name}={value}")
         if conn.execute("PRAGMA secure_delete").fetchone()[0] != 1:
             conn.close()
             raise StorageError(
                 "SQLite refused secure_delete=ON; cenotaph cannot erase freed pages on this build"
             )
         mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
-        if str(mode).lower() != "wal":
+        if not ro and str(mode).lower() != "wal":
             conn.close()
             raise StorageError("SQLite refused WAL mode; put the data directory on a local file system")
         return conn
 
     def _migrate(self) -> None:
+        if self.read_only:
+            current = int(self._conn.execute("PRAGMA user_version").fetchone()[0])
+            if current < MIGRATIONS[-1][0]:
+                raise StorageError(
+                    f"{self.path} has schema {current}, older than this cenotaph's "
+                    f"({MIGRATIONS[-1][0]}), and is read-only for this user; open it once with write "
+                    "permission to upgrade it"
+                )
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
@@ -852,13 +938,13 @@ class SQLiteBackend:
             try:
                 self._begin(begin)
             except sqlite3.Error as exc:
-                raise translate(exc) from exc
+                raise translate(exc, self.path) from exc
             try:
                 yield txn
                 self._conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 self._rollback()
-                raise translate(exc) from exc
+                raise translate(exc, self.path) from exc
             except BaseException:
                 self._rollback()
                 raise
@@ -915,7 +1001,7 @@ class SQLiteBackend:
             try:
                 yield SQLiteTxn(self._conn, commits=False)
             except sqlite3.Error as exc:
-                raise translate(exc) from exc
+                raise translate(exc, self.path) from exc
 
     def _read_data_version(self) -> int:
         return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
@@ -928,7 +1014,7 @@ class SQLiteBackend:
             try:
                 current = self._read_data_version()
             except sqlite3.Error as exc:
-                raise translate(exc) from exc
+                raise translate(exc, self.path) from exc
             changed = current != self._data_version
             self._data_version = current
             return changed
@@ -944,7 +1030,7 @@ class SQLiteBackend:
                     self._conn.execute("PRAGMA busy_timeout=0")
                     busy = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
                 except sqlite3.Error as exc:
-                    raise translate(exc) from exc
+                    raise translate(exc, self.path) from exc
                 finally:
                     self._conn.execute(f"PRAGMA busy_timeout={busy_timeout_ms()}")
             if busy == 0:  # the WAL was emptied (later commits append only new frames)
@@ -959,7 +1045,7 @@ class SQLiteBackend:
             try:
                 self._conn.execute("VACUUM")
             except sqlite3.Error as exc:
-                raise translate(exc) from exc
+                raise translate(exc, self.path) from exc
         return self.checkpoint_truncate()[0]
 
     def vacuum_into(self, target: Path) -> set[int]:
@@ -972,7 +1058,7 @@ class SQLiteBackend:
                 with contextlib.closing(sqlite3.connect(f"{target.as_uri()}?mode=ro", uri=True)) as copy:
                     return _epochs_in_use(copy)
             except sqlite3.Error as exc:
-                raise translate(exc) from exc
+                raise translate(exc, self.path) from exc
 
     def owned_files(self) -> list[Path]:
         return sorted(p for p in self.directory.rglob("*") if p.is_file())

@@ -3,12 +3,24 @@ content column holds AES-GCM ciphertext (S1); nothing here is plaintext personal
 
 from __future__ import annotations
 
+import sqlite3
+
 
 def statements(script: str) -> list[str]:
     """The statements of a migration script, in order; ``--`` comment lines are dropped first,
-    so a comment may hold any text (a ';' in one would otherwise cut a statement)."""
+    so a comment may hold any text (a ';' in one would otherwise cut a statement). A ';' inside a
+    statement (a trigger's body) does not end it: pieces are joined until SQLite calls them complete."""
     code = "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("--"))
-    return [part.strip() for part in code.split(";") if part.strip()]
+    found: list[str] = []
+    pending = ""
+    for part in code.split(";"):
+        pending = f"{pending};{part}" if pending else part
+        if pending.strip() and sqlite3.complete_statement(pending + ";"):
+            found.append(pending.strip())
+            pending = ""
+    if pending.strip():
+        found.append(pending.strip())
+    return found
 
 
 MIGRATIONS: tuple[tuple[int, str], ...] = (
@@ -119,13 +131,32 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
     (
         6,
         """
+        -- the search index's vectors at rest, one sealed cell per live record, keyed like the record by
+        -- version (index.atrest: sealed under a key derived from the record's own keys). A cell goes with
+        -- its record: when the row is deleted (purge, expiry, overwrite) and as soon as the record is
+        -- hidden or its key destroyed (a forget), in the same statement.
+        CREATE TABLE IF NOT EXISTS vectors (version INTEGER PRIMARY KEY, cell BLOB NOT NULL);
+        CREATE TRIGGER IF NOT EXISTS vectors_follow_delete AFTER DELETE ON records
+        BEGIN
+            DELETE FROM vectors WHERE version = OLD.version;
+        END;
+        CREATE TRIGGER IF NOT EXISTS vectors_follow_forget AFTER UPDATE OF wrapped, hidden_version ON records
+        WHEN NEW.wrapped IS NULL OR NEW.hidden_version IS NOT NULL
+        BEGIN
+            DELETE FROM vectors WHERE version = OLD.version;
+        END;
+        """,
+    ),
+    (
+        7,
+        """
         -- a large request's cursors, apart from its row (which holds its plan, every id, and is
         -- rewritten whole by any update): a forget that commits its tombstones first and hides
         -- and destroys its records in chunks after (erasure.applier) counts the plan's record ids
         -- applied (NULL once all are); a purge removing its rows in chunks counts the records done
         -- and the rows removed. No row: nothing in progress (every request from before this
         -- schema was applied whole, and purged in one transaction)
-        CREATE TABLE erasure_progress (
+        CREATE TABLE IF NOT EXISTS erasure_progress (
             request_id TEXT PRIMARY KEY, applied INTEGER, purged INTEGER NOT NULL DEFAULT 0,
             rows_removed INTEGER NOT NULL DEFAULT 0
         ) WITHOUT ROWID;

@@ -1,0 +1,324 @@
+"""The operator console at ``/console``: server-rendered pages, no JavaScript at all.
+
+Sign-in takes an operator API key once; the browser then holds only a random console session id
+in an ``HttpOnly``, ``SameSite=Strict`` cookie (``Secure`` unless the server was started with
+``--insecure-cookies``), scoped to ``/console``. The key's secret is never kept: the session
+remembers the key id, and every page checks that key again, so a revoked key's sessions end at
+their next page. Every form carries a CSRF token bound to the session (the sign-in form one bound
+to a cookie of its own), compared in constant time. Pages are sent with a CSP that forbids
+scripts and framing, and are never cached.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Form, Request, UploadFile
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+
+from ...erasure.certificate import verify_certificate
+from ...errors import CenotaphError
+from ..apikeys import ApiKey, Role
+from .context import Service, service_of
+from .operations import (
+    backups_for,
+    epochs_for,
+    erasure_doc,
+    erasures_for,
+    export_for,
+    forget_subject_for,
+    visible_erasure,
+)
+
+__all__ = ["install_console"]
+
+HERE = Path(__file__).parent
+COOKIE = "cenotaph_console"
+LOGIN_CSRF_COOKIE = "cenotaph_console_login"
+SESSION_SECONDS = 8 * 3600
+MAX_CERTIFICATE_BYTES = 256 << 10
+HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+templates = Jinja2Templates(directory=HERE / "templates")
+# JSON as a person reads it (autoescape still escapes it for HTML; tojson's \u0027 escapes are for scripts)
+templates.env.filters["json"] = lambda value: json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+@dataclass
+class _Login:
+    key_id: str
+    csrf: str
+    expires: float = field(default_factory=lambda: time.monotonic() + SESSION_SECONDS)
+
+
+class ConsoleSessions:
+    """Signed-in browsers: a random id -> the operator key id and the session's CSRF token."""
+
+    def __init__(self) -> None:
+        self._logins: dict[str, _Login] = {}
+        self._lock = threading.Lock()
+
+    def open(self, key: ApiKey) -> tuple[str, str]:
+        sid, csrf = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+        now = time.monotonic()
+        with self._lock:
+            self._logins = {k: v for k, v in self._logins.items() if v.expires > now}
+            self._logins[sid] = _Login(key.id, csrf)
+        return sid, csrf
+
+    def get(self, sid: str | None) -> _Login | None:
+        with self._lock:
+            login = self._logins.get(sid or "")
+            return login if login is not None and login.expires > time.monotonic() else None
+
+    def close(self, sid: str | None) -> None:
+        with self._lock:
+            self._logins.pop(sid or "", None)
+
+
+class SignInRequired(Exception):
+    """No live console session: send the browser to the sign-in page."""
+
+
+@dataclass
+class Operator:
+    key: ApiKey
+    csrf: str
+    svc: Service
+
+
+def _operator(request: Request) -> Operator:
+    svc = service_of(request)
+    login = request.app.state.console_sessions.get(request.cookies.get(COOKIE))
+    key = svc.keys.get(login.key_id) if login is not None else None
+    if login is None or key is None or key.revoked_at is not None or key.role != Role.OPERATOR:
+        raise SignInRequired
+    return Operator(key, login.csrf, svc)
+
+
+OperatorDep = Annotated[Operator, Depends(_operator)]
+
+
+def _check_csrf(expected: str, sent: str) -> None:
+    if not expected or not hmac.compare_digest(expected.encode(), sent.encode()):
+        raise CsrfError
+
+
+class CsrfError(Exception):
+    """A form came back without the token of the page that showed it."""
+
+
+def _page(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+    response = templates.TemplateResponse(request, name, context, status_code=status)
+    response.headers.update(HEADERS)
+    return response
+
+
+def _see(url: str) -> RedirectResponse:
+    return RedirectResponse(url, status_code=303, headers={"Cache-Control": "no-store"})
+
+
+def _download(doc: Any, filename: str) -> Response:
+    body = json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    headers = {**HEADERS, "Content-Disposition": f'attachment; filename="{filename}"'}
+    return Response(body, media_type="application/json", headers=headers)
+
+
+router = APIRouter(prefix="/console", include_in_schema=False)
+
+
+# -- signing in ---------------------------------------------------------------------------------
+@router.get("/login")
+def login_form(request: Request) -> HTMLResponse:
+    token = secrets.token_urlsafe(32)
+    response = _page(request, "login.html", csrf=token, error=None)
+    _set_cookie(request, response, LOGIN_CSRF_COOKIE, token, SESSION_SECONDS)
+    return response
+
+
+@router.post("/login")
+def login(request: Request, api_key: Annotated[str, Form()], csrf: Annotated[str, Form()]) -> Response:
+    _check_csrf(request.cookies.get(LOGIN_CSRF_COOKIE, ""), csrf)
+    key = service_of(request).keys.authenticate(api_key.strip())
+    if key is None or key.role != Role.OPERATOR:
+        token = secrets.token_urlsafe(32)
+        response: Response = _page(
+            request, "login.html", 401, csrf=token, error="That is not a live operator key."
+        )
+        _set_cookie(request, response, LOGIN_CSRF_COOKIE, token, SESSION_SECONDS)
+        return response
+    sid, _ = request.app.state.console_sessions.open(key)
+    response = _see("/console/")
+    _set_cookie(request, response, COOKIE, sid, SESSION_SECONDS)
+    response.delete_cookie(LOGIN_CSRF_COOKIE, path="/console")
+    return response
+
+
+@router.post("/logout")
+def logout(request: Request, op: OperatorDep, csrf: Annotated[str, Form()]) -> Response:
+    _check_csrf(op.csrf, csrf)
+    request.app.state.console_sessions.close(request.cookies.get(COOKIE))
+    response = _see("/console/login")
+    response.delete_cookie(COOKIE, path="/console")
+    return response
+
+
+def _set_cookie(request: Request, response: Response, name: str, value: str, seconds: int) -> None:
+    response.set_cookie(
+        name,
+        value,
+        max_age=seconds,
+        path="/console",
+        httponly=True,
+        samesite="strict",
+        secure=request.app.state.console_secure_cookies,
+    )
+
+
+# -- erasure requests ---------------------------------------------------------------------------
+@router.get("/")
+def erasures(request: Request, op: OperatorDep) -> HTMLResponse:
+    docs = [erasure_doc(h) for h in reversed(erasures_for(op.svc, op.key))]
+    return _page(request, "erasures.html", op=op, erasures=docs)
+
+
+@router.get("/erasures/{request_id}")
+def erasure(request: Request, op: OperatorDep, request_id: str) -> HTMLResponse:
+    doc = erasure_doc(visible_erasure(op.svc, op.key, request_id))
+    return _page(request, "erasure.html", op=op, erasure=doc)
+
+
+@router.get("/erasures/{request_id}/certificate")
+def certificate(op: OperatorDep, request_id: str) -> Response:
+    handle = visible_erasure(op.svc, op.key, request_id)
+    certificate = op.svc.store.attest(handle.id)
+    body = certificate.to_json() + "\n"
+    headers = {**HEADERS, "Content-Disposition": f'attachment; filename="certificate-{handle.id}.json"'}
+    return Response(body, media_type="application/json", headers=headers)
+
+
+# -- subjects -----------------------------------------------------------------------------------
+@router.get("/subjects")
+def subjects(request: Request, op: OperatorDep) -> HTMLResponse:
+    return _page(request, "subjects.html", op=op, error=None)
+
+
+@router.get("/subjects/export")
+def export(op: OperatorDep, subject: str) -> Response:
+    doc = export_for(op.svc, op.key, subject)
+    return _download(doc, "subject-export.json")
+
+
+@router.post("/subjects/erase")
+def erase_confirm(
+    request: Request, op: OperatorDep, subject: Annotated[str, Form()], csrf: Annotated[str, Form()]
+) -> HTMLResponse:
+    """Step one: show what will be erased and ask for the subject again."""
+    _check_csrf(op.csrf, csrf)
+    return _confirmation(request, op, subject, 200, None)
+
+
+def _confirmation(
+    request: Request, op: Operator, subject: str, status: int, error: str | None
+) -> HTMLResponse:
+    """The confirmation page: what erasing ``subject`` removes (what its export holds)."""
+    doc = export_for(op.svc, op.key, subject)
+    counts = {"records": len(doc["records"]), "derived": len(doc["derived_records"])}
+    return _page(request, "confirm.html", status, op=op, subject=doc["subject"], counts=counts, error=error)
+
+
+@router.post("/subjects/erase/confirm")
+def erase(
+    request: Request,
+    op: OperatorDep,
+    subject: Annotated[str, Form()],
+    confirmation: Annotated[str, Form()],
+    csrf: Annotated[str, Form()],
+) -> Response:
+    """Step two: the subject typed again matches; erase it and show the request."""
+    _check_csrf(op.csrf, csrf)
+    if confirmation.strip() != subject:
+        return _confirmation(
+            request, op, subject, 422, "The confirmation does not match the subject; nothing was erased."
+        )
+    handle = forget_subject_for(op.svc, op.key, subject)
+    return _see(f"/console/erasures/{handle.id}")
+
+
+# -- certificates -------------------------------------------------------------------------------
+@router.get("/verify")
+def verify_form(request: Request, op: OperatorDep) -> HTMLResponse:
+    return _page(request, "verify.html", op=op, result=None, public_key=op.svc.store.public_key)
+
+
+@router.post("/verify")
+async def verify(
+    request: Request,
+    op: OperatorDep,
+    csrf: Annotated[str, Form()],
+    public_key: Annotated[str, Form()],
+    certificate: Annotated[str, Form()] = "",
+    upload: UploadFile | None = None,
+) -> HTMLResponse:
+    """Check a certificate (pasted or uploaded) against a public key alone."""
+    _check_csrf(op.csrf, csrf)
+    text = certificate
+    if upload is not None and upload.filename:
+        raw = await upload.read(MAX_CERTIFICATE_BYTES + 1)
+        text = raw.decode("utf-8", errors="replace") if len(raw) <= MAX_CERTIFICATE_BYTES else ""
+    result: dict[str, Any]
+    try:
+        checked = verify_certificate(text.strip(), public_key.strip())
+        result = {"valid": True, "fields": {k: v for k, v in checked.fields.items() if k != "signature"}}
+    except CenotaphError as exc:  # CertificateError, or a malformed public key
+        result = {"valid": False, "reason": str(exc)}
+    return _page(request, "verify.html", op=op, result=result, public_key=public_key.strip())
+
+
+# -- keys and backups ---------------------------------------------------------------------------
+@router.get("/keys")
+def keys(request: Request, op: OperatorDep) -> HTMLResponse:
+    return _page(
+        request, "keys.html", op=op, backups=backups_for(op.svc, op.key), epochs=epochs_for(op.svc, op.key)
+    )
+
+
+def install_console(app: FastAPI, *, secure_cookies: bool = True) -> None:
+    """Mount the console on ``app``: its pages, its stylesheet, and its error pages."""
+    app.state.console_sessions = ConsoleSessions()
+    app.state.console_secure_cookies = secure_cookies
+    app.include_router(router)
+    app.mount("/console/static", StaticFiles(directory=HERE / "static"), name="console-static")
+
+    @app.exception_handler(SignInRequired)
+    async def sign_in(request: Request, _: SignInRequired) -> Response:
+        return _see("/console/login")
+
+    @app.exception_handler(CsrfError)
+    async def csrf_refused(request: Request, _: CsrfError) -> Response:
+        return _page(
+            request, "error.html", 403, message="This form has expired; reload the page and try again."
+        )
+
+    app.state.console_error_page = error_page
+
+
+def error_page(request: Request, status: int, message: str, gaps: list[str] | None = None) -> HTMLResponse:
+    """A refusal on a console page, as a page (the API answers the same refusal as JSON)."""
+    return _page(request, "error.html", status, message=message, gaps=gaps)

@@ -1,0 +1,63 @@
+"""What one running server holds: the store, its API keys, sessions, owners and the purge thread."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fastapi import Request
+
+from ...store import Store
+from ..apikeys import ApiKeyRing
+from .ownership import Ownership
+from .paging import Pager
+from .purger import Purger
+from .sessions import Sessions
+
+__all__ = ["Service", "service_dependency", "service_of"]
+
+
+@dataclass
+class Service:
+    store: Store
+    keys: ApiKeyRing
+    backup_dir: Path | None = None
+    owners: Ownership = field(init=False)
+    sessions: Sessions = field(init=False)
+    pager: Pager = field(init=False)
+    purger: Purger = field(init=False)
+    _running: int = field(init=False, default=0)
+    _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.owners = Ownership(self.keys)
+        self.sessions = Sessions(self.store)
+        self.pager = Pager(self.keys)
+        self.purger = Purger(self.store)
+
+    def start(self) -> None:
+        """Start the background purge (once, however many servers run this app's lifespan)."""
+        with self._lock:
+            self._running += 1
+            if self._running == 1:
+                self.purger.start()
+
+    def stop(self) -> None:
+        """When the last server stops: finish the purge under way and end every session (the
+        store stays open: its owner closes it)."""
+        with self._lock:
+            self._running -= 1
+            if self._running == 0:
+                self.purger.stop()
+                self.sessions.close_all()
+
+
+async def service_dependency(request: Request) -> Service:
+    """``service_of`` as a FastAPI dependency (async: no trip through the thread pool)."""
+    return service_of(request)
+
+
+def service_of(request: Request) -> Service:
+    svc: Service = request.app.state.service
+    return svc

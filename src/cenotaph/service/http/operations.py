@@ -1,0 +1,100 @@
+"""What an operator key sees of the store's erasure and key state, confined to its reach: shared
+by the ``/v1`` routes and the console, so both show the same things and refuse the same things."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...model import ErasureRequest
+from ...scope import Scope
+from ..apikeys import ApiKey
+from .auth import owned_by_reach, subject_inside
+from .context import Service
+from .problems import NotVisible
+
+__all__ = [
+    "accept_erasure",
+    "backups_for",
+    "epochs_for",
+    "erasure_doc",
+    "erasures_for",
+    "export_for",
+    "forget_subject_for",
+    "visible_erasure",
+]
+
+
+def accept_erasure(svc: Service, key: ApiKey, handle: ErasureRequest) -> None:
+    """A forget made through the server: remember who made it, and purge it in the background."""
+    svc.owners.record("erasure", handle.id, key)
+    if handle.mode == "compliance":
+        svc.purger.kick()
+
+
+def forget_subject_for(svc: Service, key: ApiKey, subject: str) -> ErasureRequest:
+    handle = svc.store.forget_subject(subject_inside(key, subject))
+    accept_erasure(svc, key, handle)
+    return handle
+
+
+def visible_erasure(svc: Service, key: ApiKey, request_id: str) -> ErasureRequest:
+    """The request, if a key inside this key's reach made it; else NotVisible."""
+    if not owned_by_reach(svc, key, svc.owners.owner("erasure", request_id)):
+        raise NotVisible
+    return svc.store.erasure(request_id)
+
+
+def erasures_for(svc: Service, key: ApiKey) -> list[ErasureRequest]:
+    mine = {rid for rid, owner in svc.owners.owned("erasure").items() if owned_by_reach(svc, key, owner)}
+    return [h for h in svc.store.erasures() if h.id in mine]
+
+
+def erasure_doc(handle: ErasureRequest) -> dict[str, Any]:
+    return {**handle.to_dict(), "status": handle.status().to_dict()}
+
+
+def export_for(svc: Service, key: ApiKey, subject: str) -> dict[str, Any]:
+    """The subject's export, holding only records inside the key's prefix and requests in its reach."""
+    doc = svc.store.export_subject(subject_inside(key, subject))
+    mine = svc.owners.owned("erasure")
+
+    def inside(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [r for r in records if key.covers(Scope.parse(r["scope"]))]
+
+    return {
+        **doc,
+        "records": inside(doc["records"]),
+        "derived_records": inside(doc["derived_records"]),
+        "erasure_requests": [
+            r for r in doc["erasure_requests"] if owned_by_reach(svc, key, mine.get(r["id"]))
+        ],
+    }
+
+
+def backups_for(svc: Service, key: ApiKey) -> list[dict[str, Any]]:
+    """Every registered backup (ids and epochs are content-free), marked if this tenant made it."""
+    mine = svc.owners.owned("backup")
+    return [
+        {"id": b, "epochs": epochs, "created_here": owned_by_reach(svc, key, mine.get(b))}
+        for b, epochs in sorted(svc.store.backups().items())
+    ]
+
+
+def epochs_for(svc: Service, key: ApiKey) -> list[dict[str, Any]]:
+    """Every live KEK epoch and what holds it back; other tenants' erasures only as a count."""
+    mine = svc.owners.owned("erasure")
+    epochs = []
+    for epoch, holds in svc.store.key_epochs().items():
+        pending = holds["pending_erasures"]
+        shown = [r for r in pending if owned_by_reach(svc, key, mine.get(r))]
+        epochs.append(
+            {
+                "epoch": epoch,
+                "current": holds["current"],
+                "wraps_live_keys": holds["wraps_live_keys"],
+                "backups": holds["backups"],
+                "pending_erasures": shown,
+                "other_pending_erasures": len(pending) - len(shown),
+            }
+        )
+    return epochs

@@ -1,0 +1,277 @@
+"""The HTTP API's bodies: every request, response and error shape, as the OpenAPI document shows.
+
+Requests forbid unknown fields and take JSON types strictly (``"3"`` is not a number, ``1`` is not
+``true``): a typo or a wrong type is a 422 that names the field, never a silent default.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ...index.search import MAX_K
+from ...validation import MAX_DERIVED_FROM, MAX_KEY_LENGTH, MAX_SUBJECTS
+
+__all__ = [
+    "BackupList",
+    "BackupOut",
+    "BatchIn",
+    "BatchOut",
+    "CertificateOut",
+    "EpochList",
+    "ErasureAccepted",
+    "ErasureList",
+    "ErasureOut",
+    "ErrorBody",
+    "ExportOut",
+    "ForgetIn",
+    "Health",
+    "KeyInfo",
+    "PublicKey",
+    "PurgeOut",
+    "ReauthorizeIn",
+    "ReauthorizeOut",
+    "RecordList",
+    "RecordOut",
+    "RotationOut",
+    "SearchIn",
+    "SearchOut",
+    "SessionIn",
+    "SessionOut",
+    "StatusOut",
+    "WriteIn",
+]
+
+ERROR_CODES = (
+    "invalid_input",
+    "invalid_scope",
+    "unauthorized",
+    "forbidden",
+    "not_found",
+    "forgotten",
+    "derived_from_forgotten",
+    "stale_write",
+    "scope_closure",
+    "not_provable",
+    "too_large",
+    "method_not_allowed",
+    "unavailable",
+    "internal",
+)
+LIMIT_MAX = 1000
+LIMIT_DEFAULT = 100
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+# -- errors -------------------------------------------------------------------------------------
+class ErrorBody(BaseModel):
+    """Every error: a stable ``error`` code, a ``message`` that says what to do, and details."""
+
+    error: Literal[ERROR_CODES]  # type: ignore[valid-type]
+    message: str
+    version: int | None = Field(None, description="forgotten, derived_from_forgotten: the forget's version")
+    gaps: list[str] | None = Field(None, description="not_provable: why the erasure is not verified yet")
+    ancestors: list[str] | None = Field(
+        None, description="scope_closure: ancestor scopes inside this key's prefix that hold the key"
+    )
+
+
+# -- records ------------------------------------------------------------------------------------
+class RecordOut(BaseModel):
+    id: str
+    scope: str
+    key: str
+    value: Any = Field(description="any JSON value")
+    version: int
+    subjects: list[str]
+    created_at: str = Field(description="ISO 8601")
+    expires_at: str | None = Field(description="ISO 8601, or null when the record does not expire")
+    derived_from: list[str]
+    metadata: dict[str, Any]
+
+
+class WriteIn(_In):
+    scope: str = Field(examples=["tenant:acme/user:alice"])
+    key: str = Field(max_length=MAX_KEY_LENGTH, examples=["diet"])
+    value: Any = Field(description="any JSON value, at most 1 MiB as compact UTF-8 JSON")
+    subjects: list[str] | None = Field(
+        None, max_length=MAX_SUBJECTS, description="extra subjects: scope paths inside this key's prefix"
+    )
+    ttl_seconds: float | None = Field(None, gt=0, description="expire after this many seconds")
+    derived_from: list[str] = Field(default_factory=list, max_length=MAX_DERIVED_FROM)
+    metadata: dict[str, Any] | None = None
+    base_version: int | None = Field(None, description="refuse the write if the record changed since")
+    reauthorization: str | None = Field(None, description="a token from POST /v1/reauthorizations")
+
+
+class BatchIn(_In):
+    items: list[WriteIn] = Field(min_length=1, max_length=1000)
+
+
+class BatchOut(BaseModel):
+    records: list[RecordOut]
+
+
+class RecordList(BaseModel):
+    records: list[RecordOut]
+    next_cursor: str | None = Field(description="pass as cursor= for the next page; null on the last")
+
+
+class SearchIn(_In):
+    scope: str
+    query: str = Field(min_length=1)
+    k: int = Field(10, ge=1, le=MAX_K)
+    fallthrough: bool = True
+    include_descendants: bool = False
+    filter: dict[str, Any] | None = Field(None, description='metadata filter, e.g. {"topic": "health"}')
+
+
+class SearchHitOut(BaseModel):
+    record: RecordOut
+    score: float
+
+
+class SearchOut(BaseModel):
+    hits: list[SearchHitOut]
+
+
+# -- sessions -----------------------------------------------------------------------------------
+class SessionIn(_In):
+    scope: str
+
+
+class SessionOut(BaseModel):
+    session_id: str = Field(description="send it as the Cenotaph-Session header")
+    scope: str
+    idle_timeout_seconds: int
+
+
+# -- forgetting ---------------------------------------------------------------------------------
+class ForgetIn(_In):
+    scope: str
+    key: str | None = Field(None, description="omit to forget the whole scope subtree")
+    mode: Literal["compliance", "operational"] = "compliance"
+    include_ancestors: bool = False
+
+
+class ReauthorizeIn(_In):
+    scope: str
+    key: str | None = None
+    subject: str | None = Field(None, description="also lift this subject's erasure (operator keys only)")
+
+
+class ReauthorizeOut(BaseModel):
+    token: str = Field(description="pass as reauthorization on the next write; good once")
+
+
+class ErasureAccepted(BaseModel):
+    request_id: str
+    status_url: str
+    version: int
+    mode: Literal["compliance", "operational"]
+    target_kind: str
+    requested_at: str
+
+
+class LayerOut(BaseModel):
+    state: Literal["done", "pending", "failed"]
+    evidence: dict[str, Any]
+
+
+class StatusOut(BaseModel):
+    state: Literal["tombstoned", "shredded", "purged", "verified"]
+    layers: dict[str, LayerOut]
+    horizon: str | None
+    gaps: list[str]
+
+
+class ErasureOut(BaseModel):
+    id: str
+    version: int
+    mode: Literal["compliance", "operational"]
+    target_kind: str
+    requested_at: str
+    status: StatusOut
+
+
+class ErasureList(BaseModel):
+    erasures: list[ErasureOut]
+    next_cursor: str | None
+
+
+class CertificateOut(BaseModel):
+    """The signed certificate's fields, exactly as signed (verify with GET /v1/public-key)."""
+
+    model_config = ConfigDict(extra="allow")
+    format: str
+    request_id: str
+    signature: str
+
+
+class ExportOut(BaseModel):
+    format: str
+    subject: str
+    exported_at: str
+    records: list[RecordOut]
+    derived_records: list[RecordOut]
+    erasure_requests: list[dict[str, Any]]
+    next_cursor: str | None
+
+
+class PublicKey(BaseModel):
+    public_key: str = Field(description="raw Ed25519 public key, 64 hex characters")
+
+
+# -- operations ---------------------------------------------------------------------------------
+class BackupOut(BaseModel):
+    id: str
+    epochs: list[int]
+    created_here: bool = Field(description="made through this server by a key of your tenant")
+    created_at: str | None = Field(None, description="when it was taken (in the answer to POST only)")
+    bytes: int | None = Field(None, description="its size on disk (in the answer to POST only)")
+
+
+class BackupList(BaseModel):
+    backups: list[BackupOut]
+
+
+class EpochOut(BaseModel):
+    epoch: int
+    current: bool
+    wraps_live_keys: bool
+    backups: list[str] = Field(description="registered backups that need this epoch")
+    pending_erasures: list[str] = Field(description="your pending erasures whose probes it seals")
+    other_pending_erasures: int = Field(description="pending erasures of other tenants that hold it")
+
+
+class EpochList(BaseModel):
+    epochs: list[EpochOut]
+
+
+class RotationOut(BaseModel):
+    new_epoch: int
+    rewrapped: int
+    destroyed_epochs: list[int]
+    retained_epochs: list[int]
+
+
+class PurgeOut(BaseModel):
+    requests: dict[str, str] = Field(description="state of each of your erasure requests")
+    reclaimed: int
+    wal_truncated: bool
+    scan: dict[str, Any]
+
+
+class KeyInfo(BaseModel):
+    id: str
+    tenant: str
+    prefix: str
+    role: Literal["agent", "operator"]
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
