@@ -238,7 +238,7 @@ def test_a_row_of_the_target_planted_after_the_forget_is_reported_not_verified(r
         status = reopened.status()
         assert status.state == "purged" and status.stuck
         assert any("still in the database" in gap for gap in status.gaps)
-        assert status.next_step is not None and "doctor" in status.next_step
+        assert status.next_step is not None and "check_integrity" in status.next_step
         assert status.layers["scan"].evidence["remaining"] == {"records": 1, "keys": 1}
         with pytest.raises(ErasureNotProvableError):
             reopened.wait()
@@ -328,7 +328,9 @@ def test_setting_bookkeeping_probes_aside_never_hides_a_real_copy(root: Path) ->
         status = request.status()
         assert status.state == "purged" and status.stuck  # the keyring directory's copy still counts
         assert (
-            status.next_step is not None and "doctor" in status.next_step and "remove" not in status.next_step
+            status.next_step is not None
+            and "check_integrity" in status.next_step
+            and "remove" not in status.next_step
         )
         (root / "keyring" / "copy.txt").unlink()
         assert store.purge().requests[request.id] == "verified"

@@ -7,7 +7,8 @@ and *nudges* the worker; ``ErasureRequest.wait()`` nudges it and waits for a pas
 after the nudge. A pass is whatever the store gives it (finish chunked forgets, then purge);
 when it leaves work that time may finish (an open reader blocks WAL truncation) the worker
 tries again after a growing pause, and otherwise sleeps until nudged. A pass that fails is
-logged (its class only) and handed to every waiter of that pass, never swallowed.
+logged (its class only), handed to every waiter of that pass, never swallowed, and retried the
+same way -- five failures in a row (a read-only data directory, say) and it waits to be nudged.
 
 ``close()`` stops the worker at the next step boundary (a chunk, a scan's progress report):
 the pass is cut short as a crash would cut it, and whatever it left is resumed by the next pass
@@ -27,6 +28,7 @@ __all__ = ["PURGE_MODES", "ErasureWorker", "Stopped", "purge_mode"]
 PURGE_MODES = ("background", "sync", "off")
 RETRY_FIRST_S = 0.05
 RETRY_MAX_S = 2.0
+FAILURES_BEFORE_WAITING = 5  # failed passes in a row, then retry only when nudged (a read-only store)
 
 _log = logging.getLogger("cenotaph")
 
@@ -114,6 +116,7 @@ class ErasureWorker:
 
     def _loop(self) -> None:
         delay: float | None = None  # None: sleep until nudged
+        failures = 0
         while True:
             with self._cond:
                 if not self._wanted and not self._closing:
@@ -141,4 +144,7 @@ class ErasureWorker:
                 for old in [n for n in self._errors if n < number - 16]:
                     del self._errors[old]
                 self._cond.notify_all()
+            failures = failures + 1 if error is not None else 0
+            if failures >= FAILURES_BEFORE_WAITING:
+                retry = False
             delay = (RETRY_FIRST_S if delay is None else min(delay * 2, RETRY_MAX_S)) if retry else None
