@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import builtins
 import os
 import secrets
@@ -121,6 +122,8 @@ class Store:
         self._search = SearchIndex(embedder if embedder is not None else HashingEmbedder())
         self._erasure = ErasureService(backend, provider, self._keys, self._forget_from_memory, self._sync)
         self._erasure.advance = self._advance  # what wait() does to move a request forward
+        self._erasure.flush_anchors = self._ledger.flush_anchors
+        atexit.register(self._ledger.flush_anchors)  # a process that exits without close() too
         self._purge_mode = purge_mode(auto_purge)
         self._applier = PlanApplier(backend, self._ledger.view, self._applied)
         self._worker = ErasureWorker(self._background_pass)
@@ -153,6 +156,7 @@ class Store:
             self._resume_erasures()
         except BaseException:
             self._worker.close()
+            atexit.unregister(self._ledger.flush_anchors)
             self._backend.close()  # a refused open leaves no connection behind
             raise
 
@@ -183,6 +187,8 @@ class Store:
         left (a purge, a large forget's chunks) resumes when this store is next opened."""
         if not self._closed:
             self._worker.close()
+            atexit.unregister(self._ledger.flush_anchors)
+            self._ledger.flush_anchors()
             self._search.flush(self._store_vectors, force=True)
             self._closed = True
             self._drop_caches()
@@ -686,6 +692,7 @@ class Store:
         """One pass of the background worker: finish chunked forgets, then (background mode) purge
         if a compliance request waits for it (``thorough``: a waiter asked, so stuck requests are
         tried again too). True if a retry may finish what is left."""
+        self._ledger.flush_anchors()
         self._applier.resume()
         check_stop()
         if self._purge_mode != "background" or not self._erasure.pending(thorough):

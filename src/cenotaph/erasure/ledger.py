@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -33,6 +34,8 @@ __all__ = [
     "all_anchors",
     "all_intents",
     "anchor_audit",
+    "anchor_audit_many",
+    "append_anchor",
     "append_audit",
     "chunk_records",
     "pause_between_chunks",
@@ -125,6 +128,8 @@ class Ledger:
         self._sampler = sampler  # seals probes of what a compliance plan destroys (S4)
         self._mark: int | None = None
         self._replayed = False  # set when a replay changed the database: caches must be rechecked
+        self._anchor: dict[str, Any] | None = None  # a forget's audit anchor, appended later
+        self._anchor_lock = threading.Lock()
         self.view = LedgerView(provider)  # what decides; the database's rows only cache it (S9)
 
     def changed(self, mark: int | None = None) -> bool:
@@ -206,11 +211,27 @@ class Ledger:
         # anchor (a forget that never commits is replayed, and its replay is anchored instead)
         self._provider.append_ledger(self._entry(plan.to_entry(), intent=anchor))
         self.view.refresh()  # authoritative from here on, in every process (S9)
-        anchor_after_commit(self._provider, txn, anchor)
+        # anchored later, off the forget's path: its own intent (in the entry above) vouches for
+        # it until then, and a crash that loses the anchor only leaves it for the next to cover
+        txn.after_commit(lambda: self._defer_anchor(anchor))
         mark = self._provider.ledger_mark()
         txn.after_commit(lambda: self._seen(mark, replayed=False))  # uncommitted: replay it later
         fault_point("forget.ledgered")
         return whole
+
+    def _defer_anchor(self, anchor: dict[str, Any]) -> None:
+        with self._anchor_lock:
+            pending = self._anchor
+            if pending is None or int(anchor["audit_seq"]) > int(pending["audit_seq"]):
+                self._anchor = anchor  # the newest covers every entry before it
+
+    def flush_anchors(self) -> None:
+        """Append the newest deferred forget anchor (the background worker, an audit check and
+        ``close`` call this): one ledger line for any number of forgets since the last flush."""
+        with self._anchor_lock:
+            anchor, self._anchor = self._anchor, None
+        if anchor is not None:
+            append_anchor(self._provider, anchor)
 
     def grant(self, digest: bytes, kind: str, target: bytes, version: int, subject: bytes | None) -> None:
         """Record a reauthorization token's issue in the ledger (before its COMMIT): a token row
@@ -326,9 +347,17 @@ def anchor_audit(provider: KeyProvider, txn: Txn, event: str, fields: dict[str, 
     tampering. The intent may outlive such a transaction harmlessly -- verification never asks
     for an intent's entry -- and it is what lets verification tell an entry whose anchor a crash
     lost from one appended by someone who can write only the database."""
-    anchor = append_audit(txn, event, fields)
-    provider.append_ledger({"kind": INTENT_KIND, **anchor})
-    anchor_after_commit(provider, txn, anchor)
+    anchor_audit_many(provider, txn, [(event, fields)])
+
+
+def anchor_audit_many(provider: KeyProvider, txn: Txn, entries: Sequence[tuple[str, dict[str, Any]]]) -> None:
+    """:func:`anchor_audit` for several entries of one transaction, with one intent and one
+    anchor, both of the last: the hash chain vouches for every entry before it (a purge that
+    concludes many requests appends two ledger lines, not two per request)."""
+    anchors = [append_audit(txn, event, fields) for event, fields in entries]
+    if anchors:
+        provider.append_ledger({"kind": INTENT_KIND, **anchors[-1]})
+        anchor_after_commit(provider, txn, anchors[-1])
 
 
 def anchor_after_commit(provider: KeyProvider, txn: Txn, anchor: dict[str, Any]) -> None:
@@ -338,17 +367,19 @@ def anchor_after_commit(provider: KeyProvider, txn: Txn, anchor: dict[str, Any])
     a committed purge or forget into an error. The entry stays unanchored, which the next anchor
     covers through the hash chain; the failure is logged (its sequence number only)."""
 
-    def append() -> None:
-        try:
-            provider.append_ledger({"kind": "anchor", **anchor})
-        except (KeyProviderError, OSError) as exc:
-            _log.warning(
-                "could not anchor audit entry %s in the key provider's ledger (%s); the next anchor covers it",
-                anchor.get("audit_seq"),
-                type(exc).__name__,  # the class only: messages may carry paths
-            )
+    txn.after_commit(lambda: append_anchor(provider, anchor))
 
-    txn.after_commit(append)
+
+def append_anchor(provider: KeyProvider, anchor: dict[str, Any]) -> None:
+    """Append one anchor, best effort (see :func:`anchor_after_commit`)."""
+    try:
+        provider.append_ledger({"kind": "anchor", **anchor})
+    except (KeyProviderError, OSError) as exc:
+        _log.warning(
+            "could not anchor audit entry %s in the key provider's ledger (%s); the next anchor covers it",
+            anchor.get("audit_seq"),
+            type(exc).__name__,  # the class only: messages may carry paths
+        )
 
 
 def all_anchors(entries: Sequence[dict[str, Any]], chain: int | None) -> dict[int, set[str]] | None:

@@ -87,6 +87,7 @@ class ErasureService:
         # what wait() does to move requests forward once (timeout in seconds): purge here, or
         # ask the store's background worker for a pass and wait for it (erasure.background)
         self.advance: Callable[[float | None], object] = lambda timeout: self.purge()
+        self.flush_anchors: Callable[[], None] = lambda: None  # anchors appended later (ledger)
 
     # -- status ------------------------------------------------------------------------
     def row(self, request_id: object) -> ErasureRow:
@@ -373,6 +374,7 @@ class ErasureService:
         The log and the ledger cannot be read in one snapshot, and another process's operation
         appends to the ledger before its COMMIT and after it. A failed check is therefore retried
         after a pause and a sync: an honest race resolves, tampering does not."""
+        self.flush_anchors()
         for attempt in range(3):
             try:
                 return self._check_audit_once()

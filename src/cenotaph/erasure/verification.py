@@ -18,7 +18,7 @@ from ..crypto.keys import KeyChain
 from ..crypto.provider import KeyProvider, LocalKeyring
 from ..faults import fault_point
 from .forget import ForgetPlan
-from .ledger import anchor_audit
+from .ledger import anchor_audit_many
 from .plan import remains
 from .probes import ProbeSample, legacy_probe_key, open_probes
 from .scan_worker import scan_in_child
@@ -109,11 +109,13 @@ class Verifier:
         results = {r.id: self._scan(probes[r.id], None) if found & set(probes[r.id]) else clean for r in rows}
         fault_point("purge.scanned")
         with self._backend.write() as txn:
+            audited: list[tuple[str, dict[str, Any]]] = []
             for row in rows:  # oldest first: a request may wait for an earlier one concluded here
                 sample = samples[row.id]
                 scanned = None if sample is None else ProbeSample(probes[row.id], sample.found)
                 dropped = 0 if sample is None else len(sample.probes) - len(probes[row.id])
-                self._conclude(txn, row, results[row.id], scanned, rewritten, dropped)
+                audited.append(self._conclude(txn, row, results[row.id], scanned, rewritten, dropped))
+            anchor_audit_many(self._provider, txn, audited)
         # the sealed probes were just deleted: push that out of the WAL too
         self._backend.checkpoint_truncate()
         return combined.to_dict()
@@ -186,7 +188,9 @@ class Verifier:
         sample: ProbeSample | None,
         rewritten: bool,
         uninformative: int,
-    ) -> None:
+    ) -> tuple[str, dict[str, Any]]:
+        """Record the verdict of ``row``; returns its audit entry (event, fields), anchored with
+        the others of this transaction."""
         layers = json.loads(row.layers)
         plan = ForgetPlan.from_entry(json.loads(row.plan))
         # rows this purge really removed (for requests sealed before the forget's tally existed)
@@ -232,9 +236,7 @@ class Verifier:
             if horizon is not None:
                 fields |= {"horizon": horizon.isoformat(), "horizon_reason": reason}
         txn.update_erasure(row.id, **fields)
-        anchor_audit(
-            self._provider,
-            txn,
+        return (
             "verify",
             {
                 "request_id": row.id,
