@@ -28,6 +28,8 @@ __all__ = ["PURGE_MODES", "ErasureWorker", "Stopped", "purge_mode"]
 PURGE_MODES = ("background", "sync", "off")
 RETRY_FIRST_S = 0.05
 RETRY_MAX_S = 2.0
+GATHER_S = 0.02  # a pass nobody waits for starts this long after its first nudge: a burst of
+# forgets shares it, and the forgets are not slowed by a purge running beside them
 FAILURES_BEFORE_WAITING = 5  # failed passes in a row, then retry only when nudged (a read-only store)
 
 _log = logging.getLogger("cenotaph")
@@ -121,6 +123,8 @@ class ErasureWorker:
             with self._cond:
                 if not self._wanted and not self._closing:
                     self._cond.wait(delay)
+                if self._wanted and not self._thorough and not self._closing:
+                    self._cond.wait_for(lambda: self._thorough or self._closing, GATHER_S)
                 if self._closing:
                     return
                 self._wanted = False

@@ -768,7 +768,8 @@ class SQLiteTxn:
                 row.scan,
             ),
         )
-        self.set_applied(row.id, row.applied)
+        if row.applied is not None or replace:
+            self.set_applied(row.id, row.applied)
 
     def erasure(self, request_id: str) -> ErasureRow | None:
         row = self._c.execute(f"{_ERASURE_SELECT} WHERE e.id=?", (request_id,)).fetchone()
