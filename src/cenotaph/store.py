@@ -640,11 +640,16 @@ class Store:
             plan = self._planner.plan(txn, request_id, version, target, survey)
             fault_point("forget.planned")
             whole = self._ledger.commit_plan(txn, plan, check_postcondition, sample)
-            others = others or self._ledger.view.refresh() > 0  # commit_plan read only ours
             epoch = txn.forget_epoch()
-            # under the backend lock, right after COMMIT: no other thread may see the forget in
-            # the database and still be answered from memory
-            txn.after_commit(lambda: self._forgotten(plan, epoch, others))
+
+            def forgotten() -> None:
+                # under the backend lock, right after COMMIT: no other thread may see the forget
+                # in the database and still be answered from memory; the ledger view learns this
+                # plan now (and any other process's since: then their records are not in ours)
+                fresh = self._ledger.view.refresh()
+                self._forgotten(plan, epoch, others or fresh > 1)
+
+            txn.after_commit(forgotten)
         fault_point("forget.committed")
         if not whole:
             self._finish_chunked(plan)

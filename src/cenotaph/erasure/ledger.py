@@ -210,7 +210,9 @@ class Ledger:
         # the plan must be durable before COMMIT (W7); its audit anchor only after it, like every
         # anchor (a forget that never commits is replayed, and its replay is anchored instead)
         self._provider.append_ledger(self._entry(plan.to_entry(), intent=anchor))
-        self.view.refresh()  # authoritative from here on, in every process (S9)
+        # authoritative from here on, in every process (S9); this process's view reads it once
+        # the transaction commits (the caller's after-commit action), not under the write lock:
+        # parsing a large plan's entry takes a while
         # anchored later, off the forget's path: its own intent (in the entry above) vouches for
         # it until then, and a crash that loses the anchor only leaves it for the next to cover
         txn.after_commit(lambda: self._defer_anchor(anchor))
