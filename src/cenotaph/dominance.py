@@ -26,7 +26,7 @@ from .crypto.tokens import TokenMaker
 from .errors import ForgottenError, StaleWriteError
 from .scope import Scope
 
-__all__ = ["WriteTargets", "Reauth", "decide"]
+__all__ = ["WriteTargets", "Reauth", "blocking", "decide"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +93,17 @@ class Reauth:
         return inside and (not subjects or subjects == {self.subject})
 
 
+def blocking(
+    targets: WriteTargets, tombstones: dict[bytes, int], lifts: dict[bytes, int]
+) -> tuple[list[int], dict[bytes, int]]:
+    """The tombstones that refuse a write to ``targets`` without a token: the versions of the
+    scope and key ones no lift reaches, and the subject ones by subject token."""
+    general = [tombstones[t] for t in (*targets.prefix_tokens, *targets.key_targets) if t in tombstones]
+    lifted = max((lifts.get(t, 0) for t in (*targets.prefix_tokens, targets.exact_key_target)), default=0)
+    by_subject = {t: tombstones[t] for t in targets.subject_tokens if t in tombstones}
+    return [v for v in general if v > lifted], {t: v for t, v in by_subject.items() if v > lifts.get(t, 0)}
+
+
 def decide(
     targets: WriteTargets,
     tombstones: dict[bytes, int],
@@ -102,9 +113,7 @@ def decide(
 ) -> list[bytes]:
     """Raise if the write is dominated; return the lift targets to record if a token is consumed
     (empty if the write needs no token)."""
-    general = [tombstones[t] for t in (*targets.prefix_tokens, *targets.key_targets) if t in tombstones]
-    by_subject = {t: tombstones[t] for t in targets.subject_tokens if t in tombstones}
-    newest = max([*general, *by_subject.values()], default=None)
+    newest = max((tombstones[t] for t in targets.tombstone_targets() if t in tombstones), default=None)
     if newest is None:
         return []
     if base_version is not None and base_version < newest:
@@ -112,9 +121,7 @@ def decide(
             f"base_version {base_version} predates a forget at version {newest}; re-read the target "
             "and decide again (a reauthorization cannot revive a stale write)"
         )
-    lifted = max((lifts.get(t, 0) for t in (*targets.prefix_tokens, targets.exact_key_target)), default=0)
-    blocked = [v for v in general if v > lifted]
-    blocked_subjects = {t: v for t, v in by_subject.items() if v > lifts.get(t, 0)}
+    blocked, blocked_subjects = blocking(targets, tombstones, lifts)
     if not blocked and not blocked_subjects:
         return []
     top = max([*blocked, *blocked_subjects.values()])

@@ -20,7 +20,7 @@ from .crypto.aead import new_key
 from .crypto.keys import KeyChain
 from .crypto.provider import KeyProvider, keyring_from_env
 from .crypto.tokens import TokenMaker
-from .dominance import WriteTargets
+from .dominance import WriteTargets, blocking
 from .erasure.applier import PlanApplier
 from .erasure.audit import verified_requests
 from .erasure.background import ErasureWorker, purge_mode
@@ -52,7 +52,7 @@ from .model import (
     SearchHit,
 )
 from .records import OpenedRecord, RecordCrypto, SealedRecord, is_visible
-from .scope import Scope
+from .scope import Scope, default_subjects
 from .session import StoreSession
 from .validation import (
     check_callback,
@@ -391,6 +391,30 @@ class Store:
             self._ledger.grant(digest, kind, target, version, subject_token)  # a row alone is no token
         return token
 
+    def forgets_blocking(self, scope: str, key: str) -> builtins.list[int]:
+        """The versions of the forgets that refuse a write of ``key`` in ``scope`` without a
+        reauthorization token (W1), oldest first; empty if such a write would land.
+
+        Content-free, and the same answer a write would get: the scope and key tombstones no lift
+        reaches, and those of the scope's default subjects. An interface that reauthorizes its
+        caller's own forgets (a token lifts *every* older forget of its target) asks this after
+        taking the token: a forget committed later is newer than the token and refuses anyway.
+        """
+        parsed = Scope.parse(scope)
+        targets = WriteTargets.build(
+            self._tokens,
+            parsed,
+            check_key(key),
+            tuple(self._tokens.subject(s) for s in default_subjects(parsed)),
+        )
+        self._sync()  # the ledger decides tombstones and lifts (S9), as it does for a write
+        view = self._ledger.view
+        view.refresh()
+        tombstones = view.tombstone_versions(targets.tombstone_targets())
+        lifts = view.lift_versions(targets.lift_targets()) if tombstones else {}
+        general, subjects = blocking(targets, tombstones, lifts)
+        return sorted({*general, *subjects.values()})
+
     # -- reads ---------------------------------------------------------------------------
     def read(self, scope: str, key: str, *, fallthrough: bool = True) -> Record | None:
         """The record under ``key`` in ``scope``, else in its nearest ancestor (R1)."""
@@ -449,7 +473,10 @@ class Store:
             token = self._tokens.scope(parsed)
             tokens = txn.subtree_tokens(token) if include_descendants else [token]
             found = [self._materialize(txn, row, generation) for row in txn.records_in_scopes(tokens)]
-        return sorted((r for r in found if r is not None), key=lambda r: (r.scope, r.key))
+        # the subtree is found through the scopes table's parent column, which is not sealed: the
+        # record's sealed scope decides whether it lies inside (a re-parented scope's does not)
+        inside = [r for r in found if r is not None and Scope.parse(r.scope).is_within(parsed)]
+        return sorted(inside, key=lambda r: (r.scope, r.key))
 
     def _materialize(
         self, txn: Txn, row: RecordRow, generation: int, lineage: LineageRow | None = None
@@ -520,7 +547,8 @@ class Store:
         found: dict[str, Record] = {}
         with self._backend.read() as txn:
             self._search.ensure(txn, self._crypto)
-            tokens = {self._tokens.scope(p) for p in (parsed.prefixes() if fallthrough else [parsed])}
+            levels = parsed.prefixes() if fallthrough else [parsed]
+            tokens = {self._tokens.scope(p) for p in levels}
             if include_descendants:
                 tokens.update(txn.subtree_tokens(self._tokens.scope(parsed)))
 
@@ -528,6 +556,10 @@ class Store:
                 row = txn.record(record_id)
                 record = None if row is None else self._materialize(txn, row, generation)
                 if record is None or not matches_filter(record.metadata, conditions):
+                    return False
+                # the sealed scope decides, not the (unsealed) scope rows the token set came from
+                where = Scope.parse(record.scope)
+                if not (where in levels or (include_descendants and where.is_within(parsed))):
                     return False
                 found[record_id] = record
                 return True

@@ -72,8 +72,18 @@ FUZZ = settings(
 
 
 def _check(case: Any, secret: str | None) -> None:
-    headers = {} if secret is None else {"Authorization": f"Bearer {secret}"}
+    headers = {} if secret is None or _mutates_authorization(case) else {"Authorization": f"Bearer {secret}"}
     case.call_and_validate(headers=headers, checks=CHECKS)
+
+
+def _mutates_authorization(case: Any) -> bool:
+    """A negative case that removed or broke the Authorization header must be sent as generated
+    (adding the live key back would make the check expect a refusal of an authorized request)."""
+    meta = case.meta
+    if meta is None or not meta.generation.mode.is_negative:
+        return False
+    mutations = getattr(meta.phase.data, "mutations", None) or []
+    return any(str(getattr(m, "parameter", "")).lower() == "authorization" for m in mutations)
 
 
 @schema.parametrize()

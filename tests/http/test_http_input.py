@@ -179,3 +179,12 @@ def test_an_internal_error_is_a_json_500_whose_log_holds_only_its_type(
         time.sleep(0.01)
     text = "\n".join(rec.getMessage() + str(rec.exc_info or "") for rec in caplog.records)
     assert "internal error: RuntimeError" in text and "canary-secret" not in text and "Traceback" not in text
+
+
+def test_an_unknown_query_parameter_is_refused_and_named(api: httpx.Client, tenant: Tenant) -> None:
+    """A typo (``limt=``) is refused with a 422 naming it, never ignored."""
+    listing = {"scope": tenant.alice, "include_descendants": "true"}
+    r = api.get("/v1/memories/list", params={**listing, "limt": "5"}, headers=tenant.auth(tenant.agent))
+    _refusal(r, 422, "'limt'", "limit")
+    r = api.get("/v1/memories/list", params={**listing, "limit": "5"}, headers=tenant.auth(tenant.agent))
+    assert r.status_code == 404, r.text  # the known parameter passes (and the prefix is empty)

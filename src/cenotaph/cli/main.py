@@ -31,7 +31,9 @@ from .initialize import init
 from .interrupts import EXIT_INTERRUPTED, Interrupted, interrupted_message
 from .interrupts import reset as reset_interrupt
 from .keyring import keyring
+from .kg_command import kg
 from .maintenance import purge, rotate_keys
+from .mcp_command import mcp
 from .memory import list_records, read, search, write
 from .options import check_global_options, global_options
 from .progress import stderr_is_tty
@@ -178,6 +180,8 @@ COMMANDS: tuple[click.Command, ...] = (
     keyring,
     serve,
     api_keys,
+    mcp,
+    kg,
 )
 for _command in COMMANDS:
     cli.add_command(_command)

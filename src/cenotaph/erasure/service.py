@@ -59,6 +59,10 @@ __all__ = ["ErasureService", "BACKUP_MANIFEST", "Progress"]
 BACKUP_MANIFEST = "cenotaph-backup.json"
 PURGE_LAYERS = ("rows", "wal", "index")
 _ROWS_LAYER = {"compliance": "rows", "operational": "reclaim"}  # the layer a purge's row removal fills
+ALTERED_GAP = (
+    "the database says this request is verified, but the audit log holds no scan that verified it: "
+    "the database was altered; check the audit log against the ledger and investigate"
+)
 
 
 def _done(**evidence: Any) -> dict[str, Any]:
@@ -88,6 +92,7 @@ class ErasureService:
         # ask the store's background worker for a pass and wait for it (erasure.background)
         self.advance: Callable[[float | None], object] = lambda timeout: self.purge()
         self.flush_anchors: Callable[[], None] = lambda: None  # anchors appended later (ledger)
+        self._vouched_cache: tuple[tuple[int, int], frozenset[str]] | None = None
 
     # -- status ------------------------------------------------------------------------
     def row(self, request_id: object) -> ErasureRow:
@@ -112,15 +117,54 @@ class ErasureService:
             layers["horizon"] = LayerStatus("pending", {"reason": reason})
             epochs = set(ForgetPlan.from_entry(json.loads(row.plan)).epochs)
             held = tuple(r for r in retention if r.epoch in epochs)
+        state, gaps = row.state, standing.gaps
+        if state == "verified" and row.mode == "compliance" and row.id not in self._vouched():
+            # the row is a cache: only a verifying scan in the audit log, announced in the
+            # ledger, makes a request report verified (an edited row must not)
+            state, gaps = "purged", (ALTERED_GAP, *gaps)
         return ErasureStatus(
-            row.state,
+            state,
             layers,
             horizon,
-            standing.gaps,
+            gaps,
             stuck=standing.stuck,
             next_step=standing.next_step,
             retained_by=held,
         )
+
+    def _vouched(self) -> frozenset[str]:
+        """Ids of the requests a scan verified, by audit entries whose chain holds and whose heads
+        the ledger announced or anchored (cached until the log or the ledger grows)."""
+        with self._backend.read() as txn:
+            tail = txn.audit_tail()
+            mark = (tail[0] if tail else 0, self._provider.ledger_mark())
+            if self._vouched_cache is not None and self._vouched_cache[0] == mark:
+                return self._vouched_cache[1]
+            raw = txn.audit_entries()
+            chain = txn.meta(AUDIT_CHAIN)
+        ledger = self._provider.ledger()
+        try:
+            entries = [entry_from_dict(json.loads(e)) for e in raw]
+            verify_chain(entries)
+        except (ValueError, StorageError):
+            entries = []  # an altered log vouches for nothing
+        anchors = all_anchors(ledger, chain) or {}
+        heads = all_intents(ledger, chain)
+        heads.update((seq, h) for seq, found in anchors.items() for h in found)
+        by_seq = {e.seq: e.head for e in entries}
+        # the chain holds, so an anchored or announced head vouches for every entry up to it
+        # (entries written before intents existed have no head of their own in the ledger, and a
+        # purge announces only the last of the entries it appends in one transaction)
+        anchored = max((seq for seq, head in heads if by_seq.get(seq) == head), default=0)
+        vouched = frozenset(
+            str(e.fields.get("request_id"))
+            for e in entries
+            if e.event == "verify"
+            and e.fields.get("verified") is True
+            and (e.seq <= anchored or (e.seq, e.head) in heads)
+        )
+        self._vouched_cache = (mark, vouched)
+        return vouched
 
     def _standing(self, row: ErasureRow) -> Standing:
         def lookup(request_id: str) -> ErasureRow | None:
@@ -167,6 +211,8 @@ class ErasureService:
         if self.row(request_id).mode == "operational":
             raise ErasureNotProvableError(OPERATIONAL_GAP, [OPERATIONAL_GAP])
         status = self.status(request_id)
+        if ALTERED_GAP in status.gaps:
+            self._audited_verification(request_id)  # StorageError: the database was altered
         if status.state != "verified" or status.gaps:  # verified, and no layer short of done
             raise _not_provable(status, "erasure is not provable yet")
         # the row says verified; the ledger must hold the forget and the verified audit log a
@@ -185,7 +231,7 @@ class ErasureService:
         idle_rounds = 0
         while True:
             before = self.status(request_id)
-            if _finished(before, operational):
+            if _finished(before, operational) or ALTERED_GAP in before.gaps:  # no purge changes that
                 return before
             # always once: whatever kept it stuck may have been fixed since
             self.advance(None if deadline is None else max(0.0, deadline - time.monotonic()))

@@ -10,6 +10,8 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
 
 from ...errors import ScopeClosureError
 from ...model import ErasureRequest, Record
@@ -33,7 +35,33 @@ from .sessions import IDLE_TIMEOUT
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/v1")
+
+def _query_names(dependant: Dependant) -> set[str]:
+    """The query parameters a route takes, its dependencies' included."""
+    names = {param.alias for param in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names
+
+
+def _known_query_only(request: Request) -> None:
+    """Refuse a query parameter the route does not take (a typo such as ``limt=`` would otherwise
+    be ignored silently, and the caller would act on an answer to another question)."""
+    route = request.scope.get("route")
+    if not isinstance(route, APIRoute) or not request.query_params:
+        return
+    known = _query_names(route.dependant)
+    unknown = sorted(set(request.query_params) - known)
+    if unknown:
+        takes = ", ".join(sorted(known)) or "none"
+        raise ApiError(
+            422,
+            "invalid_input",
+            f"this route takes no query parameter named {unknown[0]!r} (it takes: {takes}); see /docs",
+        )
+
+
+router = APIRouter(prefix="/v1", dependencies=[Depends(_known_query_only)])
 
 SvcDep = Annotated[Service, Depends(service_dependency)]
 Agent = Annotated[ApiKey, Depends(agent_key)]

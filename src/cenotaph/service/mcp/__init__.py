@@ -1,0 +1,15 @@
+"""The MCP server: ``cenotaph mcp`` (profiles ``memory`` and ``knowledge-graph``).
+
+Built on the official ``mcp`` SDK (``pip install 'cenotaph[mcp]'``). Modules, one job each:
+
+- ``confinement``  which scopes a server's tools may reach (``--scope``, ``--prefix``)
+- ``connections``  one MCP connection = one store session, plus the forgets it issued
+- ``refusals``     what a failed call says: one line, never a traceback or a value
+- ``server``       the ``MCPServer`` both profiles build on, and tool registration
+- ``memory``       the ``memory`` profile's six tools
+- ``graph``        a knowledge graph (entities, observations, relations) kept as records
+- ``kg_schemas``   the reference knowledge-graph server's tool schemas, as published
+- ``knowledge_graph``  the ``knowledge-graph`` profile's nine tools over ``graph``
+- ``jsonl``        the reference server's JSONL file format, for ``cenotaph kg import/export``
+- ``transport``    serving over stdio or streamable HTTP (loopback unless API keys bound it)
+"""
