@@ -195,10 +195,17 @@ class Store:
             self._backend.close()
 
     @property
-    def auto_purge(self) -> str:
+    def purge_mode(self) -> str:
         """``"background"``, ``"sync"`` or ``"off"``: what a compliance forget does about its purge
-        (set it like ``open``'s ``auto_purge``: ``True`` is ``"sync"``, ``False`` ``"off"``)."""
+        (see :func:`open_store`'s ``auto_purge``)."""
         return self._purge_mode
+
+    @property
+    def auto_purge(self) -> bool:
+        """Whether compliance forgets are purged without a call to :meth:`purge` (in the
+        background or before they return): the boolean this attribute always was. Setting it
+        takes what ``open``'s ``auto_purge`` takes (``True`` is ``"sync"``, ``False`` ``"off"``)."""
+        return self._purge_mode != "off"
 
     @auto_purge.setter
     def auto_purge(self, value: bool | str) -> None:

@@ -71,7 +71,7 @@ class StoreFactory:
         self._count += 1
         mode = "sync" if purge else "off"
         store = self._open(self._new_location(), {"auto_purge": mode})
-        assert store.auto_purge == mode, "the store ignored auto_purge"
+        assert store.purge_mode == mode and store.auto_purge is purge, "the store ignored auto_purge"
         return store
 
     def _new_location(self) -> str:

@@ -76,7 +76,7 @@ def _forget_some(store: cenotaph.Store, count: int, prefix: str = "k") -> list[c
 def test_a_compliance_forget_returns_shredded_and_its_purge_follows_in_the_background(
     store: cenotaph.Store, scans: Scans
 ) -> None:
-    assert store.auto_purge == "background"
+    assert store.purge_mode == "background" and store.auto_purge is True
     scans.hold()
     (request,) = _forget_some(store, 1)
     status = request.status()
@@ -147,7 +147,7 @@ def test_close_stops_a_background_scan_and_the_next_open_finishes_it(tmp_path: P
 )
 def test_auto_purge_chooses_when_the_purge_runs(tmp_path: Path, given: Any, mode: str) -> None:
     with cenotaph.open(tmp_path / "data", auto_purge=given) as store:
-        assert store.auto_purge == mode
+        assert store.purge_mode == mode and store.auto_purge is (mode != "off")
         (request,) = _forget_some(store, 1)
         if mode == "sync":
             assert request.status().state == "verified"
