@@ -12,8 +12,9 @@ Workloads (each implementation, each workload, in its own fresh temp dir; warm-u
              ``warm`` pass over the same keys,
   * threads  8 threads writing durably at once (cenotaph: one shared store; raw: a connection each),
   * forget   one-key deletes in stores of 10k and 100k records, call to return (cenotaph: a compliance
-             forget; LangGraph tuned: ``delete``), and for cenotaph the sustained rate of forgets that
-             each end verified.
+             forget, which returns once its tombstone and key destruction are durable, its purge and
+             scan following in the store's background worker; LangGraph tuned: ``delete``), and for
+             cenotaph the sustained rate of forgets that each end verified.
 
 Every implementation gets the same records: key ``k<i>`` in scope ``tenant:acme/user:u<i % S>``, value a
 dict ``{"n": i, "text": ...}`` of ~200 bytes of JSON. Implementations:

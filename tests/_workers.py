@@ -146,11 +146,24 @@ def race_writer(
 
 
 def race_forgetter(
-    directory: Path, name: str, prefix: str, trials: int, threads: int, seed: int, auto_purge: bool
+    directory: Path,
+    name: str,
+    prefix: str,
+    trials: int,
+    threads: int,
+    seed: int,
+    auto_purge: bool,
+    chunk: int = 0,
 ) -> None:
     """Forget each trial's key once the writers' progress (read through the store) reaches a
     random point, so the forget lands anywhere from before the first write to after the last.
-    With ``auto_purge`` every compliance forget also purges and scans before it returns."""
+    With ``auto_purge`` every compliance forget also purges and scans before it returns. With
+    ``chunk``, forgets of more than ``chunk`` records commit their head first and their records
+    ``chunk`` at a time (``erasure.applier``), racing the writers between chunks."""
+    if chunk:
+        from cenotaph.erasure import ledger
+
+        ledger.CHUNK_RECORDS = chunk
     store = cenotaph.open(directory, auto_purge=auto_purge)
     _barrier(directory, name)
     started = now_ns()
@@ -295,9 +308,13 @@ def crash_in_forget(directory: Path, scope: str, key: str, mode: str, when: str)
 
 def main(argv: list[str]) -> None:
     role, args = argv[0], argv[1:]
-    if role in ("race-writer", "race-forgetter"):
-        race = race_writer if role == "race-writer" else race_forgetter
-        race(Path(args[0]), args[1], args[2], int(args[3]), int(args[4]), int(args[5]), args[6] == "1")
+    if role == "race-writer":
+        race_writer(Path(args[0]), args[1], args[2], int(args[3]), int(args[4]), int(args[5]), args[6] == "1")
+    elif role == "race-forgetter":
+        chunk = int(args[7]) if len(args) > 7 else 0
+        race_forgetter(
+            Path(args[0]), args[1], args[2], int(args[3]), int(args[4]), int(args[5]), args[6] == "1", chunk
+        )
     elif role == "crash-writer":
         crash_writer(Path(args[0]), args[1], int(args[2]), args[3] == "1")
     elif role == "crash-after-forget":

@@ -106,7 +106,10 @@ def test_keyring_outside_the_data_directory(tmp_path: Path, monkeypatch: pytest.
 
 
 def test_two_stores_never_share_tokens_or_signing_keys(tmp_path: Path) -> None:
-    with cenotaph.open(tmp_path / "a") as a, cenotaph.open(tmp_path / "b") as b:
+    with (
+        cenotaph.open(tmp_path / "a", auto_purge="sync") as a,
+        cenotaph.open(tmp_path / "b", auto_purge="sync") as b,
+    ):
         assert a.public_key != b.public_key
         ra = a.forget(SCOPE, "k")
         rb = b.forget(SCOPE, "k")
@@ -234,7 +237,7 @@ def test_a_keyring_saved_by_another_process_during_a_load_is_picked_up(
 def test_a_rotation_in_another_process_removes_the_destroyed_keks_from_this_ones_memory(
     tmp_path: Path,
 ) -> None:
-    reader, rotator = cenotaph.open(tmp_path / "d"), cenotaph.open(tmp_path / "d")
+    reader, rotator = cenotaph.open(tmp_path / "d"), cenotaph.open(tmp_path / "d", auto_purge="sync")
     try:
         rotator.write(SCOPE, "k", "v")
         assert reader.read(SCOPE, "k") is not None  # caches the KEK of epoch 1

@@ -349,14 +349,15 @@ def _run_workers(directory: Path, roles: list[tuple[str, str]], argv: list[str])
                 p.wait()
 
 
-def _process_races(base: Path, trials: int, seed: int, purge_trials: int) -> Tally:
+def _process_races(base: Path, trials: int, seed: int, purge_trials: int, chunk: int = 0) -> Tally:
+    """``chunk``: the forgetter applies forgets ``chunk`` records at a time (see test below)."""
     tally = Tally()
     timeouts = 0
     for r, (size, auto_purge) in enumerate(_rounds(trials, PROCESS_KEYS_PER_ROUND, purge_trials)):
         directory = base / f"round{r}"
         prefix = f"tenant:race/user:p{r}"
         roles = [*(("race-writer", f"w{i}") for i in range(WRITERS)), ("race-forgetter", "f")]
-        argv = [prefix, str(size), "4", str(seed * 1000 + r), "1" if auto_purge else "0"]
+        argv = [prefix, str(size), "4", str(seed * 1000 + r), "1" if auto_purge else "0", str(chunk)]
         docs = _run_workers(directory, roles, argv)
         writes = [w for d in docs if d["role"] == "writer" for w in d["writes"]]
         forgets = [f for d in docs if d["role"] == "forgetter" for f in d["forgets"]]
@@ -373,6 +374,47 @@ def test_process_race(tmp_path: Path) -> None:
     tally = _process_races(tmp_path, trials, seed=37, purge_trials=PURGE_TRIALS)
     assert tally.trials == trials
     _assert_clean(tally, "processes", started)
+
+
+# A forget covering more records than a chunk commits its tombstones (the ledger entry decides in
+# every process) and then hides and destroys its records a chunk per transaction: writers in
+# other processes race every one of those transactions. One record per chunk makes nearly every
+# trial's forget chunked (each trial's key has several versions, some in child scopes).
+CHUNKED_TRIALS = int(os.environ.get("CENOTAPH_CHUNKED_RACE_TRIALS", "200"))
+
+
+def _chunked_forgets(base: Path) -> int:
+    """How many forgets the ledgers under ``base`` hold that covered more than one record."""
+    plans = [
+        e["plan"]
+        for ledger in base.glob("round*/keyring")
+        for e in cenotaph.LocalKeyring(ledger).ledger()
+        if e.get("kind") == "forget"
+    ]
+    return sum(len({*p["hide"], *p["destroy_records"]}) > 1 for p in plans)
+
+
+def test_process_race_during_chunked_forgets(tmp_path: Path) -> None:
+    started = time.monotonic()
+    tally = _process_races(tmp_path, CHUNKED_TRIALS, seed=41, purge_trials=10, chunk=1)
+    assert tally.trials == CHUNKED_TRIALS
+    chunked = _chunked_forgets(tmp_path)
+    print(f"[processes/chunked] forgets applied in chunks: {chunked}")
+    assert chunked > CHUNKED_TRIALS // 2, "most forgets must really have been chunked"
+    _assert_clean(tally, "processes/chunked", started)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_chunked_race_soak(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    if "slow" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("soak: run with -m slow")
+    started = time.monotonic()
+    trials = SOAK_TRIALS // 4
+    tally = _process_races(tmp_path, trials, seed=404, purge_trials=100, chunk=1)
+    assert tally.trials == trials
+    assert _chunked_forgets(tmp_path) > trials // 2
+    _assert_clean(tally, "processes/chunked soak", started)
 
 
 @pytest.mark.slow

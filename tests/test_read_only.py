@@ -136,7 +136,7 @@ def shared_tmp() -> Iterator[Path]:
 def store_dir(shared_tmp: Path, _warm: None) -> dict[str, Any]:
     """A store with a live record, a verified erasure and its certificate, made read-only."""
     data = shared_tmp / "data"
-    with cenotaph.open(data) as store:
+    with cenotaph.open(data, auto_purge="sync") as store:  # a verified request to attest
         kept = store.write(USER, "note", "cardiology appointment on Tuesday")
         store.write(BOB, "note", "bob's secret")
         request = store.forget(BOB)

@@ -12,7 +12,7 @@ import cenotaph
 def test_relative_data_directory_is_scanned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("CENOTAPH_KEYRING", raising=False)
-    with cenotaph.open("relative-data") as store:
+    with cenotaph.open("relative-data", auto_purge="sync") as store:
         store.write("tenant:t/user:u", "note", "a value long enough to be probed")
         request = store.forget("tenant:t/user:u", "note")
         status = request.status()

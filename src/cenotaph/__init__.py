@@ -3,11 +3,11 @@
 >>> import cenotaph, tempfile
 >>> with tempfile.TemporaryDirectory() as data, cenotaph.open(data) as store:
 ...     _ = store.write("tenant:acme/user:alice", "diet", "vegetarian")
-...     request = store.forget("tenant:acme/user:alice", "diet")   # compliance: erase, then verify
-...     print(request.status().state, store.read("tenant:acme/user:alice", "diet"))
+...     request = store.forget("tenant:acme/user:alice", "diet")   # compliance: keys destroyed now
+...     print(store.read("tenant:acme/user:alice", "diet"), request.wait().state)  # purged, scanned
 ...     certificate = store.attest(request.id)                    # signed, holds no names
 ...     print(cenotaph.verify_certificate(certificate.to_json(), store.public_key)["target_kind"])
-verified None
+None verified
 key
 """
 

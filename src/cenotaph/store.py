@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import builtins
 import os
 import secrets
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,12 +21,14 @@ from .crypto.keys import KeyChain
 from .crypto.provider import KeyProvider, keyring_from_env
 from .crypto.tokens import TokenMaker
 from .dominance import WriteTargets, blocking
+from .erasure.applier import PlanApplier
 from .erasure.audit import verified_requests
+from .erasure.background import ErasureWorker, purge_mode
 from .erasure.forget import ForgetPlan
 from .erasure.integrity import find_tampering
-from .erasure.ledger import AUDIT_CHAIN, KEK_EPOCH, Ledger, anchor_audit, start_audit_chain
-from .erasure.plan import ForgetPlanner, check_postcondition
-from .erasure.probes import sample_probes, seal_probes
+from .erasure.ledger import AUDIT_CHAIN, KEK_EPOCH, Ledger, anchor_audit, chunk_records, start_audit_chain
+from .erasure.plan import ForgetPlanner, ForgetTarget, Survey, check_postcondition
+from .erasure.probes import RecordSample, sample_probes, sample_records, seal_probes
 from .erasure.restoring import audited_forgets, check_not_restoring, check_outside_stores, restoring
 from .erasure.service import ErasureService, Progress
 from .errors import (
@@ -94,7 +97,7 @@ class Store:
         backend: Backend,
         provider: KeyProvider,
         *,
-        auto_purge: bool = True,
+        auto_purge: bool | str = "background",
         embedder: Embedder | None = None,
         restored: bool = False,
     ) -> None:
@@ -118,7 +121,12 @@ class Store:
         self._planner = ForgetPlanner(self._tokens)
         self._search = SearchIndex(embedder if embedder is not None else HashingEmbedder())
         self._erasure = ErasureService(backend, provider, self._keys, self._forget_from_memory, self._sync)
-        self.auto_purge = auto_purge
+        self._erasure.advance = self._advance  # what wait() does to move a request forward
+        self._erasure.flush_anchors = self._ledger.flush_anchors
+        atexit.register(self._ledger.flush_anchors)  # a process that exits without close() too
+        self._purge_mode = purge_mode(auto_purge)
+        self._applier = PlanApplier(backend, self._ledger.view, self._applied)
+        self._worker = ErasureWorker(self._background_pass)
         self._closed = False
         try:
             with self._backend.write() as txn:
@@ -145,9 +153,21 @@ class Store:
                 # forget its copy's audit log does not hold, whatever its request rows say
                 self._ledger.reconcile(txn, audited if restored else None)
                 self._forget_epoch = txn.forget_epoch()
+            self._resume_erasures()
         except BaseException:
+            self._worker.close()
+            atexit.unregister(self._ledger.flush_anchors)
             self._backend.close()  # a refused open leaves no connection behind
             raise
+
+    def _resume_erasures(self) -> None:
+        """A large forget cut short (by a crash) is finished now (W7), and pending requests are
+        purged: in the background by default, else here and by purge()."""
+        if self._purge_mode == "background":
+            if self._applier.pending() or self._erasure.pending():
+                self._worker.nudge()
+        else:
+            self._applier.resume()
 
     def _check_keyring(self, txn: Txn) -> None:
         """Refuse a key provider that is not this store's (every read would silently miss)."""
@@ -163,11 +183,33 @@ class Store:
 
     # -- lifecycle -----------------------------------------------------------------------
     def close(self) -> None:
+        """Close the store. Background erasure work stops at its next step boundary; whatever it
+        left (a purge, a large forget's chunks) resumes when this store is next opened."""
         if not self._closed:
+            self._worker.close()
+            atexit.unregister(self._ledger.flush_anchors)
+            self._ledger.flush_anchors()
             self._search.flush(self._store_vectors, force=True)
             self._closed = True
             self._drop_caches()
             self._backend.close()
+
+    @property
+    def purge_mode(self) -> str:
+        """``"background"``, ``"sync"`` or ``"off"``: what a compliance forget does about its purge
+        (see :func:`open_store`'s ``auto_purge``)."""
+        return self._purge_mode
+
+    @property
+    def auto_purge(self) -> bool:
+        """Whether compliance forgets are purged without a call to :meth:`purge` (in the
+        background or before they return): the boolean this attribute always was. Setting it
+        takes what ``open``'s ``auto_purge`` takes (``True`` is ``"sync"``, ``False`` ``"off"``)."""
+        return self._purge_mode != "off"
+
+    @auto_purge.setter
+    def auto_purge(self, value: bool | str) -> None:
+        self._purge_mode = purge_mode(value)
 
     def __enter__(self) -> Store:
         return self
@@ -245,7 +287,8 @@ class Store:
                 missing = self._ledger.missing(txn)
             if missing:
                 with self._backend.write() as txn:
-                    self._ledger.reconcile(txn)
+                    if self._ledger.reconcile(txn):
+                        txn.after_commit(self._worker.wake)  # a replayed large plan's chunks
         if self._ledger.take_replayed() or check:
             self._invalidate_resolved()  # someone committed: a read may now resolve differently
             with self._backend.read() as txn:
@@ -606,16 +649,13 @@ class Store:
             raise InvalidValueError("mode must be 'compliance' or 'operational'")
         check_flag(include_ancestors, "include_ancestors")
         self._check_reason(reason)
-        return self._forget(
-            lambda txn, rid, v: self._planner.scope_or_key(txn, rid, v, parsed, key, mode, include_ancestors)
-        )
+        return self._forget(self._planner.scope_or_key(parsed, key, mode, include_ancestors))
 
     def forget_subject(self, subject: str, *, reason: str | None = None) -> ErasureRequest:
         """Compliance-forget everything about a subject, including records derived from it."""
         check_subject(subject)
         self._check_reason(reason)
-        token = self._tokens.subject(subject)
-        return self._forget(lambda txn, rid, v: self._planner.subject(txn, rid, v, token))
+        return self._forget(self._planner.subject(self._tokens.subject(subject)))
 
     @staticmethod
     def _check_reason(reason: object) -> None:
@@ -623,25 +663,86 @@ class Store:
         if reason is not None and not isinstance(reason, str):
             raise InvalidValueError("reason must be a string")
 
-    def _forget(self, planner: Any) -> ErasureRequest:
+    def _forget(self, target: ForgetTarget) -> ErasureRequest:
+        """Survey the target outside the write lock, commit the plan (whole if small, else its
+        head: tombstones and scope/subject keys) with its ledger entry, apply a large plan's
+        records in chunks, then purge as ``auto_purge`` says."""
         self._sync()
+        survey = self._planner.survey(self._backend.read, target)
+        sample = self._sample_ahead(survey) if target.compliance and survey.size > chunk_records() else None
         with self._backend.write() as txn:
             self._ledger.reconcile_if_changed(txn)
             # another process forgot since our last sync: its records are not in our plan
             others = txn.forget_epoch() != self._forget_epoch or self._ledger.view.refresh() > 0
             request_id = "er_" + os.urandom(12).hex()
-            plan: ForgetPlan = planner(txn, request_id, max(txn.clock(), self._ledger.view.max_version) + 1)
+            version = max(txn.clock(), self._ledger.view.max_version) + 1
+            plan = self._planner.plan(txn, request_id, version, target, survey)
             fault_point("forget.planned")
-            self._ledger.commit_plan(txn, plan, check_postcondition)
-            others = others or self._ledger.view.refresh() > 0  # commit_plan read only ours
+            whole = self._ledger.commit_plan(txn, plan, check_postcondition, sample)
             epoch = txn.forget_epoch()
-            # under the backend lock, right after COMMIT: no other thread may see the forget in
-            # the database and still be answered from memory
-            txn.after_commit(lambda: self._forgotten(plan, epoch, others))
+
+            def forgotten() -> None:
+                # under the backend lock, right after COMMIT: no other thread may see the forget
+                # in the database and still be answered from memory; the ledger view learns this
+                # plan now (and any other process's since: then their records are not in ours)
+                fresh = self._ledger.view.refresh()
+                self._forgotten(plan, epoch, others or fresh > 1)
+
+            txn.after_commit(forgotten)
         fault_point("forget.committed")
-        if plan.compliance and self.auto_purge:
-            self._erasure.purge()
+        if not whole:
+            self._finish_chunked(plan)
+        if plan.compliance:
+            if self._purge_mode == "sync":
+                self.purge()
+            elif self._purge_mode == "background":
+                self._worker.nudge()
         return self._handle(plan.request_id, plan.version, plan.mode, plan.target_kind, plan.requested_at)
+
+    def _finish_chunked(self, plan: ForgetPlan) -> None:
+        try:
+            self._applier.run(plan)
+        except Exception as exc:
+            self._worker.nudge()  # the forget is in effect: its chunks go on in the background
+            raise StorageError(
+                f"the forget is in effect (request {plan.request_id} is tombstoned: its target refuses "
+                "writes and its records are hidden), but destroying its records' keys was cut short "
+                f"({type(exc).__name__}); it resumes in the background or at the next open: poll "
+                "store.erasure(request_id)"
+            ) from exc
+
+    def _applied(self, plan: ForgetPlan) -> None:
+        """A chunked plan was applied whole (under the backend lock, right after its COMMIT)."""
+        self._forget_from_memory(None)  # a swept record may be anywhere in memory
+        self._forget_epoch = -1  # the next sync re-reads it
+
+    def _sample_ahead(self, survey: Survey) -> RecordSample:
+        """Probes of a large forget's records, sampled before its transaction (keys still exist)."""
+        with self._backend.read() as txn:
+            return sample_records(txn, survey.destroy, self._open_for_probe)
+
+    def _advance(self, timeout: float | None) -> None:
+        """Move pending requests forward once, for wait(): a background pass that starts after
+        now (its failure raised here), else chunks and a purge in this thread."""
+        if self._purge_mode == "background":
+            error = self._worker.wait_for(self._worker.nudge(thorough=True), timeout)
+            self._check_open()
+            if error is not None:
+                raise error
+        else:
+            self.purge()
+
+    def _background_pass(self, check_stop: Callable[[], None], thorough: bool) -> bool:
+        """One pass of the background worker: finish chunked forgets, then (background mode) purge
+        if a compliance request waits for it (``thorough``: a waiter asked, so stuck requests are
+        tried again too). True if a retry may finish what is left."""
+        self._ledger.flush_anchors()
+        self._applier.resume()
+        check_stop()
+        if self._purge_mode != "background" or not self._erasure.pending(thorough):
+            return False
+        report = self._erasure.purge(check_stop=check_stop, retry_stuck=thorough)
+        return self._erasure.retry_may_help(report)
 
     def _forgotten(self, plan: ForgetPlan, epoch: int, others: bool) -> None:
         """This process's forget committed at ``epoch``: drop what memory holds of it."""
@@ -683,8 +784,11 @@ class Store:
         return self._erasure.attest(request_id)
 
     def purge(self, *, progress: Progress | None = None) -> PurgeReport:
-        """Remove erased rows, truncate the WAL, clear caches, then verify by scanning (S3, S4)."""
+        """Remove erased rows, truncate the WAL, clear caches, then verify by scanning (S3, S4).
+        A large forget still being applied is finished first."""
         check_callback(progress, "progress")
+        self._check_open()
+        self._applier.resume()
         return self._erasure.purge(progress)
 
     def backup(self, dest: str | os.PathLike[str]) -> BackupInfo:
@@ -776,8 +880,8 @@ class Store:
         return self._erasure.signer().public_key_hex
 
     # -- internals for the erasure path --------------------------------------------------
-    def _sample_probes(self, txn: Txn, plan: ForgetPlan) -> bytes:
-        probes = sample_probes(txn, plan, self._open_for_probe)
+    def _sample_probes(self, txn: Txn, plan: ForgetPlan, sample: RecordSample | None, whole: bool) -> bytes:
+        probes = sample_probes(txn, plan, self._open_for_probe, sample, whole=whole)
         # under one of the plan's epochs, so the horizon (every plan epoch destroyed) covers the
         # probes of any copy taken while this request is pending; the newest still live, which a
         # rotation waiting for this transaction will see in probe_keys and keep
@@ -806,20 +910,28 @@ def open_store(
     location: str | os.PathLike[str],
     *,
     key_provider: KeyProvider | None = None,
-    auto_purge: bool = True,
+    auto_purge: bool | str = "background",
     embedder: Embedder | None = None,
 ) -> Store:
     """Open (creating if needed) a store: a directory (embedded SQLite) or a postgresql:// URL.
 
-    ``auto_purge`` (default True): every compliance forget runs :meth:`Store.purge` before it
-    returns, so it usually returns ``verified``. Set it False to batch purges yourself.
+    ``auto_purge`` says what a compliance forget does about its purge (row removal, WAL
+    truncation, the verifying scan):
+
+    - ``"background"`` (default): the forget returns ``shredded`` (tombstone and key destruction
+      durable) and a worker thread of this store purges and verifies right after, one scan for
+      every request pending; ``request.wait()`` returns once it is ``verified``;
+    - ``"sync"`` (or ``True``, the old default): the forget runs :meth:`Store.purge` before it
+      returns, so it usually returns ``verified``;
+    - ``"off"`` (or ``False``): nothing is purged until you call :meth:`Store.purge` (or
+      ``wait()``).
     """
     if isinstance(location, str) and location.startswith(("postgresql://", "postgres://")):
         raise InvalidValueError(
             "the PostgreSQL backend is not available in this version; use a data directory"
         )
     directory = check_path(location, "the location (a data directory path or a postgresql:// URL)")
-    check_flag(auto_purge, "auto_purge")
+    purge_mode(auto_purge)
     if key_provider is not None and not isinstance(key_provider, KeyProvider):
         raise InvalidValueError("key_provider must implement cenotaph.KeyProvider (e.g. LocalKeyring)")
     if embedder is not None and not isinstance(embedder, Embedder):

@@ -27,13 +27,14 @@ PG_DSN_ENV = "CENOTAPH_TEST_PG_DSN"
 CI_ENV = "CENOTAPH_CI"
 DB_FILE = "cenotaph.db"
 
-# A default store purges and verifies (a scan in a child process, ~0.5 s) inside every compliance
-# forget. The rules here are about what a forget guarantees *when it returns*, so most tests open
-# stores without auto-purge: the stricter case for R2/W1/W2/S2, since the ciphertext is still on
-# disk and only tombstones and destroyed keys stand between it and a reader. The at-rest tests
-# (S1, S2, W4) run both ways via ``store_factory(purge=True)``. Every backend must accept
-# ``auto_purge=False``: a backend without it fails here, loudly, instead of silently turning the
-# suite into one that only ever sees verified forgets.
+# A default store purges and verifies (a scan in a child process, ~0.5 s) in the background after
+# every compliance forget. The rules here are about what a forget guarantees *when it returns*, so
+# most tests open stores with ``auto_purge="off"``: the stricter case for R2/W1/W2/S2, since the
+# ciphertext is still on disk and only tombstones and destroyed keys stand between it and a reader
+# (and nothing changes the store behind a test's back). The at-rest tests (S1, S2, W4) run both
+# ways via ``store_factory(purge=True)``, which purges inside the forget (``"sync"``). Every
+# backend must accept both: a backend without them fails here, loudly, instead of silently turning
+# the suite into one that only ever sees verified forgets.
 
 # Flip to True when `cenotaph.open("postgresql://...")` exists. From then on, CI (CENOTAPH_CI set)
 # must provide CENOTAPH_TEST_PG_DSN: a skipped postgres run there becomes a failure.
@@ -65,10 +66,12 @@ class StoreFactory:
         self._locations: dict[int, tuple[str, dict[str, object]]] = {}
 
     def __call__(self, *, purge: bool = False) -> Store:
-        """A fresh, empty store; ``purge=True`` keeps the default auto-purge on every forget."""
+        """A fresh, empty store; ``purge=True``: every compliance forget purges before it returns
+        (``auto_purge="sync"``), else nothing purges until a test asks (``"off"``)."""
         self._count += 1
-        store = self._open(self._new_location(), {"auto_purge": purge})
-        assert store.auto_purge is purge, "the store ignored auto_purge"
+        mode = "sync" if purge else "off"
+        store = self._open(self._new_location(), {"auto_purge": mode})
+        assert store.purge_mode == mode and store.auto_purge is purge, "the store ignored auto_purge"
         return store
 
     def _new_location(self) -> str:

@@ -14,6 +14,7 @@ import pytest
 import cenotaph
 from cenotaph import Store
 from cenotaph.backends.sqlite.backend import DB_NAME
+from cenotaph.backends.sqlite.schema import MIGRATIONS
 from cenotaph.erasure.forget import ForgetPlan
 from cenotaph.erasure.probes import sample_probes
 from cenotaph.index.atrest import VectorCells, sealed_part
@@ -272,7 +273,7 @@ def test_a_schema_5_store_migrates_and_its_first_search_keeps_vectors(tmp_path: 
     store.write(USER, "note0", "overwritten note")  # the trigger deletes the replaced record's cell
     store.close()
     with sqlite3.connect(tmp_path / DB_NAME) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 6
+        assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
         versions = {v for (v,) in db.execute("SELECT version FROM vectors")}
         live = {v for (v,) in db.execute("SELECT version FROM records")}
     db.close()

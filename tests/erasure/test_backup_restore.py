@@ -63,7 +63,7 @@ def _epochs_in(db: Path) -> set[int]:
 def test_a_backup_from_before_a_forget_resurrects_nothing_and_dies_with_its_epochs(tmp_path: Path) -> None:
     live = tmp_path / "data"
     keyring = live / "keyring"
-    store = cenotaph.open(live)
+    store = cenotaph.open(live, auto_purge="sync")
     restored: list[cenotaph.Store] = []
     try:
         a = populate(store, A, "A", short=6, long=1)
@@ -330,7 +330,7 @@ def test_a_restored_store_certifies_a_replayed_forget_of_records_it_never_held(t
     """Written after the backup, then forgotten: the restored copy replays the forget, removes
     nothing and takes no probes (there is nothing of them), and its clean scan proves it."""
     live = tmp_path / "data"
-    with cenotaph.open(live) as store:
+    with cenotaph.open(live, auto_purge="sync") as store:
         store.write(B, "k", "kept")
         info = store.backup(tmp_path / "backup")
         store.write(A, "late", "written after the backup")

@@ -58,7 +58,7 @@ print("verified", cert["request_id"])
 @pytest.fixture
 def erased(tmp_path: Path) -> Any:
     """A store in which subject a was erased (verified), b kept; yields (store, a, b, request)."""
-    store = cenotaph.open(tmp_path / "data")
+    store = cenotaph.open(tmp_path / "data", auto_purge="sync")
     try:
         a = populate(store, A, "A", short=4, long=1)
         b = populate(store, B, "B", short=4, long=0)

@@ -91,7 +91,7 @@ def test_a_subject_erasure_leaves_no_byte_of_it_in_any_file(
     tmp_path: Path, secure_delete_default: str
 ) -> None:
     data = tmp_path / "data"
-    store = cenotaph.open(data)
+    store = cenotaph.open(data, auto_purge="sync")
     try:
         # the store switched secure_delete ON on its own connection, whatever the default was
         assert store._backend._conn.execute("PRAGMA secure_delete").fetchone()[0] == 1  # type: ignore[attr-defined]
@@ -172,7 +172,7 @@ def test_once_verified_no_file_holds_the_sealed_probes(tmp_path: Path) -> None:
 def test_a_scope_erasure_leaves_no_byte_of_its_records_or_scope_keys(tmp_path: Path) -> None:
     """The same for a compliance forget of a's whole scope: its scope keys are destroyed too."""
     data = tmp_path / "data"
-    with cenotaph.open(data) as store:
+    with cenotaph.open(data, auto_purge="sync") as store:
         a = populate(store, A, "A", short=6, long=1)
         b = populate(store, B, "B", short=3, long=0)
         marks = ",".join("?" * len(a.ids))
@@ -200,7 +200,7 @@ def test_a_scope_erasure_leaves_no_byte_of_its_records_or_scope_keys(tmp_path: P
 def test_erasing_a_long_low_entropy_value_takes_about_as_long_as_a_random_one(tmp_path: Path) -> None:
     timings = {}
     for name, value in (("random", secrets.token_hex(20_000)), ("one-char", "x" * 40_000)):
-        with cenotaph.open(tmp_path / name) as store:
+        with cenotaph.open(tmp_path / name, auto_purge="sync") as store:
             store.write(A, "k", value)
             started = time.monotonic()
             assert store.forget_subject(A).status().state == "verified"
@@ -229,7 +229,7 @@ def test_a_stale_fragment_in_free_space_is_rewritten_away_before_verifying(tmp_p
     )
     write_sql(data / DB, [("PRAGMA secure_delete=OFF", []), ("DROP TABLE junk", [])])
     assert residue(data, blobs=[stale])["window_hits"], "the stale copy must be on disk first"
-    with cenotaph.open(data) as store:
+    with cenotaph.open(data, auto_purge="sync") as store:
         request = store.forget_subject(A)
         status = request.status()
         assert status.state == "verified", status.gaps
@@ -252,7 +252,7 @@ def test_a_match_in_live_data_costs_one_rewrite_not_one_per_purge(
         store.write(B, "k", "v")
         store.write(A, "note", text)
     write_sql(data / DB, [("CREATE TABLE junk(t TEXT)", []), ("INSERT INTO junk VALUES (?)", [text])])
-    with cenotaph.open(data) as store:
+    with cenotaph.open(data, auto_purge="sync") as store:
         rewrites = []
         real = store._backend.rewrite
 

@@ -64,7 +64,7 @@ def test_rotation_destroys_the_old_epoch_for_every_copy_but_old_db_with_old_keyr
     old_kek = json.loads((old_keyring / "keyring.json").read_text())["epochs"]["1"]
     assert _epochs_in(old_db / DB) == {1}
 
-    with cenotaph.open(live) as store:
+    with cenotaph.open(live, auto_purge="sync") as store:
         request = store.forget_subject(A)
         assert request.status().state == "verified"
         report = store.rotate_keys()
@@ -122,7 +122,7 @@ def test_rotation_destroys_the_old_epoch_for_every_copy_but_old_db_with_old_keyr
 def audited(tmp_path: Path) -> Path:
     """A closed data directory with a few audited operations, whose chain verifies."""
     live = tmp_path / "data"
-    with cenotaph.open(live) as store:
+    with cenotaph.open(live, auto_purge="sync") as store:
         populate(store, A, "A", short=3, long=0)
         populate(store, B, "B", short=3, long=0)
         request = store.forget_subject(A)

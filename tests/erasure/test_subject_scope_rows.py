@@ -36,8 +36,11 @@ ALICE_SCOPES = [ALICE, f"{ALICE}/session:s1", f"{ALICE}/session:s2", f"{ALICE}/s
 KEPT_SCOPES = ["tenant:acme", TEAM, BOB, f"{BOB}/session:b1"]
 
 
-def _open(root: Path, **options: bool) -> cenotaph.Store:
-    return cenotaph.open(root / "data", key_provider=cenotaph.LocalKeyring(root / "keyring"), **options)
+def _open(root: Path, **options: bool | str) -> cenotaph.Store:
+    # forgets purge before they return unless a test says otherwise (these tests are about what
+    # a purge concludes, not about when it runs)
+    options.setdefault("auto_purge", "sync")
+    return cenotaph.open(root / "data", key_provider=cenotaph.LocalKeyring(root / "keyring"), **options)  # type: ignore[arg-type]
 
 
 def _populate(store: cenotaph.Store) -> dict[str, str]:

@@ -23,7 +23,7 @@ CANARY = "CANARY-91c2-allergic-to-penicillin"
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[cenotaph.Store]:
-    with cenotaph.open(tmp_path / "data") as s:
+    with cenotaph.open(tmp_path / "data", auto_purge="sync") as s:  # deletes verify before they return
         yield s
 
 

@@ -70,7 +70,8 @@ def assert_one_line(text: str) -> None:
 
 @pytest.fixture
 def mcp_store(tmp_path: Path) -> Iterator[cenotaph.Store]:
-    with cenotaph.open(tmp_path / "data") as store:
+    # as `cenotaph mcp` opens it: a forget purges and verifies before the tool answers
+    with cenotaph.open(tmp_path / "data", auto_purge="sync") as store:
         yield store
 
 

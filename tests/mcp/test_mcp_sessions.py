@@ -22,7 +22,7 @@ SUMMARY = "User mentioned a cardiology appointment"
 
 async def test_the_seeds_scenario_the_summary_dies_with_the_session(tmp_path) -> None:
     data = tmp_path / "data"
-    with cenotaph.open(data) as store:
+    with cenotaph.open(data, auto_purge="sync") as store:  # memory_forget answers verified
         store.write(SESSION, "note", NOTE)
         async with memory_client(store) as tools:
             note = await tools.ok("memory_read", key="note")

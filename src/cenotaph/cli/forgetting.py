@@ -17,6 +17,7 @@ from rich.text import Text
 
 import cenotaph
 from cenotaph.crypto.provider import keyring_from_env
+from cenotaph.errors import ErasureNotProvableError
 
 from .interrupts import held, on_interrupt
 from .options import data_option, keyring_location, open_existing_store
@@ -24,6 +25,7 @@ from .output import cell, emit, erasure_table, generic_table, message_cell, new_
 from .progress import progress_bar
 
 __all__ = [
+    "emit_forgotten",
     "erasure_counts",
     "forget",
     "forget_subject",
@@ -38,6 +40,35 @@ __all__ = [
 def request_document(request: cenotaph.ErasureRequest) -> dict[str, Any]:
     """One erasure request and its current status, as printed by every command that shows one."""
     return {**request.to_dict(), "status": request.status().to_dict()}
+
+
+no_wait_option = click.option(
+    "--no-wait",
+    is_flag=True,
+    help="Return once the tombstone and key destruction are durable (shredded), without waiting "
+    "for the purge and the verifying scan; `cenotaph purge` (or the next process that keeps the "
+    "store open) does them.",
+)
+
+
+def emit_forgotten(
+    store: cenotaph.Store, request: cenotaph.ErasureRequest, no_wait: bool, table: bool
+) -> None:
+    """Print a request as ``forget`` and ``forget-subject`` do: a compliance forget is purged and
+    verified first (a progress bar while it scans, then waiting until it is verified or cannot
+    be), unless ``no_wait``. A wait that cannot succeed prints the request with its gaps, then its
+    error ends the command (one line, a non-zero exit)."""
+    failure: ErasureNotProvableError | None = None
+    if request.mode == "compliance" and not no_wait:
+        with progress_bar("purging and verifying") as progress:
+            store.purge(progress=progress)
+        try:
+            request.wait()
+        except ErasureNotProvableError as exc:
+            failure = exc
+    emit(request_document(store.erasure(request.id)), table=table, render=erasure_table)
+    if failure is not None:
+        raise failure
 
 
 @click.command()
@@ -55,29 +86,32 @@ def request_document(request: cenotaph.ErasureRequest) -> dict[str, Any]:
     is_flag=True,
     help="Also forget copies of KEY held by ancestor scopes (else such a copy refuses the forget).",
 )
+@no_wait_option
 @data_option
 @table_option
-def forget(scope: str, key: str | None, mode: str, include_ancestors: bool, data: Path, table: bool) -> None:
+def forget(
+    scope: str, key: str | None, mode: str, include_ancestors: bool, no_wait: bool, data: Path, table: bool
+) -> None:
     """Forget a key, or a whole scope subtree.
 
     Forgets KEY in SCOPE and every descendant, or without KEY the whole SCOPE subtree. A
-    compliance forget then purges and verifies. Prints the erasure request (id, version, mode)
-    and its status; poll it with `cenotaph status ID`.
+    compliance forget waits until its purge and verifying scan are done (--no-wait: until its
+    keys are destroyed). Prints the erasure request (id, version, mode) and its status; poll it
+    with `cenotaph status ID`.
     """
     with open_existing_store(data) as store:
         request = committed_forget(
             store, lambda: store.forget(scope, key, mode=mode, include_ancestors=include_ancestors)
         )
-        doc = request_document(request)
-    emit(doc, table=table, render=erasure_table)
+        emit_forgotten(store, request, no_wait, table)
 
 
 def committed_forget(
     store: cenotaph.Store, forget: Callable[[], cenotaph.ErasureRequest]
 ) -> cenotaph.ErasureRequest:
-    """Run ``forget`` with Ctrl-C held until it committed, then purge (which Ctrl-C may cut short:
-    the erasure then waits, shredded, for the next `cenotaph purge`)."""
-    store.auto_purge = False  # purged below, where an interruption can say what is left
+    """Run ``forget`` with Ctrl-C held until it committed (a compliance forget's purge follows in
+    :func:`emit_forgotten`, which Ctrl-C may cut short: the erasure then waits, shredded, for the
+    next `cenotaph purge`). The store is opened with purging off, so nothing runs behind it."""
     with held():
         request = forget()
         if request.mode == "compliance":
@@ -87,24 +121,22 @@ def committed_forget(
             )
         else:
             on_interrupt(f"interrupted after the forget committed (request {request.id})")
-    if request.mode == "compliance":
-        with progress_bar("purging and verifying") as progress:
-            store.purge(progress=progress)
     return request
 
 
 @click.command("forget-subject")
 @click.argument("subject")
+@no_wait_option
 @data_option
 @table_option
-def forget_subject(subject: str, data: Path, table: bool) -> None:
+def forget_subject(subject: str, no_wait: bool, data: Path, table: bool) -> None:
     """Forget everything about a data subject.
 
     Every record carrying SUBJECT, and every record derived from one, always in compliance mode.
+    Waits until the erasure is verified (--no-wait: until its keys are destroyed).
     """
     with open_existing_store(data) as store:
-        doc = request_document(committed_forget(store, lambda: store.forget_subject(subject)))
-    emit(doc, table=table, render=erasure_table)
+        emit_forgotten(store, committed_forget(store, lambda: store.forget_subject(subject)), no_wait, table)
 
 
 @click.command()

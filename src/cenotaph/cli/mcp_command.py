@@ -105,7 +105,7 @@ def mcp(
     warning = root_of_trust_warning(data)
     if warning:
         click.echo(f"warning: {warning}", err=True)
-    with open_existing_store(data) as store:
+    with open_existing_store(data, auto_purge="sync") as store:  # memory_forget returns verified
         _serve(store, confinement, profile, transport, host, port, keyed)
 
 

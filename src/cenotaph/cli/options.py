@@ -149,11 +149,14 @@ def root_of_trust_warning(data: Path) -> str | None:
 
 
 @contextmanager
-def open_existing_store(data: Path) -> Iterator[cenotaph.Store]:
+def open_existing_store(data: Path, *, auto_purge: str = "off") -> Iterator[cenotaph.Store]:
     """Open the store in ``data``; a missing store or keyring is bad input, never created silently.
 
     Creating one here would turn a mistyped ``--data`` or ``$CENOTAPH_KEYRING`` into an empty store
     (or a fresh keyring that cannot decrypt anything); ``cenotaph init`` is the one place that creates.
+
+    ``auto_purge`` is ``"off"``: a command ends long before a background purge would, and one
+    that inspects (``status``, ``doctor``, ``audit verify``) must not change what it reports on.
     """
     if not (data / DB_NAME).is_file():
         raise click.BadParameter(
@@ -168,7 +171,7 @@ def open_existing_store(data: Path) -> Iterator[cenotaph.Store]:
         )
     # An absolute path: the residue scanner walks this directory, and with a relative root it
     # matched no file at all (a clean scan of nothing proves nothing).
-    store = cenotaph.open(data.resolve())
+    store = cenotaph.open(data.resolve(), auto_purge=auto_purge)
     try:
         yield store
     finally:

@@ -1,20 +1,27 @@
 """Forget plans: what one forget tombstones, hides and destroys, as content-free data.
 
-A plan is computed inside the forget's write transaction, applied there, mirrored into the key
-provider's ledger before commit (W7), and can be re-applied from the ledger alone on open or
-restore (S5) -- so it holds only tokens, record ids and versions.
+A plan is computed in two steps (``erasure.plan``), mirrored into the key provider's ledger
+before its first transaction commits (W7), and can be re-applied from the ledger alone on open
+or restore (S5) -- so it holds only tokens, record ids and versions.
+
+Applying a plan has two parts. The *head* -- tombstones, and the scope and subject keys it
+destroys -- is O(1) and commits with the plan; from then on the ledger decides (S9) and every
+record under a destroyed scope or subject key is shredded at once. The *records* part hides rows
+and destroys per-record keys (which is what shreds derived records and copies of a key forget);
+it is idempotent and may be split into chunks of ids, each its own transaction
+(``erasure.applier``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..backends.base import LineageRow, Txn
+from ..backends.base import Txn
 from .unshared import unshared_keys
 
-__all__ = ["ForgetPlan", "apply_plan", "reapply_to_records"]
+__all__ = ["ForgetPlan", "apply_head", "apply_plan", "apply_records", "reapply_to_records"]
 
 
 @dataclass
@@ -31,25 +38,41 @@ class ForgetPlan:
     destroy_scopes: list[bytes] = field(default_factory=list)
     destroy_subjects: list[bytes] = field(default_factory=list)
     epochs: list[int] = field(default_factory=list)  # KEK epochs live at forget time (S5 horizon)
+    # a key forget's (scope token, key token): its target can be enumerated again (erasure.plan.sweep)
+    key_slot: tuple[bytes, bytes] | None = None
     # also destroy the scope and subject keys only these records use (erasure.unshared): found
     # again wherever the plan is applied, never listed (a list of tokens would name them)
     unshared: bool = False
     _found: tuple[list[bytes], list[bytes]] | None = field(default=None, repr=False, compare=False)
+    _ids: tuple[tuple[int, int, int, int], list[str]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def compliance(self) -> bool:
         return self.mode == "compliance"
 
-    def keys_to_destroy(
-        self, txn: Txn, lineage: Mapping[str, LineageRow] | None = None
-    ) -> tuple[list[bytes], list[bytes]]:
+    @property
+    def record_ids(self) -> list[str]:
+        """Every record id the plan hides or destroys, sorted: the order chunks follow (computed
+        again only when a list is replaced or grows)."""
+        lists = (id(self.hide), len(self.hide), id(self.destroy_records), len(self.destroy_records))
+        if self._ids is None or self._ids[0] != lists:
+            self._ids = (lists, sorted({*self.hide, *self.destroy_records}))
+        return self._ids[1]
+
+    def keys_to_destroy(self, txn: Txn) -> tuple[list[bytes], list[bytes]]:
         """(scope tokens, subject tokens) whose keys this plan destroys: those listed, and (if
-        ``unshared``) those only its records use, found in ``txn`` (once, before it is applied;
-        ``lineage``: its records' lineage rows, if the caller read them already)."""
+        ``unshared``) those only its records use, found in ``txn`` (once, before it is applied)."""
         if self.unshared and self._found is None:
-            self._found = unshared_keys(txn, self.target_kind, self.target, self.destroy_records, lineage)
+            self._found = unshared_keys(txn, self.target_kind, self.target, self.destroy_records)
         scopes, subjects = self._found or ([], [])
         return sorted({*self.destroy_scopes, *scopes}), sorted({*self.destroy_subjects, *subjects})
+
+    def target_keys(self, txn: Txn) -> tuple[list[bytes], list[bytes]]:
+        """The scope and subject keys that shred the whole target at once, found without reading
+        its records: those listed, and a scope forget's subtree. What else only the plan's records
+        use (:meth:`keys_to_destroy`) takes reading them all, so a large plan destroys it last."""
+        scopes = txn.subtree_tokens(self.target) if self.unshared and self.target_kind == "scope" else []
+        return sorted({*self.destroy_scopes, *scopes}), sorted(self.destroy_subjects)
 
     @property
     def key_counts(self) -> tuple[int, int]:
@@ -58,7 +81,7 @@ class ForgetPlan:
         return len({*self.destroy_scopes, *scopes}), len({*self.destroy_subjects, *subjects})
 
     def to_entry(self) -> dict[str, Any]:
-        return {
+        entry = {
             "request_id": self.request_id,
             "mode": self.mode,
             "target_kind": self.target_kind,
@@ -73,9 +96,13 @@ class ForgetPlan:
             "epochs": self.epochs,
             "unshared": self.unshared,
         }
+        if self.key_slot is not None:
+            entry["key_slot"] = [self.key_slot[0].hex(), self.key_slot[1].hex()]
+        return entry
 
     @classmethod
     def from_entry(cls, entry: dict[str, Any]) -> ForgetPlan:
+        slot = entry.get("key_slot")
         return cls(
             request_id=str(entry["request_id"]),
             mode=str(entry["mode"]),
@@ -89,21 +116,36 @@ class ForgetPlan:
             destroy_scopes=[bytes.fromhex(t) for t in entry["destroy_scopes"]],
             destroy_subjects=[bytes.fromhex(t) for t in entry["destroy_subjects"]],
             epochs=[int(e) for e in entry.get("epochs", [])],
+            key_slot=None if slot is None else (bytes.fromhex(slot[0]), bytes.fromhex(slot[1])),
             unshared=entry.get("unshared") is True,
         )
 
 
-def apply_plan(txn: Txn, plan: ForgetPlan) -> None:
-    """Tombstone, hide and destroy in the caller's transaction. Idempotent."""
+def apply_head(txn: Txn, plan: ForgetPlan, *, whole: bool = False) -> None:
+    """Tombstones and the scope and subject keys that shred the target (``whole``: every key the
+    plan destroys, see :meth:`ForgetPlan.keys_to_destroy`). Idempotent."""
     txn.set_clock(plan.version)
     txn.insert_tombstones((t, plan.version, kind, plan.request_id) for t, kind in plan.tombstones)
-    txn.hide_records(plan.hide, plan.version, plan.mode)
     if plan.compliance:
-        scopes, subjects = plan.keys_to_destroy(txn)
-        txn.destroy_record_keys(plan.destroy_records, plan.version)
+        scopes, subjects = plan.keys_to_destroy(txn) if whole else plan.target_keys(txn)
         txn.destroy_scope_keys(scopes, plan.version)
         txn.destroy_subject_keys(subjects, plan.version)
     txn.bump_forget_epoch()
+
+
+def apply_records(txn: Txn, plan: ForgetPlan, ids: Sequence[str]) -> None:
+    """Hide ``ids`` and (compliance) destroy their content and lineage keys. Idempotent.
+    (Destroying hides too: one update of each row, not two.)"""
+    if plan.compliance:
+        txn.destroy_record_keys(ids, plan.version)
+    else:
+        txn.hide_records(ids, plan.version, plan.mode)
+
+
+def apply_plan(txn: Txn, plan: ForgetPlan) -> None:
+    """The whole plan in the caller's transaction. Idempotent."""
+    apply_head(txn, plan, whole=True)
+    apply_records(txn, plan, plan.record_ids)
 
 
 def reapply_to_records(txn: Txn, plan: ForgetPlan) -> None:
@@ -111,6 +153,4 @@ def reapply_to_records(txn: Txn, plan: ForgetPlan) -> None:
     on a copy that says it holds the forget already. Scope and subject keys are left: a scope
     re-keyed after a later reauthorization must keep its new key. Idempotent."""
     txn.insert_tombstones((t, plan.version, kind, plan.request_id) for t, kind in plan.tombstones)
-    txn.hide_records(plan.hide, plan.version, plan.mode)
-    if plan.compliance:
-        txn.destroy_record_keys(plan.destroy_records, plan.version)
+    apply_records(txn, plan, plan.record_ids)

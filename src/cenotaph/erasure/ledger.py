@@ -1,10 +1,12 @@
 """The forget ledger: each forget's plan, durable in the key provider before the database commits.
 
-``commit_plan`` applies a plan in the forget's transaction, records its erasure request and an
-audit entry, then appends the content-free entry (plan + audit head) to the provider's ledger
-and only then lets the transaction commit (W7). ``reconcile`` re-applies, on open, restore or
-when another process's ledger grew, every entry the database does not have: a forget that
-reached the ledger happened, even if its process died before COMMIT.
+``commit_plan`` applies a plan in the forget's transaction -- all of it, or for a large plan
+its head only (tombstones, scope and subject keys; ``erasure.applier`` does its records in
+chunks after) -- records its erasure request and an audit entry, then appends the content-free
+entry (plan + audit head) to the provider's ledger and only then lets the transaction commit
+(W7). ``reconcile`` re-applies, on open, restore or when another process's ledger grew, every
+entry the database does not have: a forget that reached the ledger happened, even if its
+process died before COMMIT.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import threading
+import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -22,14 +26,19 @@ from ..errors import KeyProviderError
 from ..faults import fault_point
 from .audit import GENESIS, chain_entry, entry_from_dict, entry_to_dict
 from .authority import FORGET_KIND, GRANT_KIND, IMPORT_KIND, LIFT_KIND, LedgerView
-from .forget import ForgetPlan, apply_plan, reapply_to_records
+from .forget import ForgetPlan, apply_head, apply_plan, reapply_to_records
 
 __all__ = [
+    "CHUNK_RECORDS",
     "Ledger",
     "all_anchors",
     "all_intents",
     "anchor_audit",
+    "anchor_audit_many",
+    "append_anchor",
     "append_audit",
+    "chunk_records",
+    "pause_between_chunks",
     "initial_layers",
     "start_audit_chain",
 ]
@@ -40,28 +49,48 @@ KEK_EPOCH = "kek_epoch"  # meta: the current KEK epoch, bumped by rotation so wr
 KEKS_DESTROYED = "keks_destroyed"  # meta: bumped after a rotation destroyed epochs (others forget them)
 
 ENTRY_KIND = FORGET_KIND
+# plans with more record ids than this commit their head first and their records in chunks of
+# this many after (each chunk one short transaction: about 60 ms of row updates)
+CHUNK_RECORDS = 2000
+# and pause this long between chunks: a writer waiting for the lock (every cenotaph writer polls
+# for it every few milliseconds, see SQLiteBackend._begin) takes it in the gap
+CHUNK_PAUSE_S = 0.004
+
+
+def chunk_records() -> int:
+    """:data:`CHUNK_RECORDS`, read at each use (tests lower it to exercise chunked forgets)."""
+    return CHUNK_RECORDS
+
+
+def pause_between_chunks() -> None:
+    time.sleep(CHUNK_PAUSE_S)
+
 
 _log = logging.getLogger("cenotaph")
 
 
-def initial_layers(plan: ForgetPlan) -> dict[str, Any]:
-    """Per-layer status right after the forget committed (evidence is counts, never content)."""
+def initial_layers(plan: ForgetPlan, *, applied: int | None = None) -> dict[str, Any]:
+    """Per-layer status right after the forget committed (evidence is counts, never content).
+    ``applied``: of a plan applied in chunks, how many record ids are done (None: all)."""
     if not plan.compliance:
         return {
             "tombstone": {"state": "done", "evidence": {"version": plan.version}},
             "reclaim": {"state": "pending", "evidence": {"hidden": len(plan.hide)}},
         }
+    done = "done" if applied is None else "pending"
+    progress = {} if applied is None else {"applied": applied, "of": len(plan.record_ids)}
     return {
         "tombstone": {"state": "done", "evidence": {"version": plan.version}},
         "keys": {
-            "state": "done",
+            "state": done,
             "evidence": {
                 "records": len(plan.destroy_records),
                 "scopes": plan.key_counts[0],
                 "subjects": plan.key_counts[1],
+                **progress,
             },
         },
-        "lineage": {"state": "done", "evidence": {"cascaded": len(plan.destroy_records)}},
+        "lineage": {"state": done, "evidence": {"cascaded": len(plan.destroy_records)}},
         "caches": {"state": "done", "evidence": {"cleared": "in-process, others by forget epoch"}},
         "rows": {"state": "pending", "evidence": {}},
         "wal": {"state": "pending", "evidence": {}},
@@ -90,12 +119,17 @@ def start_audit_chain(provider: KeyProvider, txn: Txn) -> None:
     provider.append_ledger({"kind": "chain", "chain": chain})
 
 
+Sampler = Callable[[Txn, ForgetPlan, Any, bool], bytes | None]
+
+
 class Ledger:
-    def __init__(self, provider: KeyProvider, sampler: Callable[[Txn, ForgetPlan], bytes | None]) -> None:
+    def __init__(self, provider: KeyProvider, sampler: Sampler) -> None:
         self._provider = provider
         self._sampler = sampler  # seals probes of what a compliance plan destroys (S4)
         self._mark: int | None = None
         self._replayed = False  # set when a replay changed the database: caches must be rechecked
+        self._anchor: dict[str, Any] | None = None  # a forget's audit anchor, appended later
+        self._anchor_lock = threading.Lock()
         self.view = LedgerView(provider)  # what decides; the database's rows only cache it (S9)
 
     def changed(self, mark: int | None = None) -> bool:
@@ -136,14 +170,17 @@ class Ledger:
         known = txn.erasure_ids() if audited is None else audited
         applied = 0
         for request_id, entry in list(self.view.plans.items()):
-            plan = ForgetPlan.from_entry(entry)
             if request_id not in known:
                 # not anchored: a stale copy or a rolled-back database opened on the same keyring
-                # would otherwise fork this chain's anchors; the next anchor covers the entry
-                self._record(txn, plan, replayed=True, replace=audited is not None)
+                # would otherwise fork this chain's anchors; the next anchor covers the entry.
+                # A restore applies every plan whole (nobody else uses the copy yet); elsewhere a
+                # large one commits its head here and its records in chunks after
+                plan = ForgetPlan.from_entry(entry)
+                whole = True if audited is not None else None
+                self._record(txn, plan, replayed=True, replace=audited is not None, whole=whole)
                 applied += 1
             elif audited is not None:
-                reapply_to_records(txn, plan)
+                reapply_to_records(txn, ForgetPlan.from_entry(entry))
         if txn.clock() < self.view.max_version:  # a clock set back would reuse forgotten versions
             txn.set_clock(self.view.max_version)  # (checked first: a read-only store cannot UPDATE)
         # Seen: the ledger as it was read above, not as it is now (an entry appended since, by a
@@ -159,20 +196,44 @@ class Ledger:
         if replayed:
             self._replayed = True
 
-    def commit_plan(self, txn: Txn, plan: ForgetPlan, check: Callable[[Txn, ForgetPlan], None]) -> None:
-        """Apply ``plan``, run ``check`` (the postcondition; raising rolls everything back), then
-        make the plan durable in the provider; the caller commits right after."""
-        anchor = self._record(txn, plan, replayed=False)
-        check(txn, plan)
+    def commit_plan(
+        self, txn: Txn, plan: ForgetPlan, check: Callable[[Txn, ForgetPlan], None], sample: Any = None
+    ) -> bool:
+        """Apply ``plan`` (whole if small; else its head, see ``erasure.applier``), run ``check``
+        on a whole plan (the postcondition; raising rolls everything back), then make the plan
+        durable in the provider; the caller commits right after. ``sample``: probes of the plan's
+        records taken before (outside this transaction). Returns whether it was applied whole."""
+        anchor, whole = self._record(txn, plan, replayed=False, sample=sample)
+        if whole:
+            check(txn, plan)
         fault_point("forget.applied")
         # the plan must be durable before COMMIT (W7); its audit anchor only after it, like every
         # anchor (a forget that never commits is replayed, and its replay is anchored instead)
         self._provider.append_ledger(self._entry(plan.to_entry(), intent=anchor))
-        self.view.refresh()  # authoritative from here on, in every process (S9)
-        anchor_after_commit(self._provider, txn, anchor)
+        # authoritative from here on, in every process (S9); this process's view reads it once
+        # the transaction commits (the caller's after-commit action), not under the write lock:
+        # parsing a large plan's entry takes a while
+        # anchored later, off the forget's path: its own intent (in the entry above) vouches for
+        # it until then, and a crash that loses the anchor only leaves it for the next to cover
+        txn.after_commit(lambda: self._defer_anchor(anchor))
         mark = self._provider.ledger_mark()
         txn.after_commit(lambda: self._seen(mark, replayed=False))  # uncommitted: replay it later
         fault_point("forget.ledgered")
+        return whole
+
+    def _defer_anchor(self, anchor: dict[str, Any]) -> None:
+        with self._anchor_lock:
+            pending = self._anchor
+            if pending is None or int(anchor["audit_seq"]) > int(pending["audit_seq"]):
+                self._anchor = anchor  # the newest covers every entry before it
+
+    def flush_anchors(self) -> None:
+        """Append the newest deferred forget anchor (the background worker, an audit check and
+        ``close`` call this): one ledger line for any number of forgets since the last flush."""
+        with self._anchor_lock:
+            anchor, self._anchor = self._anchor, None
+        if anchor is not None:
+            append_anchor(self._provider, anchor)
 
     def grant(self, digest: bytes, kind: str, target: bytes, version: int, subject: bytes | None) -> None:
         """Record a reauthorization token's issue in the ledger (before its COMMIT): a token row
@@ -218,11 +279,26 @@ class Ledger:
         )
         self.view.refresh()
 
-    def _record(self, txn: Txn, plan: ForgetPlan, *, replayed: bool, replace: bool = False) -> dict[str, Any]:
+    def _record(
+        self,
+        txn: Txn,
+        plan: ForgetPlan,
+        *,
+        replayed: bool,
+        replace: bool = False,
+        sample: Any = None,
+        whole: bool | None = None,
+    ) -> tuple[dict[str, Any], bool]:
         if not plan.epochs:
             plan.epochs = self._provider.live_epochs()
-        probes = self._sampler(txn, plan) if plan.compliance else None
-        apply_plan(txn, plan)
+        if whole is None:
+            whole = len(plan.record_ids) <= chunk_records()
+        probes = self._sampler(txn, plan, sample, whole) if plan.compliance else None
+        if whole:
+            apply_plan(txn, plan)
+        else:
+            apply_head(txn, plan)  # its records, and keys only they use, in chunks after
+        applied = None if whole else 0
         txn.insert_erasure(
             ErasureRow(
                 id=plan.request_id,
@@ -231,18 +307,19 @@ class Ledger:
                 target=plan.target,
                 version=plan.version,
                 requested_at=plan.requested_at,
-                state="shredded" if plan.compliance else "tombstoned",
-                layers=json.dumps(initial_layers(plan)),
+                state="shredded" if plan.compliance and whole else "tombstoned",
+                layers=json.dumps(initial_layers(plan, applied=applied)),
                 plan=json.dumps(plan.to_entry()),
                 probes=probes,
                 horizon=None,
                 horizon_reason=None,
                 verified_at=None,
                 scan=None,
+                applied=applied,
             ),
             replace=replace,
         )
-        return append_audit(
+        anchor = append_audit(
             txn,
             "forget",
             {
@@ -255,6 +332,7 @@ class Ledger:
                 "replayed": replayed,
             },
         )
+        return anchor, whole
 
     @staticmethod
     def _entry(plan: dict[str, Any], intent: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -271,9 +349,17 @@ def anchor_audit(provider: KeyProvider, txn: Txn, event: str, fields: dict[str, 
     tampering. The intent may outlive such a transaction harmlessly -- verification never asks
     for an intent's entry -- and it is what lets verification tell an entry whose anchor a crash
     lost from one appended by someone who can write only the database."""
-    anchor = append_audit(txn, event, fields)
-    provider.append_ledger({"kind": INTENT_KIND, **anchor})
-    anchor_after_commit(provider, txn, anchor)
+    anchor_audit_many(provider, txn, [(event, fields)])
+
+
+def anchor_audit_many(provider: KeyProvider, txn: Txn, entries: Sequence[tuple[str, dict[str, Any]]]) -> None:
+    """:func:`anchor_audit` for several entries of one transaction, with one intent and one
+    anchor, both of the last: the hash chain vouches for every entry before it (a purge that
+    concludes many requests appends two ledger lines, not two per request)."""
+    anchors = [append_audit(txn, event, fields) for event, fields in entries]
+    if anchors:
+        provider.append_ledger({"kind": INTENT_KIND, **anchors[-1]})
+        anchor_after_commit(provider, txn, anchors[-1])
 
 
 def anchor_after_commit(provider: KeyProvider, txn: Txn, anchor: dict[str, Any]) -> None:
@@ -283,17 +369,19 @@ def anchor_after_commit(provider: KeyProvider, txn: Txn, anchor: dict[str, Any])
     a committed purge or forget into an error. The entry stays unanchored, which the next anchor
     covers through the hash chain; the failure is logged (its sequence number only)."""
 
-    def append() -> None:
-        try:
-            provider.append_ledger({"kind": "anchor", **anchor})
-        except (KeyProviderError, OSError) as exc:
-            _log.warning(
-                "could not anchor audit entry %s in the key provider's ledger (%s); the next anchor covers it",
-                anchor.get("audit_seq"),
-                type(exc).__name__,  # the class only: messages may carry paths
-            )
+    txn.after_commit(lambda: append_anchor(provider, anchor))
 
-    txn.after_commit(append)
+
+def append_anchor(provider: KeyProvider, anchor: dict[str, Any]) -> None:
+    """Append one anchor, best effort (see :func:`anchor_after_commit`)."""
+    try:
+        provider.append_ledger({"kind": "anchor", **anchor})
+    except (KeyProviderError, OSError) as exc:
+        _log.warning(
+            "could not anchor audit entry %s in the key provider's ledger (%s); the next anchor covers it",
+            anchor.get("audit_seq"),
+            type(exc).__name__,  # the class only: messages may carry paths
+        )
 
 
 def all_anchors(entries: Sequence[dict[str, Any]], chain: int | None) -> dict[int, set[str]] | None:

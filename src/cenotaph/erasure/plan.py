@@ -1,5 +1,16 @@
 """Forget planning (W2, W3): which tombstones to write, which records to hide and which keys to
-destroy -- enumerated inside the forget's transaction, through tokens only.
+destroy -- enumerated through tokens only, in two steps so the write lock is held briefly.
+
+1. :meth:`ForgetPlanner.survey` enumerates the target *outside* the write lock (a large subtree
+   takes seconds to enumerate), noting the clock before its first read.
+2. :meth:`ForgetPlanner.plan`, inside the forget's write transaction, adds what was written since
+   (:meth:`Txn.written_since`: a range of versions, a handful of rows) to what the survey found,
+   checks the ancestors (W2), and fixes the tombstones and the version. Once the plan is in the
+   ledger no write can reach the target any more, so the plan is complete.
+
+:func:`sweep` finds what the target still holds unforgotten (written before the forget): the
+W2/W3 postcondition, run once the plan is applied -- and wherever a plan is applied again (a
+replay), so nothing written just before a tombstone escapes its key destruction.
 
 Enumeration goes through the ``lineage`` table (every record ever written whose keys still
 exist), so expired and overwritten versions are reached too, and follows ``derivations``
@@ -10,78 +21,142 @@ through to it), the forget fails closed with ScopeClosureError unless ``include_
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from ..backends.base import RecordRow, Txn
+from ..backends.base import LineageRow, Txn
 from ..crypto.tokens import TokenMaker
 from ..errors import ErasureNotProvableError, ScopeClosureError
 from ..records import is_visible
 from ..scope import Scope
 from .forget import ForgetPlan
+from .unshared import split_tokens
 
-__all__ = ["ForgetPlanner", "check_postcondition", "remains", "with_derived"]
+__all__ = [
+    "ForgetPlanner",
+    "ForgetTarget",
+    "Survey",
+    "check_postcondition",
+    "remains",
+    "sweep",
+    "with_derived",
+]
+
+ALL_VERSIONS = 1 << 62  # a survey bound that excludes nothing
+
+Reading = Callable[[], AbstractContextManager[Txn]]
 
 
 def _now_iso() -> str:
     return datetime.now(UTC).isoformat()
 
 
+@dataclass(frozen=True)
+class ForgetTarget:
+    """What a forget names, before anything is read: a key in a scope's subtree, a scope subtree,
+    or a subject (``token`` is the scope's or the subject's token)."""
+
+    kind: str  # "key" | "scope" | "subject"
+    mode: str  # "compliance" | "operational"
+    token: bytes
+    scope: Scope | None = None
+    key_token: bytes | None = None
+    include_ancestors: bool = False
+
+    @property
+    def compliance(self) -> bool:
+        return self.mode == "compliance"
+
+
+@dataclass
+class Survey:
+    """What the target held when surveyed outside the write lock; ``since`` is the clock before
+    the first read, so whatever was written after it is caught up inside the lock."""
+
+    since: int
+    hide: list[str] = field(default_factory=list)
+    destroy: list[str] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return len({*self.hide, *self.destroy})
+
+
 class ForgetPlanner:
     def __init__(self, tokens: TokenMaker) -> None:
         self._tokens = tokens
 
-    def scope_or_key(
-        self,
-        txn: Txn,
-        request_id: str,
-        version: int,
-        scope: Scope,
-        key: str | None,
-        mode: str,
-        include_ancestors: bool,
-    ) -> ForgetPlan:
+    # -- targets ---------------------------------------------------------------------
+    def scope_or_key(self, scope: Scope, key: str | None, mode: str, include_ancestors: bool) -> ForgetTarget:
         """Forget ``key`` in ``scope``'s subtree, or (``key=None``) the whole subtree."""
-        scope_token = self._tokens.scope(scope)
-        subtree = txn.subtree_tokens(scope_token)
-        kind = "scope" if key is None else "key"
-        # compliance destroys every version whose keys still exist; operational only marks the
-        # versions no forget marked yet (re-marking them would grow each plan with the history)
-        unforgotten = mode != "compliance"
-        plan = ForgetPlan(request_id, mode, kind, scope_token, version, _now_iso())
-        if key is None:
-            plan.tombstones.append((scope_token, "scope"))
-            live = txn.records_in_scopes(subtree)
-            affected = txn.lineage_ids(subtree, None, unforgotten=unforgotten)
+        return ForgetTarget(
+            "scope" if key is None else "key",
+            mode,
+            self._tokens.scope(scope),
+            scope,
+            None if key is None else self._tokens.key(key),
+            include_ancestors,
+        )
+
+    def subject(self, token: bytes) -> ForgetTarget:
+        """Compliance-forget every record carrying the subject, and everything derived from them."""
+        return ForgetTarget("subject", "compliance", token)
+
+    # -- step 1: outside the write lock ------------------------------------------------
+    def survey(self, reading: Reading, target: ForgetTarget) -> Survey:
+        """Enumerate ``target`` in read transactions (each short: other threads of this process
+        get the connection between them)."""
+        with reading() as txn:
+            since = txn.clock()
+            ids = _unforgotten(txn, target, ALL_VERSIONS)
+        survey = Survey(since, hide=ids)
+        if target.compliance:
+            survey.destroy = with_derived_reading(reading, ids)
+            survey.hide = survey.destroy
+        return survey
+
+    # -- step 2: inside the forget's write transaction --------------------------------
+    def plan(
+        self, txn: Txn, request_id: str, version: int, target: ForgetTarget, survey: Survey
+    ) -> ForgetPlan:
+        """The complete plan: ``survey`` plus what was written since, under this transaction's lock."""
+        plan = ForgetPlan(request_id, target.mode, target.kind, target.token, version, _now_iso())
+        ids = set(survey.hide) | set(survey.destroy)
+        if target.kind == "subject":
+            plan.tombstones.append((target.token, "subject"))
+            plan.destroy_subjects = [target.token]
+            plan.unshared = True  # and the scopes and other subjects only its records use
+        elif target.kind == "scope":
+            plan.tombstones.append((target.token, "scope"))
             # the subtree's scope keys (and subjects only its records carry) are found again from
             # the target where the plan is applied: listing them would name every scope in it
-            plan.unshared = mode == "compliance"
+            plan.unshared = target.compliance
         else:
-            key_token = self._tokens.key(key)
-            plan.target = self._tokens.key_subtree(scope_token, key_token)
+            assert target.scope is not None and target.key_token is not None
+            plan.target = self._tokens.key_subtree(target.token, target.key_token)
+            plan.key_slot = (target.token, target.key_token)
             plan.tombstones.append((plan.target, "key"))
-            live = [r for r in txn.records_in_scopes(subtree) if r.key_token == key_token]
-            affected = txn.lineage_ids(subtree, key_token, unforgotten=unforgotten)
-            for token, row in self._ancestor_holders(txn, scope, key_token, include_ancestors):
-                plan.tombstones.append((self._tokens.key_exact(token, key_token), "key-exact"))
-                live.append(row)
-                affected.extend(txn.lineage_ids([token], key_token, unforgotten=unforgotten))
-        # every version of the target ever written is forgotten, not only the live one: hiding
-        # marks the lineage too, so no overwritten or expired version can be derived from (W3)
-        plan.hide = sorted({*(r.id for r in live), *affected})
-        if mode == "compliance":
-            plan.destroy_records = with_derived(txn, affected)
-            plan.hide = sorted({*plan.hide, *plan.destroy_records})
+            for token in self._ancestor_holders(txn, target):
+                plan.tombstones.append((self._tokens.key_exact(token, target.key_token), "key-exact"))
+                ids.update(txn.lineage_ids([token], target.key_token, unforgotten=not target.compliance))
+                ids.update(r.id for r in txn.records_in_slots([(token, target.key_token)]))
+        ids.update(_caught_up(txn, target, txn.written_since(survey.since), ids))
+        if target.compliance:
+            plan.destroy_records = with_derived(txn, sorted(ids - set(survey.destroy)), known=survey.destroy)
+            plan.hide = plan.destroy_records
+        else:
+            plan.hide = sorted(ids)
         return plan
 
-    def _ancestor_holders(
-        self, txn: Txn, scope: Scope, key_token: bytes, include_ancestors: bool
-    ) -> list[tuple[bytes, RecordRow]]:
-        ancestors = [(a, self._tokens.scope(a)) for a in scope.ancestors()]
-        rows = {r.scope_token: r for r in txn.records_in_slots([(t, key_token) for _, t in ancestors])}
+    def _ancestor_holders(self, txn: Txn, target: ForgetTarget) -> list[bytes]:
+        assert target.scope is not None and target.key_token is not None
+        ancestors = [(a, self._tokens.scope(a)) for a in target.scope.ancestors()]
+        rows = {r.scope_token: r for r in txn.records_in_slots([(t, target.key_token) for _, t in ancestors])}
         now = time.time()
         holders = [(a, t) for a, t in ancestors if t in rows and is_visible(rows[t], now)]
-        if holders and not include_ancestors:
+        if holders and not target.include_ancestors:
             raise ScopeClosureError(
                 "the key is also held by ancestor scope(s) "
                 + ", ".join(repr(a.path) for a, _ in holders)
@@ -89,35 +164,108 @@ class ForgetPlanner:
                 "or forget them first. Nothing was changed.",
                 [a.path for a, _ in holders],
             )
-        return [(t, rows[t]) for _, t in holders]
-
-    def subject(self, txn: Txn, request_id: str, version: int, token: bytes) -> ForgetPlan:
-        """Compliance-forget every record carrying the subject, and everything derived from them."""
-        plan = ForgetPlan(request_id, "compliance", "subject", token, version, _now_iso())
-        plan.tombstones.append((token, "subject"))
-        plan.destroy_records = with_derived(txn, txn.lineage_ids_for_subject(token))
-        plan.hide = list(plan.destroy_records)
-        plan.destroy_subjects = [token]
-        plan.unshared = True  # and the scopes and other subjects only these records use
-        return plan
+        return [t for _, t in holders]
 
 
-def with_derived(txn: Txn, ids: Sequence[str]) -> list[str]:
-    return sorted({*ids, *txn.derived_closure(list(ids))})
+def _unforgotten(txn: Txn, target: ForgetTarget, before: int) -> list[str]:
+    """Records of ``target`` written before ``before`` that no forget of this mode covered yet."""
+    if target.kind == "subject":
+        return txn.unforgotten_for_subject(target.token, before, compliance=True)
+    subtree = txn.subtree_tokens(target.token)
+    return txn.unforgotten_in_scopes(subtree, target.key_token, before, compliance=target.compliance)
 
 
-def check_postcondition(txn: Txn, plan: ForgetPlan) -> None:
-    """W2/W3, checked inside the forget's transaction: nothing planned is still readable, and
-    (key and scope forgets) no visible record is left anywhere in the forgotten subtree."""
-    now = time.time()
-    still = txn.unhidden(plan.hide)  # one query per 500 ids (a row each was 0.85 s for 100k)
+def _caught_up(txn: Txn, target: ForgetTarget, rows: Sequence[LineageRow], planned: set[str]) -> list[str]:
+    """Of the records written since the survey (oldest first), those in ``target`` and, for a
+    compliance forget, those derived from a planned one (sources precede what derives from them)."""
+    if not rows:
+        return []
+    inside = (
+        _in_subtree(txn, {r.scope_token for r in rows}, target.token) if target.kind != "subject" else set()
+    )
+    found: list[str] = []
+    known = set(planned)
+    for row in rows:
+        if target.kind == "subject":
+            hit = target.token in split_tokens(row.subject_tokens)
+        else:
+            hit = row.scope_token in inside and (
+                target.key_token is None or row.key_token == target.key_token
+            )
+        if hit or (target.compliance and any(s in known for s in row.sources)):
+            found.append(row.record_id)
+            known.add(row.record_id)
+    return found
+
+
+def _in_subtree(txn: Txn, tokens: Iterable[bytes], root: bytes) -> set[bytes]:
+    """Those of ``tokens`` that are ``root`` or below it (walking each scope's parents)."""
+    verdict: dict[bytes, bool] = {root: True}
+    for token in tokens:
+        chain: list[bytes] = []
+        current: bytes | None = token
+        while current is not None and current not in verdict:
+            chain.append(current)
+            row = txn.scope_rows([current]).get(current)
+            current = None if row is None or row.parent is None else bytes(row.parent)
+        answer = verdict.get(current, False) if current is not None else False
+        verdict.update((t, answer) for t in chain)
+    return {t for t in tokens if verdict.get(t)}
+
+
+def with_derived(txn: Txn, ids: Sequence[str], *, known: Sequence[str] = ()) -> list[str]:
+    """``ids`` and ``known`` with every record derived from ``ids``, transitively (``known``
+    already holds its own closure)."""
+    return sorted({*known, *ids, *txn.derived_closure(list(ids))})
+
+
+def with_derived_reading(reading: Reading, ids: Sequence[str]) -> list[str]:
+    """:func:`with_derived` a level at a time, each level in its own read transaction."""
+    seen = set(ids)
+    frontier = list(ids)
+    while frontier:
+        with reading() as txn:
+            level = [d for d in txn.derived_closure(frontier) if d not in seen]
+        seen.update(level)
+        frontier = level
+    return sorted(seen)
+
+
+def sweep(txn: Txn, plan: ForgetPlan) -> list[str]:
+    """What ``plan``'s target still holds unforgotten that was written before it (and, for a
+    compliance plan, whatever derives from that and is not destroyed yet): empty once the plan is
+    applied, unless a record escaped the enumeration. Key-exact ancestor copies are in the plan."""
+    if plan.target_kind == "key":
+        if plan.key_slot is None:  # ledgered before plans named it: its records are all listed
+            return []
+        target = ForgetTarget("key", plan.mode, plan.key_slot[0], key_token=plan.key_slot[1])
+    else:
+        target = ForgetTarget(plan.target_kind, plan.mode, plan.target)
+    found = _unforgotten(txn, target, plan.version)
+    if not found or not plan.compliance:
+        return found
+    derived = txn.derived_closure(found)
+    return sorted({*found, *txn.keyed(derived), *txn.unhidden(derived)})
+
+
+def check_postcondition(txn: Txn, plan: ForgetPlan, ids: Sequence[str] | None = None) -> None:
+    """W2/W3: nothing planned (or of ``ids``) is still readable, and (key and scope forgets) no
+    visible record is left anywhere in the forgotten subtree. Raising rolls its transaction back."""
+    listed = plan.hide if ids is None else ids
+    still = txn.unhidden(listed)
     if plan.compliance:
-        still += [i for i, row in txn.lineage(plan.destroy_records).items() if row.wrapped is not None]
-    if plan.target_kind == "scope":
-        still += [r.id for r in txn.records_in_scopes(txn.subtree_tokens(plan.target)) if is_visible(r, now)]
+        still += txn.keyed(plan.destroy_records if ids is None else ids)
+    if ids is None:
+        still += sweep(txn, plan)
     if still:
+        done = (
+            "nothing was changed"
+            if ids is None
+            else "the forget itself is in effect (its tombstones and the ledger's hiding hold), this "
+            "chunk of it was rolled back"
+        )
         raise ErasureNotProvableError(
-            "the forget's postcondition failed (records still readable); nothing was changed. "
+            f"the forget's postcondition failed (records still readable); {done}. "
             "This is a bug in cenotaph; please report it.",
             ["postcondition"],
         )

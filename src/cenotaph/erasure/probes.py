@@ -1,7 +1,8 @@
 """Probes (S4): byte strings sampled from what a forget removes, kept sealed until verification.
 
-Sampled inside the forget's transaction (and again when a forget is replayed from the ledger):
-ciphertext windows of each destroyed record, its wrapped keys, the wrapped scope and subject
+Sampled inside the forget's transaction -- a large forget samples its records just before it,
+outside the write lock, and its scope and subject keys inside -- and again when a forget is
+replayed from the ledger: ciphertext windows of each destroyed record, its wrapped keys, the wrapped scope and subject
 keys, and -- while the keys still exist -- the record's plaintext and vector bytes. They are
 sealed under a random *probe key*, wrapped like every data key by a KEK epoch, the newest live
 one of the forget plan's epochs (``probe_keys`` table), so a crashed purge can resume and still prove; blob and key are
@@ -24,7 +25,7 @@ the tally existed hold a bare list (``found`` is then unknown).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -37,9 +38,18 @@ from ..model import Record
 from .forget import ForgetPlan
 from .scanner import PROBE_MIN, probe_windows
 
-__all__ = ["ProbeSample", "legacy_probe_key", "sample_probes", "seal_probes", "open_probes"]
+__all__ = [
+    "ProbeSample",
+    "RecordSample",
+    "legacy_probe_key",
+    "open_probes",
+    "sample_probes",
+    "sample_records",
+    "seal_probes",
+]
 
 T = TypeVar("T")
+Opener = Callable[[Txn, str], tuple[Record, bytes | None] | None]
 _AAD = b"cenotaph-probes/1"
 MAX_PROBES_PER_REQUEST = 4096
 # records sampled per request, spread evenly over all it destroys: opening and embedding each one
@@ -74,29 +84,31 @@ def _texts(value: object) -> Iterable[str]:
     yield json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def sample_probes(
-    txn: Txn, plan: ForgetPlan, open_record: Callable[[Txn, str], tuple[Record, bytes | None] | None]
-) -> ProbeSample:
-    """Probes of everything ``plan`` will destroy, and what it found; call before the keys are
-    destroyed.
+@dataclass(frozen=True)
+class RecordSample:
+    """Probes of a plan's records, taken while their keys exist (wrapped keys, content windows),
+    and how many of them still hold something: ``held`` records (a row or a live key), of which
+    ``live_keys`` have their lineage key."""
 
-    At most :data:`MAX_PROBES_PER_REQUEST` (the scan's cost grows with the count): the wrapped
-    scope and subject keys always, then wrapped record keys and content windows in equal shares,
-    each spread evenly over every record the plan destroys (not the first records only), from at
-    most :data:`MAX_SAMPLED_RECORDS` records chosen the same way among those of which something is
-    still in the database. What it found is counted over all of them."""
-    pinned: list[bytes] = []  # destroyed scope and subject keys: few, and each guards many records
+    keys: list[bytes]
+    windows: list[bytes]
+    held: int
+    live_keys: int
+
+
+def sample_records(txn: Txn, ids: Sequence[str], open_record: Opener) -> RecordSample:
+    """Probes of at most :data:`MAX_SAMPLED_RECORDS` of ``ids``, spread evenly over those of
+    which something is still in the database (a record an earlier erasure purged has nothing left
+    to probe, and must not take a sampled record's place): ciphertext and vector windows, wrapped
+    keys, and the opened record's plaintext and vector windows. Call before their keys are
+    destroyed; it reads every one of ``ids``, so a large forget calls it outside its transaction."""
     keys: list[bytes] = []  # wrapped record and lineage keys
     windows: list[bytes] = []  # ciphertext, plaintext and vector windows
-    # what is still in the database of the records it destroys: the tally (sealed with the
-    # probes), and where the sampled records come from (a record an earlier erasure purged has
-    # nothing left to probe, and must not take a sampled record's place)
-    rows = txn.existing_records(plan.destroy_records)
-    lineage = txn.lineage(plan.destroy_records)
-    live = {i for i, row in lineage.items() if row.wrapped is not None}
-    held = sorted(rows | live)
-    ids = _evenly(held, MAX_SAMPLED_RECORDS)
-    for record_id in ids:
+    live = txn.lineage_keyed(ids)
+    held = sorted(txn.existing_records(ids) | live)
+    chosen = _evenly(held, MAX_SAMPLED_RECORDS)
+    lineage = txn.lineage(chosen)
+    for record_id in chosen:
         row = txn.record(record_id)
         if row is not None:
             cell = txn.vector_cell(row.version)  # the search index's sealed vector
@@ -112,19 +124,43 @@ def sample_probes(
                 windows.extend(_text_windows(text))
             if vector:
                 windows.extend(_vector_windows(vector))
-    for sampled in (lineage[i] for i in ids if i in lineage):
+    for sampled in (lineage[i] for i in chosen if i in lineage):
         for blob in (sampled.wrapped, sampled.subjects):
             if blob:
                 keys.append(bytes(blob))
-    scopes, subjects = plan.keys_to_destroy(txn, lineage)
+    return RecordSample(keys, windows, len(held), len(live))
+
+
+def sample_probes(
+    txn: Txn,
+    plan: ForgetPlan,
+    open_record: Opener,
+    records: RecordSample | None = None,
+    *,
+    whole: bool = True,
+) -> ProbeSample:
+    """Probes of everything ``plan`` will destroy, and what it found; call before the keys are
+    destroyed. ``records``: its records' sample if taken before (outside the forget's
+    transaction); ``whole``: the plan is applied whole here (else only the keys of its head are
+    destroyed now, and only those are probed, see :meth:`ForgetPlan.target_keys`).
+
+    At most :data:`MAX_PROBES_PER_REQUEST` (the scan's cost grows with the count): the wrapped
+    scope and subject keys always, then wrapped record keys and content windows in equal shares,
+    each spread evenly over every record the plan destroys (not the first records only), from at
+    most :data:`MAX_SAMPLED_RECORDS` records chosen the same way among those of which something is
+    still in the database. What it found is counted over all of them."""
+    pinned: list[bytes] = []  # destroyed scope and subject keys: few, and each guards many records
+    if records is None:
+        records = sample_records(txn, plan.destroy_records, open_record)
+    scopes, subjects = plan.keys_to_destroy(txn) if whole else plan.target_keys(txn)
     for scope in txn.scope_rows(scopes).values():
         if scope.wrapped:
             pinned.append(bytes(scope.wrapped))
     for wrapped, _ in txn.subject_rows(subjects).values():
         if wrapped:
             pinned.append(bytes(wrapped))
-    found = {"records": len(held), "keys": len(live) + len(pinned)}
-    pinned, keys, windows = (_usable(group) for group in (pinned, keys, windows))
+    found = {"records": records.held, "keys": records.live_keys + len(pinned)}
+    pinned, keys, windows = (_usable(group) for group in (pinned, records.keys, records.windows))
     budget = MAX_PROBES_PER_REQUEST - min(len(pinned), MAX_PROBES_PER_REQUEST)
     take_keys = min(len(keys), max(budget // 2, budget - len(windows)))
     probes = [

@@ -15,6 +15,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,16 @@ from ..validation import check_token_text
 from .audit import AuditEntry, entry_from_dict, verify_chain
 from .certificate import Signer
 from .forget import ForgetPlan
-from .ledger import AUDIT_CHAIN, KEK_EPOCH, KEKS_DESTROYED, all_anchors, all_intents, anchor_audit
+from .ledger import (
+    AUDIT_CHAIN,
+    KEK_EPOCH,
+    KEKS_DESTROYED,
+    all_anchors,
+    all_intents,
+    anchor_audit,
+    chunk_records,
+    pause_between_chunks,
+)
 from .standing import INVESTIGATE, OPERATIONAL_GAP, PURGE, Standing, standing_of
 from .unshared import dead_key_rows
 from .verification import PENDING_STATES, Progress, Verifier, now_iso
@@ -48,6 +58,7 @@ __all__ = ["ErasureService", "BACKUP_MANIFEST", "Progress"]
 
 BACKUP_MANIFEST = "cenotaph-backup.json"
 PURGE_LAYERS = ("rows", "wal", "index")
+_ROWS_LAYER = {"compliance": "rows", "operational": "reclaim"}  # the layer a purge's row removal fills
 ALTERED_GAP = (
     "the database says this request is verified, but the audit log holds no scan that verified it: "
     "the database was altered; check the audit log against the ledger and investigate"
@@ -76,8 +87,12 @@ class ErasureService:
         self._keys = keys
         self._clear_memory = clear_memory  # drops caches and index entries; returns entries left
         self._sync = sync
-        self._vouched_cache: tuple[tuple[int, int], frozenset[str]] | None = None
         self._verifier = Verifier(backend, provider, keys, lambda row: self._horizon(row, retention=()))
+        # what wait() does to move requests forward once (timeout in seconds): purge here, or
+        # ask the store's background worker for a pass and wait for it (erasure.background)
+        self.advance: Callable[[float | None], object] = lambda timeout: self.purge()
+        self.flush_anchors: Callable[[], None] = lambda: None  # anchors appended later (ledger)
+        self._vouched_cache: tuple[tuple[int, int], frozenset[str]] | None = None
 
     # -- status ------------------------------------------------------------------------
     def row(self, request_id: object) -> ErasureRow:
@@ -129,9 +144,10 @@ class ErasureService:
         heads = all_intents(ledger, chain)
         heads.update((seq, h) for seq, found in anchors.items() for h in found)
         by_seq = {e.seq: e.head for e in entries}
-        # the chain holds, so an anchored head vouches for every entry up to it (entries written
-        # before intents existed have no head of their own in the ledger)
-        anchored = max((seq for seq, found in anchors.items() if by_seq.get(seq) in found), default=0)
+        # the chain holds, so an anchored or announced head vouches for every entry up to it
+        # (entries written before intents existed have no head of their own in the ledger, and a
+        # purge announces only the last of the entries it appends in one transaction)
+        anchored = max((seq for seq, head in heads if by_seq.get(seq) == head), default=0)
         vouched = frozenset(
             str(e.fields.get("request_id"))
             for e in entries
@@ -207,9 +223,10 @@ class ErasureService:
         idle_rounds = 0
         while True:
             before = self.status(request_id)
-            if _finished(before, operational):
+            if _finished(before, operational) or ALTERED_GAP in before.gaps:  # no purge changes that
                 return before
-            self.purge()  # always once: whatever kept it stuck may have been fixed since
+            # always once: whatever kept it stuck may have been fixed since
+            self.advance(None if deadline is None else max(0.0, deadline - time.monotonic()))
             status = self.status(request_id)
             if _finished(status, operational) or operational:
                 return status
@@ -229,17 +246,32 @@ class ErasureService:
             time.sleep(0.05)
 
     # -- purge -------------------------------------------------------------------------
-    def purge(self, progress: Progress | None = None) -> PurgeReport:
+    def pending(self, retry_stuck: bool = False) -> bool:
+        """Is a compliance request waiting for a purge (shredded, or purged and not verified,
+        and -- if stuck -- worth scanning again, see ``Verifier.worth_scanning``)?"""
+        with self._backend.read() as txn:
+            rows = [r for r in txn.erasures(PENDING_STATES) if r.mode == "compliance"]
+        return any(r.state == "shredded" or self._verifier.worth_scanning(r, retry_stuck) for r in rows)
+
+    @staticmethod
+    def retry_may_help(report: PurgeReport) -> bool:
+        """Did a purge leave a request short of its purge layers (an open reader blocking WAL
+        truncation, say)? Time may finish those; a failed scan waits for someone to act."""
+        return any(state == "shredded" for state in report.requests.values())
+
+    def purge(
+        self,
+        progress: Progress | None = None,
+        check_stop: Callable[[], None] | None = None,
+        *,
+        retry_stuck: bool = True,
+    ) -> PurgeReport:
+        """``check_stop``: called at every step boundary; raising there ends the purge as a crash
+        would (every step resumes on the next purge). ``retry_stuck``: scan stuck requests again
+        too (a background pass for other requests does not; see ``Verifier.worth_scanning``)."""
         self._sync()
-        reclaimed = 0
-        cleared: list[str] = []
-        with self._backend.write() as txn:
-            for row in txn.erasures(["tombstoned", "shredded", "purged"]):
-                reclaimed += self._purge_rows(txn, row)
-                if row.mode == "compliance":
-                    plan = ForgetPlan.from_entry(json.loads(row.plan))
-                    cleared += [*plan.hide, *plan.destroy_records]
-            reclaimed += txn.sweep_expired(time.time())
+        stop = check_stop or (lambda: None)
+        reclaimed, cleared = self._remove_rows(stop)
         fault_point("purge.rows")
         left = self._clear_memory(cleared)
         wal_done, wal_left = self._backend.checkpoint_truncate()
@@ -267,9 +299,14 @@ class ErasureService:
         with self._backend.read() as txn:
             # a request purged earlier is verified only while every purge layer is done now (a
             # reader may block this purge's WAL truncation): no certificate over a pending layer
-            to_verify = [r for r in txn.erasures(["purged"]) if _purge_layers_done(r)]
+            to_verify = [
+                r
+                for r in txn.erasures(["purged"])
+                if _purge_layers_done(r) and self._verifier.worth_scanning(r, retry_stuck)
+            ]
+        stop()
         if to_verify:
-            scan = self._verifier.verify(to_verify, progress)
+            scan = self._verifier.verify(to_verify, _with_stop(progress, stop))
         with self._backend.read() as txn:
             for row in txn.erasures():
                 requests[row.id] = row.state
@@ -279,25 +316,53 @@ class ErasureService:
         fault_point("purge.done")
         return PurgeReport(requests=requests, reclaimed=reclaimed, wal_truncated=wal_done, scan=scan)
 
-    def _purge_rows(self, txn: Txn, row: ErasureRow) -> int:
-        layers = json.loads(row.layers)
-        plan = ForgetPlan.from_entry(json.loads(row.plan))
-        if row.mode == "operational":
-            if layers["reclaim"]["state"] == "done":
-                return 0
-            removed = txn.delete_hidden(plan.hide)
-            layers["reclaim"] = _done(rows_removed=removed)
-            txn.update_erasure(row.id, layers=json.dumps(layers))
-            return removed
-        if layers["rows"]["state"] == "done":
-            return 0
-        ids = sorted({*plan.destroy_records, *plan.hide})
-        listed = (plan.destroy_scopes, plan.destroy_subjects)
-        scopes, subjects = dead_key_rows(txn, plan.target_kind, plan.target, ids, listed)
-        removed = txn.purge_erased(ids, scopes, subjects, plan.version)
-        layers["rows"] = _done(rows_removed=removed, records=len(ids))
-        txn.update_erasure(row.id, layers=json.dumps(layers))
-        return removed
+    def _remove_rows(self, check_stop: Callable[[], None]) -> tuple[int, list[str]]:
+        """Delete the rows of every request whose plan is applied (operational: reclaim its hidden
+        rows; compliance: every row of its records, scopes and subjects), then expired rows: at
+        most ``chunk_records()`` record ids per transaction, each chunk's progress recorded with it,
+        so a large request never holds the write lock long and resumes where it stopped.
+        Returns the rows removed and the record ids whose in-memory copies must go."""
+        with self._backend.read() as txn:
+            rows = [r for r in txn.erasures(["tombstoned", *PENDING_STATES]) if r.applied is None]
+        work: list[_RowRemoval] = []
+        cleared: list[str] = []
+        for row in rows:
+            plan = ForgetPlan.from_entry(json.loads(row.plan))
+            if plan.compliance:
+                cleared += plan.record_ids
+            if json.loads(row.layers)[_ROWS_LAYER[row.mode]]["state"] != "done":
+                work.append(self._removal(row.id, plan))
+        reclaimed = 0
+        while work:
+            with self._backend.write() as txn:
+                budget = max(1, chunk_records() // 4)  # deleting a record's rows costs ~4x hiding it
+                while work and budget > 0:
+                    removed, used, finished = work[0].remove_some(txn, budget)
+                    reclaimed, budget = reclaimed + removed, budget - max(used, 1)
+                    if finished:
+                        work.pop(0)
+            fault_point("purge.chunk")
+            check_stop()
+            if work:
+                pause_between_chunks()
+        while True:
+            with self._backend.write() as txn:
+                swept = txn.sweep_expired(time.time(), chunk_records())
+            reclaimed += swept
+            if swept < chunk_records():
+                return reclaimed, cleared
+
+    def _removal(self, request_id: str, plan: ForgetPlan) -> _RowRemoval:
+        """What removing a request's rows takes; the key rows only its records used are found
+        before any of their lineage rows is deleted, outside the write lock (reading every record
+        of a large plan), and their rows are removed only while their key is still destroyed."""
+        if not plan.compliance:
+            return _RowRemoval(request_id, plan, plan.hide, ([], []))
+        ids = plan.record_ids
+        with self._backend.read() as txn:
+            listed = (plan.destroy_scopes, plan.destroy_subjects)
+            keys = dead_key_rows(txn, plan.target_kind, plan.target, ids, listed)
+        return _RowRemoval(request_id, plan, ids, keys)
 
     # -- certificates ------------------------------------------------------------------
     def signer(self) -> Signer:
@@ -347,6 +412,7 @@ class ErasureService:
         The log and the ledger cannot be read in one snapshot, and another process's operation
         appends to the ledger before its COMMIT and after it. A failed check is therefore retried
         after a pause and a sync: an honest race resolves, tampering does not."""
+        self.flush_anchors()
         for attempt in range(3):
             try:
                 return self._check_audit_once()
@@ -573,6 +639,52 @@ class ErasureService:
         self._provider.release_backup(backup_id)
         with self._backend.write() as txn:
             anchor_audit(self._provider, txn, "release_backup", {"backup_id": backup_id})
+
+
+@dataclass
+class _RowRemoval:
+    """One request's rows to remove: its record ids, in order, and its dead key rows."""
+
+    request_id: str
+    plan: ForgetPlan
+    ids: list[str]
+    keys: tuple[list[bytes], list[bytes]]  # scope and subject tokens removed with the last chunk
+
+    def remove_some(self, txn: Txn, budget: int) -> tuple[int, int, bool]:
+        """Remove the rows of up to ``budget`` more records; returns (rows removed, records
+        done, whether the request's rows are all gone). The cursor is read and advanced in
+        ``txn``; the request's layers are written once, when its rows are all gone."""
+        name = _ROWS_LAYER[self.plan.mode]
+        text = txn.erasure_layers(self.request_id)
+        layers = {} if text is None else json.loads(text)
+        if text is None or layers[name]["state"] == "done":
+            return 0, 0, True  # another process finished it
+        done, total = txn.purge_progress(self.request_id)
+        part = self.ids[done : done + budget]
+        finished = done + len(part) >= len(self.ids)
+        if self.plan.compliance:
+            scopes, subjects = self.keys if finished else ([], [])
+            removed = txn.purge_erased(part, scopes, subjects, self.plan.version)
+        else:
+            removed = txn.delete_hidden(part)
+        if finished:
+            layers[name] = _done(rows_removed=total + removed, records=len(self.ids))
+            txn.update_erasure(self.request_id, layers=json.dumps(layers))
+            txn.set_purge_progress(self.request_id, None)
+        else:
+            txn.set_purge_progress(self.request_id, done + len(part), total + removed)
+        return removed, len(part), finished
+
+
+def _with_stop(progress: Progress | None, stop: Callable[[], None]) -> Progress:
+    """A scan's progress callback that also checks ``stop`` (raising it kills the scan child)."""
+
+    def report(done: int, total: int) -> None:
+        stop()
+        if progress is not None:
+            progress(done, total)
+
+    return report
 
 
 def _finished(status: ErasureStatus, operational: bool) -> bool:

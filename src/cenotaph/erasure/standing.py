@@ -38,7 +38,9 @@ READER = (
     "then run store.purge()"
 )
 REFORGET = "forget the same target again: the new request takes its own evidence and verifies"
-INVESTIGATE = "run store.check_integrity() (the database may have been altered) and report what it finds"
+INVESTIGATE = (
+    "check the store with store.check_integrity() (the database may have been altered) and report it"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +51,7 @@ class Verdict:
     stuck: bool = False
     release: str = PURGE
     waiting_for: tuple[str, ...] = ()
+    stray: tuple[str, ...] = ()  # files the store does not write that hold residue (scan names)
 
     @property
     def state(self) -> str:
@@ -81,7 +84,8 @@ def judge_scan(
         return Verdict(
             "the scanner's positive control failed, so a clean scan proves nothing",
             stuck=True,
-            release="make the temporary directory writable (the control is planted there), then run store.purge()",
+            release="make the temporary directory writable and check store.check_integrity() passes, then "
+            "run store.purge()",
         )
     if result.files == 0 or result.bytes == 0:
         return Verdict(
@@ -126,6 +130,7 @@ def _residue(result: ScanResult, rewrite_tried: bool, keyring_files: Collection[
             gap + ": file(s) the store does not write hold bytes of what was erased",
             stuck=True,
             release=f"remove or move {stray} out of the directories the store scans, then run store.purge()",
+            stray=tuple(stray),
         )
     if keyring:  # nothing the store writes there holds content: never advise removing them
         return Verdict(

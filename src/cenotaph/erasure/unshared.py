@@ -22,9 +22,9 @@ that says "shared" (a scope's children and lineage are read lazily).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
-from ..backends.base import LineageRow, Txn
+from ..backends.base import Txn
 
 __all__ = ["dead_key_rows", "split_tokens", "unshared_keys"]
 
@@ -37,25 +37,20 @@ def split_tokens(blob: bytes) -> list[bytes]:
 
 
 def unshared_keys(
-    txn: Txn,
-    kind: str,
-    target: bytes,
-    record_ids: Sequence[str],
-    lineage: Mapping[str, LineageRow] | None = None,
+    txn: Txn, kind: str, target: bytes, record_ids: Sequence[str]
 ) -> tuple[list[bytes], list[bytes]]:
     """(scope tokens, subject tokens) whose keys only ``record_ids`` use, for a compliance forget of
     ``kind`` (``scope``: its whole subtree; ``subject``: the unshared scopes of its records); the
-    forget's own target subject is not included (the plan lists it). ``lineage``: the records'
-    lineage rows, if the caller has them already."""
+    forget's own target subject is not included (the plan lists it)."""
     destroyed = set(record_ids)
-    rows = (txn.lineage(list(record_ids)) if lineage is None else lineage).values()
+    rows = txn.lineage_tokens(record_ids)
     if kind == "scope":
         scopes = txn.subtree_tokens(target)
     elif kind == "subject":
-        scopes = _unshared_scopes(txn, destroyed, {bytes(r.scope_token) for r in rows})
+        scopes = _unshared_scopes(txn, destroyed, {scope for scope, _ in rows})
     else:
         scopes = []
-    carried = {t for r in rows for t in split_tokens(r.subject_tokens)} - {target}
+    carried = {t for _, tokens in set(rows) for t in split_tokens(tokens)} - {target}
     subjects = [t for t in sorted(carried) if not _used_elsewhere(txn.subject_lineage(t), destroyed)]
     return sorted(scopes), subjects
 
@@ -115,11 +110,11 @@ def dead_key_rows(
     rows are deleted). A row is removed only while its key is destroyed: a reauthorized write
     since then gave it a new key, and its row stays. A destroyed scope's descendants are all
     destroyed too (shredding follows whole subtrees), so they go with it."""
-    rows = txn.lineage(list(record_ids)).values()
-    scopes = set(listed[0]) | {bytes(r.scope_token) for r in rows}
+    rows = set(txn.lineage_tokens(record_ids))
+    scopes = set(listed[0]) | {scope for scope, _ in rows}
     if kind == "scope":
         scopes.add(target)
-    subjects = set(listed[1]) | {t for r in rows for t in split_tokens(r.subject_tokens)}
+    subjects = set(listed[1]) | {t for _, tokens in rows for t in split_tokens(tokens)}
     if kind == "subject":
         subjects.add(target)
     dead_scopes: set[bytes] = set()

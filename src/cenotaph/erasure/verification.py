@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from ..crypto.keys import KeyChain
 from ..crypto.provider import KeyProvider, LocalKeyring
 from ..faults import fault_point
 from .forget import ForgetPlan
-from .ledger import anchor_audit
+from .ledger import anchor_audit_many
 from .plan import remains
 from .probes import ProbeSample, legacy_probe_key, open_probes
 from .scan_worker import scan_in_child
@@ -100,19 +101,52 @@ class Verifier:
             # a stale fragment of a cell in its unallocated space; rewriting the whole database
             # (VACUUM, then a TRUNCATE checkpoint) leaves none. Costs the store's size, only then.
             combined = self._scan(every, progress)
-        results = {r.id: combined for r in rows}
-        if combined.matches:  # attribute residue to the requests it belongs to
-            results = {r.id: self._scan(probes[r.id], None) for r in rows}
+        # attribute residue by the probes found: only a request whose own probes matched is
+        # scanned again, alone, to learn its files (a scan per pending request, every purge, was
+        # what made one stray file's cost grow with the requests)
+        found = set(combined.matched_probes)
+        clean = replace(combined, matches=0, matched_files=(), matched_probes=())
+        results = {r.id: self._scan(probes[r.id], None) if found & set(probes[r.id]) else clean for r in rows}
         fault_point("purge.scanned")
         with self._backend.write() as txn:
+            audited: list[tuple[str, dict[str, Any]]] = []
             for row in rows:  # oldest first: a request may wait for an earlier one concluded here
                 sample = samples[row.id]
                 scanned = None if sample is None else ProbeSample(probes[row.id], sample.found)
                 dropped = 0 if sample is None else len(sample.probes) - len(probes[row.id])
-                self._conclude(txn, row, results[row.id], scanned, rewritten, dropped)
+                audited.append(self._conclude(txn, row, results[row.id], scanned, rewritten, dropped))
+            anchor_audit_many(self._provider, txn, audited)
         # the sealed probes were just deleted: push that out of the WAL too
         self._backend.checkpoint_truncate()
         return combined.to_dict()
+
+    def worth_scanning(self, row: ErasureRow, retry_stuck: bool) -> bool:
+        """Should this purge scan a request again? A stuck one only when what holds it may have
+        changed: one held by files the store does not write, when one of those files changed or
+        went away; any other, when asked to retry (an explicit purge or wait, not a background
+        pass for other requests). Rescanning them on every purge, with every probe each one
+        holds, made the cost of one stray file grow with every later purge."""
+        evidence = _scan_evidence(row)
+        if not evidence.get("stuck"):
+            return True
+        stray = evidence.get("stray")
+        if isinstance(stray, dict) and stray:
+            return self._fingerprint(list(stray)) != stray
+        return retry_stuck
+
+    def _fingerprint(self, names: Sequence[str]) -> dict[str, list[int] | None]:
+        """(size, mtime in ns) of each file a scan named (None: gone), by its scan name."""
+        roots = sorted(self._scan_roots().items(), key=lambda item: -len(item[0]))  # labels first
+        found: dict[str, list[int] | None] = {}
+        for name in names:
+            label, root = next((lb, r) for lb, r in roots if name.startswith(lb))
+            try:
+                info = (root / name[len(label) :]).stat()
+            except OSError:
+                found[name] = None
+            else:
+                found[name] = [info.st_size, info.st_mtime_ns]
+        return found
 
     def _bookkeeping(self, matched: Sequence[bytes]) -> set[bytes]:
         """Matched probes that also occur in what the store keeps in plain by design (ids, the
@@ -154,7 +188,9 @@ class Verifier:
         sample: ProbeSample | None,
         rewritten: bool,
         uninformative: int,
-    ) -> None:
+    ) -> tuple[str, dict[str, Any]]:
+        """Record the verdict of ``row``; returns its audit entry (event, fields), anchored with
+        the others of this transaction."""
         layers = json.loads(row.layers)
         plan = ForgetPlan.from_entry(json.loads(row.plan))
         # rows this purge really removed (for requests sealed before the forget's tally existed)
@@ -187,6 +223,7 @@ class Verifier:
         if gap is not None:
             evidence |= {"gap": gap, "release": verdict.release}
             evidence |= {"stuck": True} if verdict.stuck else {}
+            evidence |= {"stray": self._fingerprint(verdict.stray)} if verdict.stray else {}
             evidence |= {"waiting_for": list(verdict.waiting_for)} if verdict.waiting_for else {}
         layers["scan"] = {"state": verdict.state, "evidence": evidence}
         fields: dict[str, Any] = {"layers": json.dumps(layers), "scan": json.dumps(evidence)}
@@ -199,9 +236,7 @@ class Verifier:
             if horizon is not None:
                 fields |= {"horizon": horizon.isoformat(), "horizon_reason": reason}
         txn.update_erasure(row.id, **fields)
-        anchor_audit(
-            self._provider,
-            txn,
+        return (
             "verify",
             {
                 "request_id": row.id,

@@ -99,8 +99,16 @@ _ERASURE_COLS = (
     "id, mode, target_kind, target, version, requested_at, state, layers, plan, probes, horizon, "
     "horizon_reason, verified_at, scan"
 )
+# a request row with its apply cursor, which lives apart (erasure_progress: see schema 6)
+_ERASURE_SELECT = (
+    "SELECT "
+    + ", ".join(f"e.{c.strip()}" for c in _ERASURE_COLS.split(","))
+    + ", p.applied FROM erasures e LEFT JOIN erasure_progress p ON p.request_id = e.id"
+)
 _WRAPPED_TABLES = (("records", "id"), ("lineage", "record_id"), ("scopes", "token"), ("subjects", "token"))
 _CHUNK = 500  # bound on host parameters per statement
+_POLL_FIRST_S = 0.0005  # a writer waiting for the write lock tries again after this,
+_POLL_MAX_S = 0.002  # doubling up to this (see SQLiteBackend._begin)
 
 
 # every column the store writes in plain: ids, states, content-free JSON (tokens as hex, counts,
@@ -143,11 +151,16 @@ def _lineage(row: Sequence[Any]) -> LineageRow:
     return LineageRow(*values)
 
 
+def _is_busy(exc: sqlite3.Error) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
 def translate(exc: sqlite3.Error, path: Path | None = None) -> StorageError:
     """The one place a driver error becomes ours (naming the database file ``path`` when known)."""
     text = str(exc).lower()
     where = "the database" if path is None else str(path)
-    if "locked" in text or "busy" in text:
+    if _is_busy(exc):
         return StorageError(
             "the data directory is locked by another process for too long (a long write, or a stuck "
             "process holding it open); retry, or wait longer with CENOTAPH_BUSY_TIMEOUT_MS"
@@ -452,6 +465,20 @@ class SQLiteTxn:
                 found[row[0]] = _lineage(row)
         return found
 
+    def lineage_tokens(self, ids: Sequence[str]) -> list[tuple[bytes, bytes]]:
+        found: list[tuple[bytes, bytes]] = []
+        for part in _chunks(list(ids)):
+            sql = f"SELECT scope_token, subject_tokens FROM lineage WHERE record_id IN ({_marks(len(part))})"
+            found.extend((bytes(s), bytes(t)) for s, t in self._c.execute(sql, part))
+        return found
+
+    def lineage_keyed(self, ids: Sequence[str]) -> set[str]:
+        found: set[str] = set()
+        for part in _chunks(list(ids)):
+            sql = f"SELECT record_id FROM lineage WHERE wrapped IS NOT NULL AND record_id IN ({_marks(len(part))})"
+            found.update(r[0] for r in self._c.execute(sql, part))
+        return found
+
     def lineage_ids(
         self, scope_tokens: Sequence[bytes], key_token: bytes | None, *, unforgotten: bool = False
     ) -> list[str]:
@@ -489,6 +516,54 @@ class SQLiteTxn:
             frontier = nxt
         return sorted(seen - set(ids))
 
+    def written_since(self, version: int) -> list[LineageRow]:
+        # every write inserts a records row at a fresh version (the table's key, so this is a
+        # range), and a replaced version's lineage stays under the same slot
+        sql = (
+            f"SELECT {_LINEAGE_COLS} FROM lineage WHERE version > ?1 AND (scope_token, key_token) IN "
+            "(SELECT scope_token, key_token FROM records WHERE version > ?1) ORDER BY version"
+        )
+        return [_lineage(row) for row in self._c.execute(sql, (version,))]
+
+    def unforgotten_in_scopes(
+        self, scope_tokens: Sequence[bytes], key_token: bytes | None, before: int, *, compliance: bool
+    ) -> list[str]:
+        found: set[str] = set()
+        kept = "destroyed_version IS NULL" if compliance else "forgotten_version IS NULL"
+        shown = "(hidden_version IS NULL OR wrapped IS NOT NULL)" if compliance else "hidden_version IS NULL"
+        for part in _chunks(list(scope_tokens)):
+            marks = _marks(len(part))
+            key_sql, args = (
+                ("", [*part, before])
+                if key_token is None
+                else (" AND key_token=?", [*part, key_token, before])
+            )
+            for sql in (
+                f"SELECT record_id FROM lineage WHERE scope_token IN ({marks}){key_sql} AND version < ? AND {kept}",
+                f"SELECT id FROM records WHERE scope_token IN ({marks}){key_sql} AND version < ? AND {shown}",
+            ):
+                found.update(r[0] for r in self._c.execute(sql, args))
+        return sorted(found)
+
+    def unforgotten_for_subject(self, subject_token: bytes, before: int, *, compliance: bool) -> list[str]:
+        kept = "l.destroyed_version IS NULL" if compliance else "l.forgotten_version IS NULL"
+        shown = (
+            "(r.hidden_version IS NULL OR r.wrapped IS NOT NULL)"
+            if compliance
+            else "r.hidden_version IS NULL"
+        )
+        found = {
+            r[0]
+            for sql in (
+                "SELECT l.record_id FROM record_subjects rs JOIN lineage l ON l.record_id = rs.record_id "
+                f"WHERE rs.subject_token=? AND l.version < ? AND {kept}",
+                "SELECT r.id FROM record_subjects rs JOIN records r ON r.id = rs.record_id "
+                f"WHERE rs.subject_token=? AND r.version < ? AND {shown}",
+            )
+            for r in self._c.execute(sql, (subject_token, before))
+        }
+        return sorted(found)
+
     # -- forgetting ------------------------------------------------------------------
     def hide_records(self, ids: Sequence[str], version: int, mode: str) -> int:
         # one statement per chunk of ids (an UPDATE per id was 1.1 s of a 100k-record forget)
@@ -514,9 +589,9 @@ class SQLiteTxn:
                 (version, *part),
             )
             self._c.execute(
-                "UPDATE lineage SET wrapped=NULL, subjects=NULL, destroyed_version=coalesce(destroyed_version, ?) "
-                f"WHERE record_id IN ({marks})",
-                (version, *part),
+                "UPDATE lineage SET wrapped=NULL, subjects=NULL, destroyed_version=coalesce(destroyed_version, ?), "
+                f"forgotten_version=coalesce(forgotten_version, ?) WHERE record_id IN ({marks})",
+                (version, version, *part),
             )
 
     def destroy_scope_keys(self, tokens: Sequence[bytes], version: int) -> None:
@@ -581,12 +656,24 @@ class SQLiteTxn:
         removed = 0
         for part in _chunks(list(ids)):
             marks = _marks(len(part))
+            # record_subjects and derivations are keyed by (subject, record) and (source,
+            # derived): deleting by the second column alone scans the whole table, so the pairs
+            # come from the records' own lineage rows (their subject tokens and sources)
+            pairs: list[tuple[bytes, str]] = []
+            sources: list[tuple[str, str]] = []
+            sql = f"SELECT record_id, subject_tokens, sources FROM lineage WHERE record_id IN ({marks})"
+            for record_id, tokens, listed in self._c.execute(sql, part):
+                pairs.extend((tokens[i : i + 32], record_id) for i in range(0, len(tokens), 32))
+                if listed != "[]":
+                    sources.extend((source, record_id) for source in json.loads(listed))
+            removed += self._deleted(
+                "DELETE FROM record_subjects WHERE subject_token=? AND record_id=?", pairs
+            )
+            removed += self._deleted("DELETE FROM derivations WHERE source_id=? AND derived_id=?", sources)
             for sql in (
                 f"DELETE FROM records WHERE id IN ({marks})",
                 f"DELETE FROM lineage WHERE record_id IN ({marks})",
-                f"DELETE FROM record_subjects WHERE record_id IN ({marks})",
                 f"DELETE FROM derivations WHERE source_id IN ({marks})",
-                f"DELETE FROM derivations WHERE derived_id IN ({marks})",
             ):
                 removed += self._c.execute(sql, part).rowcount
         self._c.executemany("INSERT OR IGNORE INTO erased_records VALUES (?,?)", [(i, version) for i in ids])
@@ -595,6 +682,12 @@ class SQLiteTxn:
                 sql = f"DELETE FROM {table} WHERE wrapped IS NULL AND token IN ({_marks(len(part))})"
                 removed += self._c.execute(sql, part).rowcount
         return removed
+
+    def _deleted(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> int:
+        """Rows removed by one parameterised DELETE run for each of ``rows``."""
+        before = self._c.total_changes
+        self._c.executemany(sql, rows)
+        return self._c.total_changes - before
 
     def erased_version(self, record_id: str) -> int | None:
         value = self._one("SELECT version FROM erased_records WHERE record_id=?", (record_id,))
@@ -608,9 +701,14 @@ class SQLiteTxn:
             removed += self._c.execute(sql, part).rowcount
         return removed
 
-    def sweep_expired(self, now: float) -> int:
-        """Delete expired rows (content key and ciphertext); lineage is kept (expiry is operational)."""
-        return self._c.execute("DELETE FROM records WHERE expires_at <= ?", (now,)).rowcount
+    def sweep_expired(self, now: float, limit: int) -> int:
+        """Delete up to ``limit`` expired rows (content key and ciphertext); lineage is kept
+        (expiry is operational)."""
+        sql = (
+            "DELETE FROM records WHERE version IN "
+            "(SELECT version FROM records WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)"
+        )
+        return self._c.execute(sql, (now, limit)).rowcount
 
     # -- key rotation and backups -------------------------------------------------------
     def wrapped_keys(self) -> list[tuple[str, Any, bytes, int]]:
@@ -670,20 +768,27 @@ class SQLiteTxn:
                 row.scan,
             ),
         )
+        if row.applied is not None or replace:
+            self.set_applied(row.id, row.applied)
 
     def erasure(self, request_id: str) -> ErasureRow | None:
-        row = self._c.execute(f"SELECT {_ERASURE_COLS} FROM erasures WHERE id=?", (request_id,)).fetchone()
+        row = self._c.execute(f"{_ERASURE_SELECT} WHERE e.id=?", (request_id,)).fetchone()
         return None if row is None else ErasureRow(*row)
 
+    def erasure_layers(self, request_id: str) -> str | None:
+        value = self._one("SELECT layers FROM erasures WHERE id=?", (request_id,))
+        return None if value is None else str(value)
+
     def erasures(self, states: Sequence[str] | None = None) -> list[ErasureRow]:
-        sql = f"SELECT {_ERASURE_COLS} FROM erasures"
+        sql = _ERASURE_SELECT
         args: list[Any] = []
         if states is not None:
-            sql += f" WHERE state IN ({_marks(len(states))})"
+            sql += f" WHERE e.state IN ({_marks(len(states))})"
             args = list(states)
-        return [ErasureRow(*r) for r in self._c.execute(sql + " ORDER BY version", args)]
+        return [ErasureRow(*r) for r in self._c.execute(sql + " ORDER BY e.version", args)]
 
     def update_erasure(self, request_id: str, **fields: Any) -> None:
+        """Rewrites the whole row (its plan too): a large request's cursors are not kept here."""
         allowed = set(_ERASURE_COLS.replace(" ", "").split(","))
         if not fields or not set(fields) <= allowed:
             raise ValueError(f"unknown erasure fields: {sorted(set(fields) - allowed)}")
@@ -692,6 +797,42 @@ class SQLiteTxn:
 
     def erasure_ids(self) -> set[str]:
         return {r[0] for r in self._c.execute("SELECT id FROM erasures")}
+
+    def unapplied_erasures(self) -> list[ErasureRow]:
+        sql = f"{_ERASURE_SELECT} WHERE p.applied IS NOT NULL ORDER BY e.version"
+        return [ErasureRow(*r) for r in self._c.execute(sql)]
+
+    def apply_cursor(self, request_id: str) -> int | None:
+        value = self._one("SELECT applied FROM erasure_progress WHERE request_id=?", (request_id,))
+        return None if value is None else int(value)
+
+    def set_applied(self, request_id: str, applied: int | None) -> None:
+        self._c.execute(
+            "INSERT INTO erasure_progress (request_id, applied) VALUES (?,?) "
+            "ON CONFLICT(request_id) DO UPDATE SET applied=excluded.applied",
+            (request_id, applied),
+        )
+        self._drop_finished_progress(request_id)
+
+    def purge_progress(self, request_id: str) -> tuple[int, int]:
+        row = self._c.execute(
+            "SELECT purged, rows_removed FROM erasure_progress WHERE request_id=?", (request_id,)
+        ).fetchone()
+        return (0, 0) if row is None else (int(row[0]), int(row[1]))
+
+    def set_purge_progress(self, request_id: str, done: int | None, removed: int = 0) -> None:
+        self._c.execute(
+            "INSERT INTO erasure_progress (request_id, purged, rows_removed) VALUES (?,?,?) "
+            "ON CONFLICT(request_id) DO UPDATE SET purged=excluded.purged, rows_removed=excluded.rows_removed",
+            (request_id, done or 0, removed if done is not None else 0),
+        )
+        self._drop_finished_progress(request_id)
+
+    def _drop_finished_progress(self, request_id: str) -> None:
+        self._c.execute(
+            "DELETE FROM erasure_progress WHERE request_id=? AND applied IS NULL AND purged=0 AND rows_removed=0",
+            (request_id,),
+        )
 
     def audit_tail(self) -> tuple[int, str] | None:
         row = self._c.execute("SELECT seq, entry FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
@@ -796,7 +937,7 @@ class SQLiteBackend:
                 )
             txn = SQLiteTxn(self._conn)
             try:
-                self._conn.execute(begin)
+                self._begin(begin)
             except sqlite3.Error as exc:
                 raise translate(exc, self.path) from exc
             try:
@@ -819,6 +960,29 @@ class SQLiteBackend:
                     failure = failure or exc
             if failure is not None:
                 raise failure
+
+    def _begin(self, begin: str) -> None:
+        """``begin``, waiting for the write lock by polling every few milliseconds until the busy
+        timeout, rather than with SQLite's busy handler: its sleeps grow to 100 ms, so a writer
+        queued behind a run of short transactions (a large forget's or purge's chunks, each
+        followed by a short pause for exactly this) kept missing the gaps between them and waited
+        through several. The handler stays in force for every statement inside the transaction."""
+        timeout_ms = busy_timeout_ms()
+        deadline = time.monotonic() + timeout_ms / 1000
+        delay = _POLL_FIRST_S
+        self._conn.execute("PRAGMA busy_timeout=0")
+        try:
+            while True:
+                try:
+                    self._conn.execute(begin)
+                    return
+                except sqlite3.OperationalError as exc:
+                    if not _is_busy(exc) or time.monotonic() >= deadline:
+                        raise
+                time.sleep(delay)
+                delay = min(delay * 2, _POLL_MAX_S)
+        finally:
+            self._conn.execute(f"PRAGMA busy_timeout={timeout_ms}")
 
     def in_transaction(self) -> bool:
         """Meaningful for the calling thread only while it holds :meth:`serial`."""

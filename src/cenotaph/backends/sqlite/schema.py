@@ -147,4 +147,19 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         END;
         """,
     ),
+    (
+        7,
+        """
+        -- a large request's cursors, apart from its row (which holds its plan, every id, and is
+        -- rewritten whole by any update): a forget that commits its tombstones first and hides
+        -- and destroys its records in chunks after (erasure.applier) counts the plan's record ids
+        -- applied (NULL once all are); a purge removing its rows in chunks counts the records done
+        -- and the rows removed. No row: nothing in progress (every request from before this
+        -- schema was applied whole, and purged in one transaction)
+        CREATE TABLE IF NOT EXISTS erasure_progress (
+            request_id TEXT PRIMARY KEY, applied INTEGER, purged INTEGER NOT NULL DEFAULT 0,
+            rows_removed INTEGER NOT NULL DEFAULT 0
+        ) WITHOUT ROWID;
+        """,
+    ),
 )

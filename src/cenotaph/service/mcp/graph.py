@@ -308,7 +308,7 @@ class KnowledgeGraph:
                 for r in requests
             ]
         )
-        if not self.store.auto_purge:
+        if self.store.purge_mode != "sync":  # else each forget purged before it returned
             self.store.purge()
         return all(r.status().state == "verified" for r in requests)
 
