@@ -23,7 +23,6 @@ API_TO_CLI: dict[str, str] = {
     "store.reauthorize(...)": ("`cenotaph reauthorize` (then `cenotaph write ... --reauthorization TOKEN`)"),
     "store.reauthorize()": "`cenotaph reauthorize`",
     "store.purge()": "`cenotaph purge`",
-    "store.rotate_keys()": "`cenotaph rotate-keys`",
     "store.check_integrity()": "`cenotaph doctor`",
     "store.erasure(request_id)": "`cenotaph status ID`",
     "purge()": "`cenotaph purge`",

@@ -223,8 +223,10 @@ class ErasureService:
         idle_rounds = 0
         while True:
             before = self.status(request_id)
-            if _finished(before, operational) or ALTERED_GAP in before.gaps:  # no purge changes that
+            if _finished(before, operational):
                 return before
+            if ALTERED_GAP in before.gaps:  # no purge changes that: say so at once
+                raise _not_provable(before, f"erasure request {request_id} cannot verify by waiting")
             # always once: whatever kept it stuck may have been fixed since
             self.advance(None if deadline is None else max(0.0, deadline - time.monotonic()))
             status = self.status(request_id)
