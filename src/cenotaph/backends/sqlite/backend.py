@@ -57,6 +57,27 @@ def read_only(directory: Path) -> bool:
     return bool(unwritable(directory))
 
 
+# One write lock per database file per process: stores of one process that open the same file
+# (a store per thread, a server's workers) queue on it, blocked and woken in turn, instead of
+# polling SQLite's lock against each other, where a writer could lose every race for the whole
+# busy timeout. Other processes still meet at SQLite's own lock (see SQLiteBackend._begin).
+_FILE_LOCKS: dict[tuple[int, int], threading.Lock] = {}
+_FILE_LOCKS_GUARD = threading.Lock()
+
+
+def _file_lock(path: Path) -> threading.Lock:
+    info = path.stat()
+    with _FILE_LOCKS_GUARD:
+        return _FILE_LOCKS.setdefault((info.st_dev, info.st_ino), threading.Lock())
+
+
+def _busy_error() -> StorageError:
+    return StorageError(
+        "the data directory is locked by another process for too long (a long write, or a stuck "
+        "process holding it open); retry, or wait longer with CENOTAPH_BUSY_TIMEOUT_MS"
+    )
+
+
 def _nobody_writes(db: Path) -> bool:
     """Only root could change this database: a read-only file system; a file no one may write (a
     connection that cannot write the file cannot write its WAL either); or a directory no one may
@@ -161,10 +182,7 @@ def translate(exc: sqlite3.Error, path: Path | None = None) -> StorageError:
     text = str(exc).lower()
     where = "the database" if path is None else str(path)
     if _is_busy(exc):
-        return StorageError(
-            "the data directory is locked by another process for too long (a long write, or a stuck "
-            "process holding it open); retry, or wait longer with CENOTAPH_BUSY_TIMEOUT_MS"
-        )
+        return _busy_error()
     if "malformed" in text or "not a database" in text:
         return StorageError("the database file is corrupt; restore it from a backup with cenotaph.restore()")
     if "readonly" in text or "read-only" in text:
@@ -864,6 +882,7 @@ class SQLiteBackend:
         except sqlite3.Error as exc:
             raise translate(exc, self.path) from exc
         try:
+            self._writers = _file_lock(self.path)
             self._migrate()
         except BaseException as exc:
             self._conn.close()
@@ -936,19 +955,25 @@ class SQLiteBackend:
                     "rotate_keys' progress, called back into it); make the call after it returns"
                 )
             txn = SQLiteTxn(self._conn)
+            deadline = time.monotonic() + busy_timeout_ms() / 1000
+            if not self._writers.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                raise _busy_error()
             try:
-                self._begin(begin)
-            except sqlite3.Error as exc:
-                raise translate(exc, self.path) from exc
-            try:
-                yield txn
-                self._conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                self._rollback()
-                raise translate(exc, self.path) from exc
-            except BaseException:
-                self._rollback()
-                raise
+                try:
+                    self._begin(begin, deadline)
+                except sqlite3.Error as exc:
+                    raise translate(exc, self.path) from exc
+                try:
+                    yield txn
+                    self._conn.execute("COMMIT")
+                except sqlite3.Error as exc:
+                    self._rollback()
+                    raise translate(exc, self.path) from exc
+                except BaseException:
+                    self._rollback()
+                    raise
+            finally:
+                self._writers.release()
             # still under the lock: no other thread of this process may see the commit before
             # the caches and marks that depend on it are updated; every action runs even if one
             # fails (the commit happened), and the first failure is raised afterwards
@@ -961,14 +986,14 @@ class SQLiteBackend:
             if failure is not None:
                 raise failure
 
-    def _begin(self, begin: str) -> None:
-        """``begin``, waiting for the write lock by polling every few milliseconds until the busy
-        timeout, rather than with SQLite's busy handler: its sleeps grow to 100 ms, so a writer
+    def _begin(self, begin: str, deadline: float) -> None:
+        """``begin``, waiting for another process's write lock by polling every few milliseconds
+        until ``deadline`` (writers of this process already queued on the file's lock), rather
+        than with SQLite's busy handler: its sleeps grow to 100 ms, so a writer
         queued behind a run of short transactions (a large forget's or purge's chunks, each
         followed by a short pause for exactly this) kept missing the gaps between them and waited
         through several. The handler stays in force for every statement inside the transaction."""
         timeout_ms = busy_timeout_ms()
-        deadline = time.monotonic() + timeout_ms / 1000
         delay = _POLL_FIRST_S
         self._conn.execute("PRAGMA busy_timeout=0")
         try:
