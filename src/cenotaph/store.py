@@ -124,9 +124,15 @@ class Store:
         self._ledger = Ledger(provider, self._sample_probes)
         self._planner = ForgetPlanner(self._tokens)
         self._search = SearchIndex(embedder if embedder is not None else HashingEmbedder())
-        self._erasure = ErasureService(backend, provider, self._keys, self._forget_from_memory, self._sync)
-        self._erasure.advance = self._advance  # what wait() does to move a request forward
-        self._erasure.flush_anchors = self._ledger.flush_anchors
+        self._erasure = ErasureService(
+            backend,
+            provider,
+            self._keys,
+            self._forget_from_memory,
+            self._sync,
+            self._advance,  # what wait() does to move a request forward
+            self._ledger.flush_anchors,
+        )
         atexit.register(self._ledger.flush_anchors)  # a process that exits without close() too
         self._purge_mode = purge_mode(auto_purge)
         self._applier = PlanApplier(backend, self._ledger.view, self._applied)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..backends.base import ErasureRow
+from ..backends.base import Backend, ErasureRow
 from ..backends.sqlite.backend import DB_NAME
 from .probes import ProbeSample
 from .scanner import ScanResult
@@ -28,6 +28,7 @@ __all__ = [
     "Standing",
     "Verdict",
     "judge_scan",
+    "standing_in",
     "standing_of",
 ]
 
@@ -155,6 +156,16 @@ class Standing:
     stuck: bool
     blocked: bool
     next_step: str | None
+
+
+def standing_in(backend: Backend, row: ErasureRow) -> Standing:
+    """Where ``row`` stands, the requests it waits for read from ``backend``."""
+
+    def lookup(request_id: str) -> ErasureRow | None:
+        with backend.read() as txn:
+            return txn.erasure(request_id)
+
+    return standing_of(row, lookup)
 
 
 def standing_of(row: ErasureRow, lookup: Callable[[str], ErasureRow | None], _depth: int = 0) -> Standing:
