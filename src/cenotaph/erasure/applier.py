@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 
 from ..backends.base import Backend, LineageRow, Txn
 from ..faults import fault_point
+from ..model import ErasureState
 from .authority import LedgerView
 from .forget import ForgetPlan, apply_records
 from .ledger import chunk_records, initial_layers, pause_between_chunks
@@ -93,7 +94,7 @@ class PlanApplier:
                     missed = sorted({*missed, *txn.derived_closure(missed)})
                 apply_records(txn, plan, missed)
                 check_postcondition(txn, plan, missed)
-            state = "shredded" if plan.compliance else "tombstoned"
+            state = ErasureState.SHREDDED if plan.compliance else ErasureState.TOMBSTONED
             txn.update_erasure(plan.request_id, state=state, layers=json.dumps(initial_layers(plan)))
             txn.set_applied(plan.request_id, None)
             txn.bump_forget_epoch()  # other processes drop cached keys of what was just destroyed

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..backends.base import Txn
+from ..model import Mode
 from .unshared import unshared_keys
 
 __all__ = ["ForgetPlan", "apply_head", "apply_plan", "apply_records", "reapply_to_records"]
@@ -27,7 +28,7 @@ __all__ = ["ForgetPlan", "apply_head", "apply_plan", "apply_records", "reapply_t
 @dataclass
 class ForgetPlan:
     request_id: str
-    mode: str  # "compliance" | "operational"
+    mode: str  # a Mode
     target_kind: str  # "key" | "scope" | "subject"
     target: bytes  # the primary tombstone target token
     version: int  # v_f
@@ -48,7 +49,7 @@ class ForgetPlan:
 
     @property
     def compliance(self) -> bool:
-        return self.mode == "compliance"
+        return self.mode == Mode.COMPLIANCE
 
     @property
     def record_ids(self) -> list[str]:

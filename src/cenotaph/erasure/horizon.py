@@ -10,7 +10,7 @@ from datetime import datetime
 
 from ..backends.base import Backend, ErasureRow
 from ..crypto.provider import KeyProvider
-from ..model import Retention
+from ..model import Mode, Retention
 from .forget import ForgetPlan
 from .ledger import KEKS_DESTROYED
 from .standing import standing_in
@@ -33,7 +33,7 @@ class Horizons:
         """S5: reached once every KEK epoch live at the forget (``epochs``; by default the row's
         plan's) is destroyed. Its reason names whatever holds a live one back (``retention``:
         :meth:`retention`, looked up if not given)."""
-        if row.mode != "compliance":
+        if row.mode != Mode.COMPLIANCE:
             return None, "operational forgets have no erasure horizon"
         if epochs is None:
             epochs = ForgetPlan.from_entry(json.loads(row.plan)).epochs
@@ -95,7 +95,7 @@ class Horizons:
             if destroyed:
                 txn.set_meta(KEKS_DESTROYED, txn.meta_all().get(KEKS_DESTROYED, 0) + 1)
             for row in txn.erasures():
-                if row.mode == "compliance" and row.horizon is None:
+                if row.mode == Mode.COMPLIANCE and row.horizon is None:
                     horizon, reason = self.horizon(row, retention=())  # stored only once reached
                     if horizon is not None:
                         txn.update_erasure(row.id, horizon=horizon.isoformat(), horizon_reason=reason)

@@ -24,6 +24,7 @@ from ..backends.base import ErasureRow, Txn
 from ..crypto.provider import KeyProvider
 from ..errors import KeyProviderError
 from ..faults import fault_point
+from ..model import ErasureState, Layer, LayerState
 from .audit import GENESIS, chain_entry, entry_from_dict, entry_to_dict
 from .authority import FORGET_KIND, GRANT_KIND, IMPORT_KIND, LIFT_KIND, LedgerView
 from .forget import ForgetPlan, apply_head, apply_plan, reapply_to_records
@@ -74,14 +75,14 @@ def initial_layers(plan: ForgetPlan, *, applied: int | None = None) -> dict[str,
     ``applied``: of a plan applied in chunks, how many record ids are done (None: all)."""
     if not plan.compliance:
         return {
-            "tombstone": {"state": "done", "evidence": {"version": plan.version}},
-            "reclaim": {"state": "pending", "evidence": {"hidden": len(plan.hide)}},
+            Layer.TOMBSTONE: {"state": LayerState.DONE, "evidence": {"version": plan.version}},
+            Layer.RECLAIM: {"state": LayerState.PENDING, "evidence": {"hidden": len(plan.hide)}},
         }
-    done = "done" if applied is None else "pending"
+    done = LayerState.DONE if applied is None else LayerState.PENDING
     progress = {} if applied is None else {"applied": applied, "of": len(plan.record_ids)}
     return {
-        "tombstone": {"state": "done", "evidence": {"version": plan.version}},
-        "keys": {
+        Layer.TOMBSTONE: {"state": LayerState.DONE, "evidence": {"version": plan.version}},
+        Layer.KEYS: {
             "state": done,
             "evidence": {
                 "records": len(plan.destroy_records),
@@ -90,12 +91,15 @@ def initial_layers(plan: ForgetPlan, *, applied: int | None = None) -> dict[str,
                 **progress,
             },
         },
-        "lineage": {"state": done, "evidence": {"cascaded": len(plan.destroy_records)}},
-        "caches": {"state": "done", "evidence": {"cleared": "in-process, others by forget epoch"}},
-        "rows": {"state": "pending", "evidence": {}},
-        "wal": {"state": "pending", "evidence": {}},
-        "index": {"state": "pending", "evidence": {}},
-        "scan": {"state": "pending", "evidence": {}},
+        Layer.LINEAGE: {"state": done, "evidence": {"cascaded": len(plan.destroy_records)}},
+        Layer.CACHES: {
+            "state": LayerState.DONE,
+            "evidence": {"cleared": "in-process, others by forget epoch"},
+        },
+        Layer.ROWS: {"state": LayerState.PENDING, "evidence": {}},
+        Layer.WAL: {"state": LayerState.PENDING, "evidence": {}},
+        Layer.INDEX: {"state": LayerState.PENDING, "evidence": {}},
+        Layer.SCAN: {"state": LayerState.PENDING, "evidence": {}},
     }
 
 
@@ -307,7 +311,7 @@ class Ledger:
                 target=plan.target,
                 version=plan.version,
                 requested_at=plan.requested_at,
-                state="shredded" if plan.compliance and whole else "tombstoned",
+                state=ErasureState.SHREDDED if plan.compliance and whole else ErasureState.TOMBSTONED,
                 layers=json.dumps(initial_layers(plan, applied=applied)),
                 plan=json.dumps(plan.to_entry()),
                 probes=probes,

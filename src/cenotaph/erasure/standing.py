@@ -19,6 +19,7 @@ from typing import Any
 
 from ..backends.base import Backend, ErasureRow
 from ..backends.sqlite.backend import DB_NAME
+from ..model import ErasureState, Layer, LayerState, Mode
 from .probes import ProbeSample
 from .scanner import ScanResult
 
@@ -57,7 +58,9 @@ class Verdict:
     @property
     def state(self) -> str:
         """The scan layer's state: done, pending (waiting for another request) or failed."""
-        return "done" if self.gap is None else "pending" if self.waiting_for else "failed"
+        if self.gap is None:
+            return LayerState.DONE
+        return LayerState.PENDING if self.waiting_for else LayerState.FAILED
 
 
 def judge_scan(
@@ -175,23 +178,24 @@ def standing_of(row: ErasureRow, lookup: Callable[[str], ErasureRow | None], _de
         f"layer {name!r} is {layer['state']}"
         + (f": {layer['evidence']['gap']}" if "gap" in layer.get("evidence", {}) else "")
         for name, layer in sorted(layers.items())
-        if layer["state"] != "done"
+        if layer["state"] != LayerState.DONE
     ]
-    if row.mode == "operational":
-        pending = layers["reclaim"]["state"] != "done"
+    if row.mode == Mode.OPERATIONAL:
+        pending = layers[Layer.RECLAIM]["state"] != LayerState.DONE
         return Standing((OPERATIONAL_GAP, *gaps), False, False, PURGE if pending else None)
-    if row.state == "verified" and not gaps:
+    if row.state == ErasureState.VERIFIED and not gaps:
         return Standing((), False, False, None)
-    scan = layers.get("scan", {}).get("evidence", {})
+    scan = layers.get(Layer.SCAN, {}).get("evidence", {})
     if scan.get("stuck"):
         return Standing(tuple(gaps), True, False, str(scan.get("release") or INVESTIGATE))
     for earlier_id in scan.get("waiting_for", []):
         earlier = lookup(str(earlier_id))
-        if earlier is not None and earlier.state != "verified" and _depth < 64:
+        if earlier is not None and earlier.state != ErasureState.VERIFIED and _depth < 64:
             waited = standing_of(earlier, lookup, _depth + 1)
             if waited.stuck:
                 return Standing(
                     tuple(gaps), True, False, f"{earlier.id} cannot verify yet: {waited.next_step}"
                 )
-    blocked = layers.get("wal", {}).get("state") == "pending" and "gap" in layers["wal"].get("evidence", {})
+    wal = layers.get(Layer.WAL, {})
+    blocked = wal.get("state") == LayerState.PENDING and "gap" in wal.get("evidence", {})
     return Standing(tuple(gaps), False, blocked, READER if blocked else PURGE)
