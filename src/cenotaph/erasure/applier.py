@@ -24,10 +24,9 @@ and each reads the cursor inside its own transaction, so two appliers share the 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 
-from ..backends.base import Backend, LineageRow, Txn
+from ..backends.base import Backend, LineageRow, Txn, dump_layers
 from ..faults import fault_point
 from ..model import ErasureState
 from .authority import LedgerView
@@ -95,7 +94,7 @@ class PlanApplier:
                 apply_records(txn, plan, missed)
                 check_postcondition(txn, plan, missed)
             state = ErasureState.SHREDDED if plan.compliance else ErasureState.TOMBSTONED
-            txn.update_erasure(plan.request_id, state=state, layers=json.dumps(initial_layers(plan)))
+            txn.update_erasure(plan.request_id, state=state, layers=dump_layers(initial_layers(plan)))
             txn.set_applied(plan.request_id, None)
             txn.bump_forget_epoch()  # other processes drop cached keys of what was just destroyed
             txn.after_commit(lambda: self._on_applied(plan))

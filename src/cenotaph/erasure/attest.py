@@ -61,7 +61,7 @@ class Attestor:
             "verified_at": verified.get("verified_at") or row.verified_at,
             "forget_version": plan["version"],
             "layers": {name: layer.to_dict() for name, layer in status.layers.items()},
-            "scan": verified.get("scan") or json.loads(row.scan or "{}"),
+            "scan": verified.get("scan") or dict(row.scan_evidence),
             "horizon": horizon.isoformat() if horizon else None,
             "horizon_reason": reason,
             "root_of_trust": self._provider.root_of_trust,

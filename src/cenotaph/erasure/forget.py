@@ -14,7 +14,7 @@ it is idempotent and may be split into chunks of ids, each its own transaction
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,7 +102,7 @@ class ForgetPlan:
         return entry
 
     @classmethod
-    def from_entry(cls, entry: dict[str, Any]) -> ForgetPlan:
+    def from_entry(cls, entry: Mapping[str, Any]) -> ForgetPlan:
         slot = entry.get("key_slot")
         return cls(
             request_id=str(entry["request_id"]),

@@ -4,7 +4,6 @@ probes keep epochs alive, each with why and what releases it."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -36,7 +35,7 @@ class Horizons:
         if row.mode != Mode.COMPLIANCE:
             return None, "operational forgets have no erasure horizon"
         if epochs is None:
-            epochs = ForgetPlan.from_entry(json.loads(row.plan)).epochs
+            epochs = ForgetPlan.from_entry(row.plan_entry).epochs
         live = set(self._provider.live_epochs()) & set(epochs)
         if not live:
             stamp = row.horizon or now_iso()

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ..backends.base import ErasureRow, Txn
+from ..backends.base import ErasureRow, LayerEntry, Txn, dump_layers
 from ..crypto.provider import KeyProvider
 from ..errors import KeyProviderError
 from ..faults import fault_point
@@ -70,36 +70,29 @@ def pause_between_chunks() -> None:
 _log = logging.getLogger("cenotaph")
 
 
-def initial_layers(plan: ForgetPlan, *, applied: int | None = None) -> dict[str, Any]:
+def initial_layers(plan: ForgetPlan, *, applied: int | None = None) -> dict[str, LayerEntry]:
     """Per-layer status right after the forget committed (evidence is counts, never content).
     ``applied``: of a plan applied in chunks, how many record ids are done (None: all)."""
+    done, pending = LayerState.DONE, LayerState.PENDING
     if not plan.compliance:
         return {
-            Layer.TOMBSTONE: {"state": LayerState.DONE, "evidence": {"version": plan.version}},
-            Layer.RECLAIM: {"state": LayerState.PENDING, "evidence": {"hidden": len(plan.hide)}},
+            Layer.TOMBSTONE: LayerEntry(done, {"version": plan.version}),
+            Layer.RECLAIM: LayerEntry(pending, {"hidden": len(plan.hide)}),
         }
-    done = LayerState.DONE if applied is None else LayerState.PENDING
+    keys = done if applied is None else pending
     progress = {} if applied is None else {"applied": applied, "of": len(plan.record_ids)}
+    scopes, subjects = plan.key_counts
     return {
-        Layer.TOMBSTONE: {"state": LayerState.DONE, "evidence": {"version": plan.version}},
-        Layer.KEYS: {
-            "state": done,
-            "evidence": {
-                "records": len(plan.destroy_records),
-                "scopes": plan.key_counts[0],
-                "subjects": plan.key_counts[1],
-                **progress,
-            },
-        },
-        Layer.LINEAGE: {"state": done, "evidence": {"cascaded": len(plan.destroy_records)}},
-        Layer.CACHES: {
-            "state": LayerState.DONE,
-            "evidence": {"cleared": "in-process, others by forget epoch"},
-        },
-        Layer.ROWS: {"state": LayerState.PENDING, "evidence": {}},
-        Layer.WAL: {"state": LayerState.PENDING, "evidence": {}},
-        Layer.INDEX: {"state": LayerState.PENDING, "evidence": {}},
-        Layer.SCAN: {"state": LayerState.PENDING, "evidence": {}},
+        Layer.TOMBSTONE: LayerEntry(done, {"version": plan.version}),
+        Layer.KEYS: LayerEntry(
+            keys, {"records": len(plan.destroy_records), "scopes": scopes, "subjects": subjects, **progress}
+        ),
+        Layer.LINEAGE: LayerEntry(keys, {"cascaded": len(plan.destroy_records)}),
+        Layer.CACHES: LayerEntry(done, {"cleared": "in-process, others by forget epoch"}),
+        Layer.ROWS: LayerEntry(pending),
+        Layer.WAL: LayerEntry(pending),
+        Layer.INDEX: LayerEntry(pending),
+        Layer.SCAN: LayerEntry(pending),
     }
 
 
@@ -312,7 +305,7 @@ class Ledger:
                 version=plan.version,
                 requested_at=plan.requested_at,
                 state=ErasureState.SHREDDED if plan.compliance and whole else ErasureState.TOMBSTONED,
-                layers=json.dumps(initial_layers(plan, applied=applied)),
+                layers=dump_layers(initial_layers(plan, applied=applied)),
                 plan=json.dumps(plan.to_entry()),
                 probes=probes,
                 horizon=None,

@@ -4,13 +4,12 @@ verifying scan (``erasure.verification``). Every step resumes on the next purge.
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..backends.base import Backend, ErasureRow, Txn
+from ..backends.base import Backend, LayerEntry, Txn, dump_layers, parse_layers
 from ..crypto.provider import KeyProvider
 from ..faults import fault_point
 from ..model import ErasureState, Layer, LayerState, Mode, PurgeReport
@@ -28,12 +27,12 @@ _ROWS_LAYER: dict[str, Layer] = {
 }  # the layer a purge's row removal fills
 
 
-def _done(**evidence: Any) -> dict[str, Any]:
-    return {"state": LayerState.DONE, "evidence": evidence}
+def _done(**evidence: Any) -> LayerEntry:
+    return LayerEntry(LayerState.DONE, evidence)
 
 
-def _pending(**evidence: Any) -> dict[str, Any]:
-    return {"state": LayerState.PENDING, "evidence": evidence}
+def _pending(**evidence: Any) -> LayerEntry:
+    return LayerEntry(LayerState.PENDING, evidence)
 
 
 class Purger:
@@ -87,7 +86,7 @@ class Purger:
         scan: dict[str, Any] = {"files": 0, "bytes": 0, "probes": 0, "matches": 0, "positive_control": False}
         with self._backend.write() as txn:
             for row in txn.erasures(PENDING_STATES):
-                layers = json.loads(row.layers)
+                layers = dict(row.layer_entries)
                 layers[Layer.WAL] = (
                     _done(wal_bytes=0)
                     if wal_done
@@ -102,14 +101,14 @@ class Purger:
                     else _pending(entries_left_in_memory=left, gap="vectors are still in the in-memory index")
                 )
                 state = ErasureState.PURGED if _purge_layers_done(layers) else row.state
-                txn.update_erasure(row.id, layers=json.dumps(layers), state=state)
+                txn.update_erasure(row.id, layers=dump_layers(layers), state=state)
         with self._backend.read() as txn:
             # a request purged earlier is verified only while every purge layer is done now (a
             # reader may block this purge's WAL truncation): no certificate over a pending layer
             to_verify = [
                 r
                 for r in txn.erasures([ErasureState.PURGED])
-                if _purge_layers_done(r) and self._verifier.worth_scanning(r, retry_stuck)
+                if _purge_layers_done(r.layer_entries) and self._verifier.worth_scanning(r, retry_stuck)
             ]
         stop()
         if to_verify:
@@ -134,10 +133,10 @@ class Purger:
         work: list[_RowRemoval] = []
         cleared: list[str] = []
         for row in rows:
-            plan = ForgetPlan.from_entry(json.loads(row.plan))
+            plan = ForgetPlan.from_entry(row.plan_entry)
             if plan.compliance:
                 cleared += plan.record_ids
-            if json.loads(row.layers)[_ROWS_LAYER[row.mode]]["state"] != LayerState.DONE:
+            if not row.layer_entries[_ROWS_LAYER[row.mode]].done:
                 work.append(self._removal(row.id, plan))
         reclaimed = 0
         while work:
@@ -187,8 +186,8 @@ class _RowRemoval:
         ``txn``; the request's layers are written once, when its rows are all gone."""
         name = _ROWS_LAYER[self.plan.mode]
         text = txn.erasure_layers(self.request_id)
-        layers = {} if text is None else json.loads(text)
-        if text is None or layers[name]["state"] == LayerState.DONE:
+        layers = {} if text is None else parse_layers(text)
+        if text is None or layers[name].done:
             return 0, 0, True  # another process finished it
         done, total = txn.purge_progress(self.request_id)
         part = self.ids[done : done + budget]
@@ -200,7 +199,7 @@ class _RowRemoval:
             removed = txn.delete_hidden(part)
         if finished:
             layers[name] = _done(rows_removed=total + removed, records=len(self.ids))
-            txn.update_erasure(self.request_id, layers=json.dumps(layers))
+            txn.update_erasure(self.request_id, layers=dump_layers(layers))
             txn.set_purge_progress(self.request_id, None)
         else:
             txn.set_purge_progress(self.request_id, done + len(part), total + removed)
@@ -218,6 +217,5 @@ def _with_stop(progress: Progress | None, stop: Callable[[], None]) -> Progress:
     return report
 
 
-def _purge_layers_done(row: ErasureRow | dict[str, Any]) -> bool:
-    layers = json.loads(row.layers) if isinstance(row, ErasureRow) else row
-    return all(layers[name]["state"] == LayerState.DONE for name in PURGE_LAYERS)
+def _purge_layers_done(layers: Mapping[str, LayerEntry]) -> bool:
+    return all(layers[name].done for name in PURGE_LAYERS)

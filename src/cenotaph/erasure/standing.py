@@ -12,10 +12,8 @@ An open reader blocking WAL truncation is not stuck: it clears when the reader g
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ..backends.base import Backend, ErasureRow
 from ..backends.sqlite.backend import DB_NAME
@@ -56,7 +54,7 @@ class Verdict:
     stray: tuple[str, ...] = ()  # files the store does not write that hold residue (scan names)
 
     @property
-    def state(self) -> str:
+    def state(self) -> LayerState:
         """The scan layer's state: done, pending (waiting for another request) or failed."""
         if self.gap is None:
             return LayerState.DONE
@@ -173,19 +171,18 @@ def standing_in(backend: Backend, row: ErasureRow) -> Standing:
 
 def standing_of(row: ErasureRow, lookup: Callable[[str], ErasureRow | None], _depth: int = 0) -> Standing:
     """Where ``row`` stands; ``lookup`` finds the requests it waits for."""
-    layers: dict[str, dict[str, Any]] = json.loads(row.layers)
+    layers = row.layer_entries
     gaps = [
-        f"layer {name!r} is {layer['state']}"
-        + (f": {layer['evidence']['gap']}" if "gap" in layer.get("evidence", {}) else "")
+        f"layer {name!r} is {layer.state}" + (f": {layer.evidence['gap']}" if "gap" in layer.evidence else "")
         for name, layer in sorted(layers.items())
-        if layer["state"] != LayerState.DONE
+        if not layer.done
     ]
     if row.mode == Mode.OPERATIONAL:
-        pending = layers[Layer.RECLAIM]["state"] != LayerState.DONE
+        pending = not layers[Layer.RECLAIM].done
         return Standing((OPERATIONAL_GAP, *gaps), False, False, PURGE if pending else None)
     if row.state == ErasureState.VERIFIED and not gaps:
         return Standing((), False, False, None)
-    scan = layers.get(Layer.SCAN, {}).get("evidence", {})
+    scan = row.evidence(Layer.SCAN)
     if scan.get("stuck"):
         return Standing(tuple(gaps), True, False, str(scan.get("release") or INVESTIGATE))
     for earlier_id in scan.get("waiting_for", []):
@@ -196,6 +193,6 @@ def standing_of(row: ErasureRow, lookup: Callable[[str], ErasureRow | None], _de
                 return Standing(
                     tuple(gaps), True, False, f"{earlier.id} cannot verify yet: {waited.next_step}"
                 )
-    wal = layers.get(Layer.WAL, {})
-    blocked = wal.get("state") == LayerState.PENDING and "gap" in wal.get("evidence", {})
+    wal = layers.get(Layer.WAL)
+    blocked = wal is not None and wal.state == LayerState.PENDING and "gap" in wal.evidence
     return Standing(tuple(gaps), False, blocked, READER if blocked else PURGE)

@@ -14,7 +14,6 @@ ledger, makes a request report verified.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 
@@ -64,16 +63,14 @@ class RequestStatus:
 
     def status(self, request_id: str) -> ErasureStatus:
         row = self.row(request_id)
-        layers = {
-            n: LayerStatus(v["state"], v.get("evidence", {})) for n, v in json.loads(row.layers).items()
-        }
+        layers = {n: LayerStatus(e.state, e.evidence) for n, e in row.layer_entries.items()}
         standing = standing_in(self._backend, row)
         retention = self._horizons.retention() if row.mode == Mode.COMPLIANCE else []
         horizon, reason = self._horizons.horizon(row, retention=retention)
         held: tuple[Retention, ...] = ()
         if row.mode == Mode.COMPLIANCE and horizon is None:
             layers[Layer.HORIZON] = LayerStatus(LayerState.PENDING, {"reason": reason})
-            epochs = set(ForgetPlan.from_entry(json.loads(row.plan)).epochs)
+            epochs = set(ForgetPlan.from_entry(row.plan_entry).epochs)
             held = tuple(r for r in retention if r.epoch in epochs)
         state, gaps, stuck, next_step = row.state, standing.gaps, standing.stuck, standing.next_step
         if (
