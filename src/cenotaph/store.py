@@ -45,6 +45,7 @@ from .model import (
     ErasureRequest,
     ErasureStatus,
     JSONValue,
+    Mode,
     PurgeReport,
     Record,
     Retention,
@@ -65,7 +66,6 @@ from .writes import RecordWriter
 
 __all__ = ["Store", "StoreSession", "open_store", "restore"]
 
-MODES = ("compliance", "operational")
 RECORD_CACHE_LIMIT = 65_536
 
 
@@ -651,7 +651,7 @@ class Store:
         parsed = Scope.parse(scope)
         if key is not None:
             check_key(key)
-        if mode not in MODES:
+        if mode not in tuple(Mode):
             raise InvalidValueError("mode must be 'compliance' or 'operational'")
         check_flag(include_ancestors, "include_ancestors")
         self._check_reason(reason)
