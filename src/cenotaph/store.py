@@ -8,7 +8,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -37,6 +37,8 @@ from .errors import (
     StorageError,
 )
 from .faults import fault_point
+from .group_writes import GroupWriter
+from .groupcommit import GroupCommit
 from .index.embedder import Embedder, HashingEmbedder
 from .index.search import SearchIndex, check_filter, check_query, matches_filter
 from .model import (
@@ -62,7 +64,7 @@ from .validation import (
     check_path,
     check_subject,
 )
-from .writes import RecordWriter
+from .writes import Prepared, RecordWriter
 
 __all__ = ["Store", "StoreSession", "open_store", "restore"]
 
@@ -107,6 +109,8 @@ class Store:
         self._keys = KeyChain(provider)
         self._crypto = RecordCrypto(self._keys)
         self._writer = RecordWriter(self._tokens, self._keys, self._crypto)
+        self._batches = GroupWriter(self._writer, self._keys)
+        self._group: GroupCommit[Sequence[Prepared], list[SealedRecord]] = GroupCommit(self._commit_writes)
         # decrypted records by id (checked against the row); every hit hands out a fresh Record
         self._cache: dict[str, OpenedRecord] = {}
         # (scope, key, fallthrough) -> what read() resolved to; valid only while nobody commits:
@@ -345,6 +349,21 @@ class Store:
                 "write_many names the same (scope, key) twice; write each key once per batch "
                 "(the last value would silently replace the first)"
             )
+        # one transaction and one fsync for every write queued meanwhile (see groupcommit.py);
+        # a thread already inside this backend (a callback) commits alone, as it always did
+        alone = any(p.reauthorization is not None for p in prepared)
+        if self._backend.held_here():
+            outcome = self._commit_writes([prepared])[0]
+            if isinstance(outcome, BaseException):
+                raise outcome
+            sealed = outcome
+        else:
+            sealed = self._group.submit(prepared, len(prepared), alone=alone)
+        return [s.opened.record() for s in sealed]
+
+    def _commit_writes(self, group: Sequence[Sequence[Prepared]]) -> list[list[SealedRecord] | BaseException]:
+        """Commit a group of write_many calls in one transaction, each checked and refused on its
+        own (a refusal rolls back that call's rows only); raises if the transaction fails."""
         self._sync()
         try:
             with self._backend.write() as txn:
@@ -360,17 +379,18 @@ class Store:
                     self._kek_seen = meta.get(KEK_EPOCH)
                 # never behind the ledger: a clock set back in the file would reuse forgotten versions
                 clock = max(meta["clock"], view.max_version)
-                sealed, replaced, uses = self._writer.write_batch(txn, prepared, clock, view)
+                outcomes, replaced, uses = self._batches.write(txn, group, clock, view)
                 for use in uses:  # durable before COMMIT: the ledger decides a token's use (S9)
                     self._ledger.lift(use.digest, use.version, use.lifts)
+                written = [s for o in outcomes if not isinstance(o, BaseException) for s in o]
                 # under the backend lock, right after COMMIT: a forget of these records can
                 # only commit after this, and its own post-commit drop then removes them again
-                txn.after_commit(lambda: self._written(sealed))
+                txn.after_commit(lambda: self._written(written))
         except BaseException:
             self._keys.clear()  # keys created in a rolled-back transaction must not be reused
             raise
         self._search.remove(replaced)
-        return [s.opened.record() for s in sealed]
+        return outcomes
 
     def _written(self, sealed: Iterable[SealedRecord]) -> None:
         self._invalidate_resolved()

@@ -221,6 +221,17 @@ class SQLiteTxn:
             raise RuntimeError("after_commit needs a write transaction (backend.write())")
         self._after.append(action)
 
+    # -- savepoints (a group commit undoes one refused write, keeping the rest) ------
+    def savepoint(self) -> None:
+        self._c.execute("SAVEPOINT cenotaph_write")
+
+    def release_savepoint(self) -> None:
+        self._c.execute("RELEASE cenotaph_write")
+
+    def rollback_to_savepoint(self) -> None:
+        self._c.execute("ROLLBACK TO cenotaph_write")
+        self._c.execute("RELEASE cenotaph_write")
+
     def _one(self, sql: str, args: Sequence[Any] = ()) -> Any:
         row = self._c.execute(sql, args).fetchone()
         return None if row is None else row[0]
@@ -1008,6 +1019,12 @@ class SQLiteBackend:
                 delay = min(delay * 2, _POLL_MAX_S)
         finally:
             self._conn.execute(f"PRAGMA busy_timeout={timeout_ms}")
+
+    def held_here(self) -> bool:
+        """Does the calling thread hold this backend's lock (inside one of its transactions or
+        :meth:`serial`)? Such a thread must not wait for another to commit for it."""
+        owned: Callable[[], bool] = self._lock._is_owned  # type: ignore[attr-defined]
+        return owned()
 
     def in_transaction(self) -> bool:
         """Meaningful for the calling thread only while it holds :meth:`serial`."""
