@@ -47,6 +47,7 @@ from .model import (
     ErasureRequest,
     ErasureStatus,
     JSONValue,
+    Mode,
     PurgeReport,
     Record,
     Retention,
@@ -67,7 +68,6 @@ from .writes import Prepared, RecordWriter
 
 __all__ = ["Store", "StoreSession", "open_store", "restore"]
 
-MODES = ("compliance", "operational")
 RECORD_CACHE_LIMIT = 65_536
 
 
@@ -278,11 +278,12 @@ class Store:
         if self._closed:
             raise InvalidValueError("this store is closed; open it again with cenotaph.open(...)")
 
-    def _sync_locked(self) -> None:
+    def _sync_locked(self, changed: bool | None = None) -> None:
         # data_version moves only on other connections' commits; a replay is our own commit.
         # Until this sync completes, the next one acts as if something changed: a failure half
         # way (a busy ledger replay, say) must not leave the change consumed and the caches kept.
-        check = self._backend.changed() or self._sync_pending
+        # ``changed``: the caller read the data version itself (with its rows), else it is read here
+        check = (self._backend.changed() if changed is None else changed) or self._sync_pending
         self._sync_pending = True
         if check:
             self._invalidate_resolved()
@@ -455,7 +456,7 @@ class Store:
     def read(self, scope: str, key: str, *, fallthrough: bool = True) -> Record | None:
         """The record under ``key`` in ``scope``, else in its nearest ancestor (R1)."""
         cacheable = type(scope) is str and type(key) is str and type(fallthrough) is bool
-        if cacheable:
+        if cacheable and (scope, key, fallthrough) in self._resolved:
             self._sync()  # drops the resolution cache on any change by anyone
             hit = self._resolved.get((scope, key, fallthrough))
             if hit is not None and (hit.expires_at is None or hit.expires_at > time.time()):
@@ -464,19 +465,25 @@ class Store:
         key_token = self._tokens.key(check_key(key))
         chain = self._tokens.scope_chain(parsed)
         tokens = chain[::-1] if check_flag(fallthrough, "fallthrough") else chain[-1:]
-        if not cacheable:
-            self._sync()
-        generation = self._resolved_gen
-        with self._backend.read() as txn:
-            rows = {r.scope_token: (r, lin) for r, lin in txn.key_records(tokens, key_token)}
-            for token in tokens:
-                found = rows.get(token)
-                opened = None if found is None else self._checked(txn, found[0], generation, found[1])
-                # the slot's key token is a column: a row moved into it must not answer for it
-                if opened is not None and opened[1].key == key:
-                    if cacheable:
-                        self._resolve(scope, key, fallthrough, opened[0], generation)
-                    return opened[1]
+        with self._backend.serial():
+            self._check_open()
+            # the ledger now; whether another connection committed comes with the rows, read in
+            # the same snapshot (no statement of its own)
+            self._sync_locked(changed=False)
+            with self._backend.read() as txn:
+                data_version, found = txn.key_records(tokens, key_token)
+                if self._backend.saw_data_version(data_version):
+                    self._sync_locked(changed=True)  # drops what that commit made stale, then we go on
+                generation = self._resolved_gen
+                rows = {r.scope_token: (r, lin) for r, lin in found}
+                for token in tokens:
+                    row = rows.get(token)
+                    opened = None if row is None else self._checked(txn, row[0], generation, row[1])
+                    # the slot's key token is a column: a row moved into it must not answer for it
+                    if opened is not None and opened[1].key == key:
+                        if cacheable:
+                            self._resolve(scope, key, fallthrough, opened[0], generation)
+                        return opened[1]
         return None
 
     def _resolve(
@@ -674,7 +681,7 @@ class Store:
         parsed = Scope.parse(scope)
         if key is not None:
             check_key(key)
-        if mode not in MODES:
+        if mode not in tuple(Mode):
             raise InvalidValueError("mode must be 'compliance' or 'operational'")
         check_flag(include_ancestors, "include_ancestors")
         self._check_reason(reason)

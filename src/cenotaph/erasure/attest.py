@@ -9,7 +9,7 @@ import json
 from ..backends.base import Backend
 from ..crypto.provider import KeyProvider
 from ..errors import ErasureNotProvableError
-from ..model import Certificate
+from ..model import Certificate, Mode
 from .audit import entry_from_dict
 from .audit_check import AuditCheck
 from .certificate import Signer
@@ -41,10 +41,10 @@ class Attestor:
 
     def attest(self, request_id: str) -> Certificate:
         row = self._requests.row(request_id)
-        if row.mode == "operational":
+        if row.mode == Mode.OPERATIONAL:
             raise ErasureNotProvableError(OPERATIONAL_GAP, [OPERATIONAL_GAP])
         plan = self._audit.ledgered_plan(request_id)
-        if plan["mode"] != "compliance":  # the ledger's word, not the row's
+        if plan["mode"] != Mode.COMPLIANCE:  # the ledger's word, not the row's
             raise ErasureNotProvableError(OPERATIONAL_GAP, [OPERATIONAL_GAP])
         status = self._requests.confirm(request_id)
         verified = self._audit.audited_verification(request_id)
@@ -61,7 +61,7 @@ class Attestor:
             "verified_at": verified.get("verified_at") or row.verified_at,
             "forget_version": plan["version"],
             "layers": {name: layer.to_dict() for name, layer in status.layers.items()},
-            "scan": verified.get("scan") or json.loads(row.scan or "{}"),
+            "scan": verified.get("scan") or dict(row.scan_evidence),
             "horizon": horizon.isoformat() if horizon else None,
             "horizon_reason": reason,
             "root_of_trust": self._provider.root_of_trust,

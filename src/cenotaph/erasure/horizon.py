@@ -4,13 +4,12 @@ probes keep epochs alive, each with why and what releases it."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import datetime
 
 from ..backends.base import Backend, ErasureRow
 from ..crypto.provider import KeyProvider
-from ..model import Retention
+from ..model import Mode, Retention
 from .forget import ForgetPlan
 from .ledger import KEKS_DESTROYED
 from .standing import standing_in
@@ -33,10 +32,10 @@ class Horizons:
         """S5: reached once every KEK epoch live at the forget (``epochs``; by default the row's
         plan's) is destroyed. Its reason names whatever holds a live one back (``retention``:
         :meth:`retention`, looked up if not given)."""
-        if row.mode != "compliance":
+        if row.mode != Mode.COMPLIANCE:
             return None, "operational forgets have no erasure horizon"
         if epochs is None:
-            epochs = ForgetPlan.from_entry(json.loads(row.plan)).epochs
+            epochs = ForgetPlan.from_entry(row.plan_entry).epochs
         live = set(self._provider.live_epochs()) & set(epochs)
         if not live:
             stamp = row.horizon or now_iso()
@@ -95,7 +94,7 @@ class Horizons:
             if destroyed:
                 txn.set_meta(KEKS_DESTROYED, txn.meta_all().get(KEKS_DESTROYED, 0) + 1)
             for row in txn.erasures():
-                if row.mode == "compliance" and row.horizon is None:
+                if row.mode == Mode.COMPLIANCE and row.horizon is None:
                     horizon, reason = self.horizon(row, retention=())  # stored only once reached
                     if horizon is not None:
                         txn.update_erasure(row.id, horizon=horizon.isoformat(), horizon_reason=reason)

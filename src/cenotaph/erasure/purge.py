@@ -4,16 +4,15 @@ verifying scan (``erasure.verification``). Every step resumes on the next purge.
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..backends.base import Backend, ErasureRow, Txn
+from ..backends.base import Backend, LayerEntry, Txn, dump_layers, parse_layers
 from ..crypto.provider import KeyProvider
 from ..faults import fault_point
-from ..model import PurgeReport
+from ..model import ErasureState, Layer, LayerState, Mode, PurgeReport
 from .forget import ForgetPlan
 from .ledger import anchor_audit, chunk_records, pause_between_chunks
 from .unshared import dead_key_rows
@@ -21,16 +20,19 @@ from .verification import PENDING_STATES, Progress, Verifier
 
 __all__ = ["PURGE_LAYERS", "Purger"]
 
-PURGE_LAYERS = ("rows", "wal", "index")
-_ROWS_LAYER = {"compliance": "rows", "operational": "reclaim"}  # the layer a purge's row removal fills
+PURGE_LAYERS = (Layer.ROWS, Layer.WAL, Layer.INDEX)
+_ROWS_LAYER: dict[str, Layer] = {
+    Mode.COMPLIANCE: Layer.ROWS,
+    Mode.OPERATIONAL: Layer.RECLAIM,
+}  # the layer a purge's row removal fills
 
 
-def _done(**evidence: Any) -> dict[str, Any]:
-    return {"state": "done", "evidence": evidence}
+def _done(**evidence: Any) -> LayerEntry:
+    return LayerEntry(LayerState.DONE, evidence)
 
 
-def _pending(**evidence: Any) -> dict[str, Any]:
-    return {"state": "pending", "evidence": evidence}
+def _pending(**evidence: Any) -> LayerEntry:
+    return LayerEntry(LayerState.PENDING, evidence)
 
 
 class Purger:
@@ -52,14 +54,16 @@ class Purger:
         """Is a compliance request waiting for a purge (shredded, or purged and not verified,
         and -- if stuck -- worth scanning again, see ``Verifier.worth_scanning``)?"""
         with self._backend.read() as txn:
-            rows = [r for r in txn.erasures(PENDING_STATES) if r.mode == "compliance"]
-        return any(r.state == "shredded" or self._verifier.worth_scanning(r, retry_stuck) for r in rows)
+            rows = [r for r in txn.erasures(PENDING_STATES) if r.mode == Mode.COMPLIANCE]
+        return any(
+            r.state == ErasureState.SHREDDED or self._verifier.worth_scanning(r, retry_stuck) for r in rows
+        )
 
     @staticmethod
     def retry_may_help(report: PurgeReport) -> bool:
         """Did a purge leave a request short of its purge layers (an open reader blocking WAL
         truncation, say)? Time may finish those; a failed scan waits for someone to act."""
-        return any(state == "shredded" for state in report.requests.values())
+        return any(state == ErasureState.SHREDDED for state in report.requests.values())
 
     def purge(
         self,
@@ -81,9 +85,9 @@ class Purger:
         requests: dict[str, str] = {}
         scan: dict[str, Any] = {"files": 0, "bytes": 0, "probes": 0, "matches": 0, "positive_control": False}
         with self._backend.write() as txn:
-            for row in txn.erasures(["shredded", "purged"]):
-                layers = json.loads(row.layers)
-                layers["wal"] = (
+            for row in txn.erasures(PENDING_STATES):
+                layers = dict(row.layer_entries)
+                layers[Layer.WAL] = (
                     _done(wal_bytes=0)
                     if wal_done
                     else _pending(
@@ -91,20 +95,20 @@ class Purger:
                         gap="an open reader blocks wal_checkpoint(TRUNCATE); close it and purge again",
                     )
                 )
-                layers["index"] = (
+                layers[Layer.INDEX] = (
                     _done(entries_left_in_memory=0, on_disk_snapshots=0)
                     if left == 0
                     else _pending(entries_left_in_memory=left, gap="vectors are still in the in-memory index")
                 )
-                state = "purged" if _purge_layers_done(layers) else row.state
-                txn.update_erasure(row.id, layers=json.dumps(layers), state=state)
+                state = ErasureState.PURGED if _purge_layers_done(layers) else row.state
+                txn.update_erasure(row.id, layers=dump_layers(layers), state=state)
         with self._backend.read() as txn:
             # a request purged earlier is verified only while every purge layer is done now (a
             # reader may block this purge's WAL truncation): no certificate over a pending layer
             to_verify = [
                 r
-                for r in txn.erasures(["purged"])
-                if _purge_layers_done(r) and self._verifier.worth_scanning(r, retry_stuck)
+                for r in txn.erasures([ErasureState.PURGED])
+                if _purge_layers_done(r.layer_entries) and self._verifier.worth_scanning(r, retry_stuck)
             ]
         stop()
         if to_verify:
@@ -125,14 +129,14 @@ class Purger:
         so a large request never holds the write lock long and resumes where it stopped.
         Returns the rows removed and the record ids whose in-memory copies must go."""
         with self._backend.read() as txn:
-            rows = [r for r in txn.erasures(["tombstoned", *PENDING_STATES]) if r.applied is None]
+            rows = [r for r in txn.erasures([ErasureState.TOMBSTONED, *PENDING_STATES]) if r.applied is None]
         work: list[_RowRemoval] = []
         cleared: list[str] = []
         for row in rows:
-            plan = ForgetPlan.from_entry(json.loads(row.plan))
+            plan = ForgetPlan.from_entry(row.plan_entry)
             if plan.compliance:
                 cleared += plan.record_ids
-            if json.loads(row.layers)[_ROWS_LAYER[row.mode]]["state"] != "done":
+            if not row.layer_entries[_ROWS_LAYER[row.mode]].done:
                 work.append(self._removal(row.id, plan))
         reclaimed = 0
         while work:
@@ -182,8 +186,8 @@ class _RowRemoval:
         ``txn``; the request's layers are written once, when its rows are all gone."""
         name = _ROWS_LAYER[self.plan.mode]
         text = txn.erasure_layers(self.request_id)
-        layers = {} if text is None else json.loads(text)
-        if text is None or layers[name]["state"] == "done":
+        layers = {} if text is None else parse_layers(text)
+        if text is None or layers[name].done:
             return 0, 0, True  # another process finished it
         done, total = txn.purge_progress(self.request_id)
         part = self.ids[done : done + budget]
@@ -195,7 +199,7 @@ class _RowRemoval:
             removed = txn.delete_hidden(part)
         if finished:
             layers[name] = _done(rows_removed=total + removed, records=len(self.ids))
-            txn.update_erasure(self.request_id, layers=json.dumps(layers))
+            txn.update_erasure(self.request_id, layers=dump_layers(layers))
             txn.set_purge_progress(self.request_id, None)
         else:
             txn.set_purge_progress(self.request_id, done + len(part), total + removed)
@@ -213,6 +217,5 @@ def _with_stop(progress: Progress | None, stop: Callable[[], None]) -> Progress:
     return report
 
 
-def _purge_layers_done(row: ErasureRow | dict[str, Any]) -> bool:
-    layers = json.loads(row.layers) if isinstance(row, ErasureRow) else row
-    return all(layers[name]["state"] == "done" for name in PURGE_LAYERS)
+def _purge_layers_done(layers: Mapping[str, LayerEntry]) -> bool:
+    return all(layers[name].done for name in PURGE_LAYERS)

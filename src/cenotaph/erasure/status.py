@@ -14,14 +14,13 @@ ledger, makes a request report verified.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 
 from ..backends.base import Backend, ErasureRow
 from ..backends.sqlite.backend import busy_timeout_ms
 from ..errors import ErasureNotProvableError, NotFoundError
-from ..model import ErasureStatus, LayerStatus, Retention
+from ..model import ErasureState, ErasureStatus, Layer, LayerState, LayerStatus, Mode, Retention
 from ..validation import check_token_text
 from .audit_check import AuditCheck
 from .forget import ForgetPlan
@@ -64,35 +63,37 @@ class RequestStatus:
 
     def status(self, request_id: str) -> ErasureStatus:
         row = self.row(request_id)
-        layers = {
-            n: LayerStatus(v["state"], v.get("evidence", {})) for n, v in json.loads(row.layers).items()
-        }
+        layers = {n: LayerStatus(e.state, e.evidence) for n, e in row.layer_entries.items()}
         standing = standing_in(self._backend, row)
-        retention = self._horizons.retention() if row.mode == "compliance" else []
+        retention = self._horizons.retention() if row.mode == Mode.COMPLIANCE else []
         horizon, reason = self._horizons.horizon(row, retention=retention)
         held: tuple[Retention, ...] = ()
-        if row.mode == "compliance" and horizon is None:
-            layers["horizon"] = LayerStatus("pending", {"reason": reason})
-            epochs = set(ForgetPlan.from_entry(json.loads(row.plan)).epochs)
+        if row.mode == Mode.COMPLIANCE and horizon is None:
+            layers[Layer.HORIZON] = LayerStatus(LayerState.PENDING, {"reason": reason})
+            epochs = set(ForgetPlan.from_entry(row.plan_entry).epochs)
             held = tuple(r for r in retention if r.epoch in epochs)
         state, gaps, stuck, next_step = row.state, standing.gaps, standing.stuck, standing.next_step
-        if state == "verified" and row.mode == "compliance" and row.id not in self._audit.vouched():
+        if (
+            state == ErasureState.VERIFIED
+            and row.mode == Mode.COMPLIANCE
+            and row.id not in self._audit.vouched()
+        ):
             # the row is a cache: only a verifying scan in the audit log, announced in the
             # ledger, makes a request report verified (an edited row must not); no purge changes that
-            state, gaps, stuck, next_step = "purged", (ALTERED_GAP, *gaps), True, INVESTIGATE
+            state, gaps, stuck, next_step = ErasureState.PURGED, (ALTERED_GAP, *gaps), True, INVESTIGATE
         return ErasureStatus(state, layers, horizon, gaps, stuck=stuck, next_step=next_step, retained_by=held)
 
     def confirm(self, request_id: str) -> ErasureStatus:
-        if self.row(request_id).mode == "operational":
+        if self.row(request_id).mode == Mode.OPERATIONAL:
             raise ErasureNotProvableError(OPERATIONAL_GAP, [OPERATIONAL_GAP])
         status = self.status(request_id)
         if ALTERED_GAP in status.gaps:
             self._audit.audited_verification(request_id)  # StorageError: the database was altered
-        if status.state != "verified" or status.gaps:  # verified, and no layer short of done
+        if status.state != ErasureState.VERIFIED or status.gaps:  # verified, and no layer short of done
             raise _not_provable(status, "erasure is not provable yet")
         # the row says verified; the ledger must hold the forget and the verified audit log a
         # scan that verified it, or the row was written by someone who can edit the database
-        if self._audit.ledgered_plan(request_id)["mode"] != "compliance":
+        if self._audit.ledgered_plan(request_id)["mode"] != Mode.COMPLIANCE:
             raise ErasureNotProvableError(OPERATIONAL_GAP, [OPERATIONAL_GAP])
         self._audit.audited_verification(request_id)  # StorageError: the database was altered
         return status
@@ -101,7 +102,7 @@ class RequestStatus:
         """Purge until the request is verified (operational: reclaimed) or ``timeout`` passes;
         raise ErasureNotProvableError once it cannot verify by purging (see ErasureRequest.wait)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        operational = self.row(request_id).mode == "operational"
+        operational = self.row(request_id).mode == Mode.OPERATIONAL
         blocked_since: float | None = None
         idle_rounds = 0
         while True:
@@ -133,8 +134,8 @@ class RequestStatus:
 
 def _finished(status: ErasureStatus, operational: bool) -> bool:
     if operational:
-        return status.layers["reclaim"].state == "done"
-    return status.state == "verified"
+        return status.layers[Layer.RECLAIM].state == LayerState.DONE
+    return status.state == ErasureState.VERIFIED
 
 
 def _not_provable(status: ErasureStatus, what: str) -> ErasureNotProvableError:
