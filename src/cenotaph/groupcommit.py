@@ -115,8 +115,8 @@ class GroupCommit(Generic[T, R]):
         except BaseException as exc:  # noqa: BLE001 - an interrupt in the leader: the others fail too
             for entry in group[1:]:
                 entry.error = StorageError(
-                    "this write was not committed: the transaction it shared with other writes was "
-                    "interrupted; retry it"
+                    "the transaction this write shared with other writes was interrupted, so whether "
+                    "it landed is unknown; read the key back, and write it again if it is missing"
                 )
             group[0].error = exc
         finally:
