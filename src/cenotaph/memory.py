@@ -102,11 +102,12 @@ class StoreMemory:
         with self._backend.serial():
             self.sync_locked()
 
-    def sync_locked(self) -> None:
+    def sync_locked(self, changed: bool | None = None) -> None:
         # data_version moves only on other connections' commits; a replay is our own commit.
         # Until this sync completes, the next one acts as if something changed: a failure half
         # way (a busy ledger replay, say) must not leave the change consumed and the caches kept.
-        check = self._backend.changed() or self.sync_pending
+        # ``changed``: the caller read the data version itself (with its rows), else it is read here
+        check = (self._backend.changed() if changed is None else changed) or self.sync_pending
         self.sync_pending = True
         if check:
             self.invalidate_resolved()

@@ -8,7 +8,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -36,6 +36,8 @@ from .errors import (
     StorageError,
 )
 from .faults import fault_point
+from .group_writes import GroupWriter
+from .groupcommit import GroupCommit
 from .index.embedder import Embedder, HashingEmbedder
 from .index.search import SearchIndex, check_filter, check_query, matches_filter
 from .memory import RECORD_CACHE_LIMIT, StoreMemory
@@ -62,7 +64,7 @@ from .validation import (
     check_path,
     check_subject,
 )
-from .writes import RecordWriter
+from .writes import Prepared, RecordWriter
 
 __all__ = ["Store", "StoreSession", "open_store", "restore"]
 
@@ -125,6 +127,8 @@ class Store:
         self._keys = KeyChain(provider)
         self._crypto = RecordCrypto(self._keys)
         self._writer = RecordWriter(self._tokens, self._keys, self._crypto)
+        self._batches = GroupWriter(self._writer, self._keys)
+        self._group: GroupCommit[Sequence[Prepared], list[SealedRecord]] = GroupCommit(self._commit_writes)
         self._kek_seen: int | None = -1
         self._search = SearchIndex(embedder if embedder is not None else HashingEmbedder())
         self._sampler = ProbeSampler(provider, self._keys, self._crypto, self._search)
@@ -234,7 +238,7 @@ class Store:
     _forget_from_memory = _InMemory[Callable[[Iterable[str] | None], int]]("forget")
     _remember = _InMemory[Callable[[OpenedRecord, int], None]]("remember")
     _sync = _InMemory[Callable[[], None]]("sync")  # before serving anything (StoreMemory.sync)
-    _sync_locked = _InMemory[Callable[[], None]]("sync_locked")
+    _sync_locked = _InMemory[Callable[..., None]]("sync_locked")  # (changed=None)
     _check_open = _InMemory[Callable[[], None]]("check_open")
 
     # -- writes --------------------------------------------------------------------------
@@ -278,6 +282,21 @@ class Store:
                 "write_many names the same (scope, key) twice; write each key once per batch "
                 "(the last value would silently replace the first)"
             )
+        # one transaction and one fsync for every write queued meanwhile (see groupcommit.py);
+        # a thread already inside this backend (a callback) commits alone, as it always did
+        alone = any(p.reauthorization is not None for p in prepared)
+        if self._backend.held_here():
+            outcome = self._commit_writes([prepared])[0]
+            if isinstance(outcome, BaseException):
+                raise outcome
+            sealed = outcome
+        else:
+            sealed = self._group.submit(prepared, len(prepared), alone=alone)
+        return [s.opened.record() for s in sealed]
+
+    def _commit_writes(self, group: Sequence[Sequence[Prepared]]) -> list[list[SealedRecord] | BaseException]:
+        """Commit a group of write_many calls in one transaction, each checked and refused on its
+        own (a refusal rolls back that call's rows only); raises if the transaction fails."""
         self._sync()
         try:
             with self._backend.write() as txn:
@@ -293,17 +312,18 @@ class Store:
                     self._kek_seen = meta.get(KEK_EPOCH)
                 # never behind the ledger: a clock set back in the file would reuse forgotten versions
                 clock = max(meta["clock"], view.max_version)
-                sealed, replaced, uses = self._writer.write_batch(txn, prepared, clock, view)
+                outcomes, replaced, uses = self._batches.write(txn, group, clock, view)
                 for use in uses:  # durable before COMMIT: the ledger decides a token's use (S9)
                     self._ledger.lift(use.digest, use.version, use.lifts)
+                written = [s for o in outcomes if not isinstance(o, BaseException) for s in o]
                 # under the backend lock, right after COMMIT: a forget of these records can
                 # only commit after this, and its own post-commit drop then removes them again
-                txn.after_commit(lambda: self._written(sealed))
+                txn.after_commit(lambda: self._written(written))
         except BaseException:
             self._keys.clear()  # keys created in a rolled-back transaction must not be reused
             raise
         self._search.remove(replaced)
-        return [s.opened.record() for s in sealed]
+        return outcomes
 
     def _written(self, sealed: Iterable[SealedRecord]) -> None:
         self._invalidate_resolved()
@@ -365,7 +385,7 @@ class Store:
     def read(self, scope: str, key: str, *, fallthrough: bool = True) -> Record | None:
         """The record under ``key`` in ``scope``, else in its nearest ancestor (R1)."""
         cacheable = type(scope) is str and type(key) is str and type(fallthrough) is bool
-        if cacheable:
+        if cacheable and (scope, key, fallthrough) in self._resolved:
             self._sync()  # drops the resolution cache on any change by anyone
             hit = self._resolved.get((scope, key, fallthrough))
             if hit is not None and (hit.expires_at is None or hit.expires_at > time.time()):
@@ -374,19 +394,25 @@ class Store:
         key_token = self._tokens.key(check_key(key))
         chain = self._tokens.scope_chain(parsed)
         tokens = chain[::-1] if check_flag(fallthrough, "fallthrough") else chain[-1:]
-        if not cacheable:
-            self._sync()
-        generation = self._resolved_gen
-        with self._backend.read() as txn:
-            rows = {r.scope_token: (r, lin) for r, lin in txn.key_records(tokens, key_token)}
-            for token in tokens:
-                found = rows.get(token)
-                opened = None if found is None else self._checked(txn, found[0], generation, found[1])
-                # the slot's key token is a column: a row moved into it must not answer for it
-                if opened is not None and opened[1].key == key:
-                    if cacheable:
-                        self._resolve(scope, key, fallthrough, opened[0], generation)
-                    return opened[1]
+        with self._backend.serial():
+            self._check_open()
+            # the ledger now; whether another connection committed comes with the rows, read in
+            # the same snapshot (no statement of its own)
+            self._sync_locked(changed=False)
+            with self._backend.read() as txn:
+                data_version, found = txn.key_records(tokens, key_token)
+                if self._backend.saw_data_version(data_version):
+                    self._sync_locked(changed=True)  # drops what that commit made stale, then we go on
+                generation = self._resolved_gen
+                rows = {r.scope_token: (r, lin) for r, lin in found}
+                for token in tokens:
+                    row = rows.get(token)
+                    opened = None if row is None else self._checked(txn, row[0], generation, row[1])
+                    # the slot's key token is a column: a row moved into it must not answer for it
+                    if opened is not None and opened[1].key == key:
+                        if cacheable:
+                            self._resolve(scope, key, fallthrough, opened[0], generation)
+                        return opened[1]
         return None
 
     def _resolve(
