@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
+from typing import Protocol
 
-from .backends.base import Backend
+from .backends.base import Backend, Txn
 from .crypto.keys import KeyChain
 from .crypto.provider import KeyProvider
-from .erasure.ledger import Ledger
 from .errors import InvalidValueError
 from .index.search import SearchIndex
 from .records import OpenedRecord
@@ -26,9 +26,25 @@ __all__ = ["RECORD_CACHE_LIMIT", "StoreMemory"]
 RECORD_CACHE_LIMIT = 65_536
 
 
+class _LedgerView(Protocol):
+    def refresh(self, mark: int | None = None) -> int: ...
+
+
+class _Ledger(Protocol):
+    """What a sync asks of the forget ledger (``erasure.ledger.Ledger``, which sits above this
+    module: the erasure side holds the memory, never the reverse)."""
+
+    @property
+    def view(self) -> _LedgerView: ...
+    def changed(self, mark: int | None = None) -> bool: ...
+    def missing(self, txn: Txn) -> bool: ...
+    def reconcile(self, txn: Txn, audited: set[str] | None = None) -> int: ...
+    def take_replayed(self) -> bool: ...
+
+
 class StoreMemory:
     def __init__(
-        self, backend: Backend, provider: KeyProvider, keys: KeyChain, search: SearchIndex, ledger: Ledger
+        self, backend: Backend, provider: KeyProvider, keys: KeyChain, search: SearchIndex, ledger: _Ledger
     ) -> None:
         self._backend = backend
         self._provider = provider
