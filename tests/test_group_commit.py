@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 import cenotaph
+from cenotaph import groupcommit
 from cenotaph.errors import (
     DerivedFromForgottenError,
     ForgottenError,
@@ -29,6 +30,7 @@ from cenotaph.errors import (
     StaleWriteError,
     StorageError,
 )
+from cenotaph.groupcommit import GroupCommit
 
 SCOPE = "tenant:acme/user:alice/session:s1"
 
@@ -361,3 +363,99 @@ def test_sigkill_mid_group_loses_only_unacknowledged_writes(tmp_path: Path) -> N
                 assert {f"{stem}-{j}" for j in range(3)} <= keys, stem
         assert len({r.version for r in found}) == len(found)
         assert store.check_integrity() == []
+
+
+# -- the queue on its own ------------------------------------------------------------------------
+class _Recorder:
+    """A commit function that holds its first group until released and records every group."""
+
+    def __init__(self) -> None:
+        self.groups: list[list[int]] = []
+        self.release = threading.Event()
+
+    def __call__(self, works: Sequence[int]) -> list[int | BaseException]:
+        if not self.groups:
+            assert self.release.wait(30)
+        self.groups.append(list(works))
+        if any(w < 0 for w in works):
+            raise StorageError("the database failed (simulated); check disk space and permissions")
+        return [ValueError(f"refused {w}") if w % 2 else w * 10 for w in works]
+
+
+def _queued(queue: GroupCommit[int, int], count: int) -> None:
+    deadline = time.monotonic() + 30
+    while queue.queued() < count:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+
+
+def test_the_queue_gives_each_caller_its_own_outcome_in_groups() -> None:
+    recorder = _Recorder()
+    queue: GroupCommit[int, int] = GroupCommit(recorder, max_records=5)
+    results: dict[str, Any] = {}
+    threads = [_run(results, "0", lambda: queue.submit(0))]
+    _queued(queue, 1)
+    sizes = {1: 1, 2: 1, 3: 2, 4: 1, 6: 3, 8: 1, 10: 1}  # work -> records; 6 with 3 more passes the bound
+    for number, work in enumerate(sizes, start=2):
+        threads.append(_run(results, str(work), lambda w=work: queue.submit(w, sizes[w], alone=w == 8)))
+        _queued(queue, number)
+    recorder.release.set()
+    for thread in threads:
+        thread.join(30)
+    # the held group; then up to 5 records; a larger call starts the next; an alone call is alone
+    assert recorder.groups == [[0], [1, 2, 3, 4], [6], [8], [10]]
+    assert queue.groups == 5 and queue.largest == 4 and queue.queued() == 0
+    for work in (0, 2, 4, 6, 8, 10):
+        assert results[str(work)] == work * 10
+    for work in (1, 3):
+        assert isinstance(results[str(work)], ValueError) and str(results[str(work)]) == f"refused {work}"
+
+
+def test_a_failed_commit_fails_every_caller_of_its_group_and_no_other() -> None:
+    recorder = _Recorder()
+    queue: GroupCommit[int, int] = GroupCommit(recorder)
+    results: dict[str, Any] = {}
+    threads = [_run(results, "held", lambda: queue.submit(2))]
+    _queued(queue, 1)
+    for number, work in enumerate((4, -1, 6), start=2):
+        threads.append(_run(results, str(work), lambda w=work: queue.submit(w)))
+        _queued(queue, number)
+    recorder.release.set()
+    for thread in threads:
+        thread.join(30)
+    assert results["held"] == 20
+    assert all(isinstance(results[k], StorageError) for k in ("4", "-1", "6"))
+    assert queue.submit(8) == 80  # the queue goes on
+
+
+def test_an_interrupted_waiter_leaves_the_queue_and_the_others_go_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    recorder = _Recorder()
+    queue: GroupCommit[int, int] = GroupCommit(recorder)
+    interrupted = threading.local()
+
+    class Interrupting(threading.Condition):
+        def wait(self, timeout: float | None = None) -> bool:
+            if getattr(interrupted, "on", False):
+                raise KeyboardInterrupt
+            return super().wait(timeout)
+
+    monkeypatch.setattr(groupcommit.threading, "Condition", Interrupting)
+    results: dict[str, Any] = {}
+    threads = [_run(results, "held", lambda: queue.submit(0))]
+    _queued(queue, 1)
+
+    def interrupted_submit() -> int:
+        interrupted.on = True
+        return queue.submit(2)
+
+    threads.append(_run(results, "interrupted", interrupted_submit))
+    threads[-1].join(30)
+    assert isinstance(results["interrupted"], KeyboardInterrupt)
+    assert queue.queued() == 1  # it left; only the held leader is queued
+    threads.append(_run(results, "after", lambda: queue.submit(4)))
+    _queued(queue, 2)
+    recorder.release.set()
+    for thread in threads:
+        thread.join(30)
+    assert recorder.groups == [[0], [4]]  # the interrupted call was never committed
+    assert results["after"] == 40

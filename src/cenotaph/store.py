@@ -300,9 +300,12 @@ class Store:
         self._sync()
         try:
             with self._backend.write() as txn:
-                self._ledger.reconcile_if_changed(txn)
+                mark: int | None = self._provider.ledger_mark()  # one stat, under the write lock
+                if self._ledger.changed(mark):
+                    self._ledger.reconcile(txn)
+                    mark = None  # a replay may have appended: the view reads the ledger again
                 view = self._ledger.view
-                if view.refresh():
+                if view.refresh(mark):
                     self._keys.clear()  # a forget elsewhere may have destroyed cached keys
                 meta = txn.meta_all()
                 if meta["forget_epoch"] != self._forget_epoch:

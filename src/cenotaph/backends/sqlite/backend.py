@@ -976,12 +976,13 @@ class SQLiteBackend:
                     "rotate_keys' progress, called back into it); make the call after it returns"
                 )
             txn = SQLiteTxn(self._conn)
-            deadline = time.monotonic() + busy_timeout_ms() / 1000
+            timeout_ms = busy_timeout_ms()
+            deadline = time.monotonic() + timeout_ms / 1000
             if not self._writers.acquire(timeout=max(0.0, deadline - time.monotonic())):
                 raise _busy_error()
             try:
                 try:
-                    self._begin(begin, deadline)
+                    self._begin(begin, deadline, timeout_ms)
                 except sqlite3.Error as exc:
                     raise translate(exc, self.path) from exc
                 try:
@@ -1007,14 +1008,14 @@ class SQLiteBackend:
             if failure is not None:
                 raise failure
 
-    def _begin(self, begin: str, deadline: float) -> None:
+    def _begin(self, begin: str, deadline: float, timeout_ms: int) -> None:
         """``begin``, waiting for another process's write lock by polling every few milliseconds
         until ``deadline`` (writers of this process already queued on the file's lock), rather
         than with SQLite's busy handler: its sleeps grow to 100 ms, so a writer
         queued behind a run of short transactions (a large forget's or purge's chunks, each
         followed by a short pause for exactly this) kept missing the gaps between them and waited
-        through several. The handler stays in force for every statement inside the transaction."""
-        timeout_ms = busy_timeout_ms()
+        through several. The handler (``timeout_ms``) stays in force for every statement inside
+        the transaction."""
         delay = _POLL_FIRST_S
         self._conn.execute("PRAGMA busy_timeout=0")
         try:
