@@ -87,3 +87,32 @@ def test_a_key_rewritten_many_times_keeps_one_record_row_and_reads_its_newest(tm
     with cenotaph.open(tmp_path) as store:
         again = store.read(SCOPE, "k")
         assert again is not None and again.value == "again"
+
+
+def test_a_batch_draws_a_fresh_nonce_for_every_seal_and_a_fresh_id_and_seeds(tmp_path: Path) -> None:
+    """One urandom call per batch is sliced into each record's id, seeds and nonces: no two
+    seals of the batch (or of two batches) share a nonce, no two records an id."""
+    with cenotaph.open(tmp_path) as store:
+        for batch in range(2):
+            written = store.write_many(
+                [
+                    {"scope": f"{SCOPE}/session:s{i % 3}", "key": f"k{batch}-{i}", "value": i}
+                    for i in range(300)
+                ]
+            )
+            assert len({r.id for r in written}) == 300
+    with sqlite3.connect(tmp_path / DB_NAME) as db:
+        blobs = [
+            bytes(blob)
+            for sql in (
+                "SELECT wrapped FROM records",
+                "SELECT ciphertext FROM records",
+                "SELECT wrapped FROM lineage",
+                "SELECT subjects FROM lineage",
+            )
+            for (blob,) in db.execute(sql)
+        ]
+    db.close()
+    assert len(blobs) == 4 * 600
+    nonces = [blob[:12] for blob in blobs]
+    assert len(set(nonces)) == len(nonces)

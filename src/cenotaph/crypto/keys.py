@@ -85,9 +85,14 @@ class KeyChain:
         key = new_key()
         return key, self._sealer(self._epoch).seal(key, _WRAP_AAD), self._epoch
 
-    def wrap(self, key: bytes, epoch: int | None = None) -> tuple[bytes, int]:
+    def wrap(self, key: bytes, epoch: int | None = None, nonce: bytes | None = None) -> tuple[bytes, int]:
+        """``key`` wrapped under ``epoch`` (default: the current one); ``nonce``: fresh random
+        bytes the caller drew (see :meth:`Sealer.seal_with`)."""
         epoch = self._epoch if epoch is None else epoch
-        return self._sealer(epoch).seal(key, _WRAP_AAD), epoch
+        sealer = self._sealer(epoch)
+        if nonce is None:
+            return sealer.seal(key, _WRAP_AAD), epoch
+        return sealer.seal_with(nonce, key, _WRAP_AAD), epoch
 
     def unwrap(self, wrapped: bytes | None, epoch: int | None) -> bytes | None:
         """The data key, or ``None`` if it or its epoch was destroyed."""
