@@ -250,6 +250,17 @@ class SQLiteTxn:
             raise RuntimeError("after_commit needs a write transaction (backend.write())")
         self._after.append(action)
 
+    # -- savepoints (a group commit undoes one refused write, keeping the rest) ------
+    def savepoint(self) -> None:
+        self._c.execute("SAVEPOINT cenotaph_write")
+
+    def release_savepoint(self) -> None:
+        self._c.execute("RELEASE cenotaph_write")
+
+    def rollback_to_savepoint(self) -> None:
+        self._c.execute("ROLLBACK TO cenotaph_write")
+        self._c.execute("RELEASE cenotaph_write")
+
     def _one(self, sql: str, args: Sequence[Any] = ()) -> Any:
         row = self._c.execute(sql, args).fetchone()
         return None if row is None else row[0]
@@ -1002,12 +1013,13 @@ class SQLiteBackend:
                     "rotate_keys' progress, called back into it); make the call after it returns"
                 )
             txn = SQLiteTxn(self._conn)
-            deadline = time.monotonic() + busy_timeout_ms() / 1000
+            timeout_ms = busy_timeout_ms()
+            deadline = time.monotonic() + timeout_ms / 1000
             if not self._writers.acquire(timeout=max(0.0, deadline - time.monotonic())):
                 raise _busy_error()
             try:
                 try:
-                    self._begin(begin, deadline)
+                    self._begin(begin, deadline, timeout_ms)
                 except sqlite3.Error as exc:
                     raise translate(exc, self.path) from exc
                 try:
@@ -1033,14 +1045,14 @@ class SQLiteBackend:
             if failure is not None:
                 raise failure
 
-    def _begin(self, begin: str, deadline: float) -> None:
+    def _begin(self, begin: str, deadline: float, timeout_ms: int) -> None:
         """``begin``, waiting for another process's write lock by polling every few milliseconds
         until ``deadline`` (writers of this process already queued on the file's lock), rather
         than with SQLite's busy handler: its sleeps grow to 100 ms, so a writer
         queued behind a run of short transactions (a large forget's or purge's chunks, each
         followed by a short pause for exactly this) kept missing the gaps between them and waited
-        through several. The handler stays in force for every statement inside the transaction."""
-        timeout_ms = busy_timeout_ms()
+        through several. The handler (``timeout_ms``) stays in force for every statement inside
+        the transaction."""
         delay = _POLL_FIRST_S
         self._conn.execute("PRAGMA busy_timeout=0")
         try:
@@ -1055,6 +1067,12 @@ class SQLiteBackend:
                 delay = min(delay * 2, _POLL_MAX_S)
         finally:
             self._conn.execute(f"PRAGMA busy_timeout={timeout_ms}")
+
+    def held_here(self) -> bool:
+        """Does the calling thread hold this backend's lock (inside one of its transactions or
+        :meth:`serial`)? Such a thread must not wait for another to commit for it."""
+        owned: Callable[[], bool] = self._lock._is_owned  # type: ignore[attr-defined]
+        return owned()
 
     def in_transaction(self) -> bool:
         """Meaningful for the calling thread only while it holds :meth:`serial`."""
