@@ -24,7 +24,7 @@ from typing import Any
 
 from .backends.base import LineageRow, RecordRow, Txn
 from .crypto.aead import KEY_BYTES, NONCE_BYTES, Sealer
-from .crypto.keys import KeyChain, content_key, lineage_key
+from .crypto.keys import KeyChain, content_key_of, group_part, lineage_key
 from .jsoncodec import compact_encoder
 from .model import Record
 
@@ -273,10 +273,9 @@ class RecordCrypto:
         key: str,
         value_json: bytes,
         version: int,
-        scope_keys: Sequence[bytes],
+        group: bytes,
         subjects: Sequence[str],
         subject_tokens: Sequence[bytes],
-        subject_keys: Sequence[bytes],
         sources: Sequence[tuple[str, bytes]],
         metadata: dict[str, Any],
         created_at: float,
@@ -285,7 +284,8 @@ class RecordCrypto:
         key_token: bytes,
         material: bytes | None = None,
     ) -> SealedRecord:
-        """``material``: :data:`RANDOM_BYTES` fresh random bytes (a batch draws them for all of
+        """``group``: :func:`group_part` of the scope's and the subjects' keys (the same for a
+        whole batch of one scope); ``material``: :data:`RANDOM_BYTES` fresh random bytes (a batch draws them for all of
         its records in one call); drawn here if not given."""
         if material is None:
             material = os.urandom(RANDOM_BYTES)
@@ -296,7 +296,7 @@ class RecordCrypto:
         wrapped_content, epoch = self.keys.wrap(content_seed, None, n1)
         wrapped_lineage, _ = self.keys.wrap(lineage_seed, epoch, n2)
         lin_key = lineage_key(lineage_seed, [k for _, k in sources])
-        ckey = content_key(content_seed, lin_key, scope_keys, subject_keys)
+        ckey = content_key_of(content_seed, lin_key, group)
         derived_from = [s for s, _ in sources]
         rest = {
             "s": scope_path,
@@ -364,12 +364,25 @@ class RecordCrypto:
         if lineage is None:
             return None
         lin_key = self.lineage_key_of(txn, lineage)
-        scope_keys = self.scope_chain(txn, row.scope_token)
-        tokens = [lineage.subject_tokens[i : i + 32] for i in range(0, len(lineage.subject_tokens), 32)]
-        subject_keys = self.subject_keys(txn, tokens)
-        if lin_key is None or scope_keys is None or subject_keys is None:
+        group = self.group(txn, row.scope_token, lineage.subject_tokens)
+        if lin_key is None or group is None:
             return None
-        return Sealer(content_key(seed, lin_key, scope_keys, subject_keys))
+        return Sealer(content_key_of(seed, lin_key, group))
+
+    def group(self, txn: Txn, scope_token: bytes, subject_tokens: bytes) -> bytes | None:
+        """:func:`group_part` of a scope's key chain and a record's subjects' keys (cached until
+        the keys are dropped); ``None`` if any of them was destroyed."""
+        cache_key = scope_token + subject_tokens
+        part = self.keys.groups.get(cache_key)
+        if part is None:
+            scope_keys = self.scope_chain(txn, scope_token)
+            tokens = [subject_tokens[i : i + 32] for i in range(0, len(subject_tokens), 32)]
+            subject_keys = self.subject_keys(txn, tokens)
+            if scope_keys is None or subject_keys is None:
+                return None
+            part = group_part(scope_keys, subject_keys)
+            self.keys.remember_group(cache_key, part)
+        return part
 
     def open(self, txn: Txn, row: RecordRow, lineage: LineageRow | None = None) -> OpenedRecord | None:
         """Decrypt a row; ``None`` if any key it depends on was destroyed (S2)."""

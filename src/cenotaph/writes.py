@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .backends.base import ScopeKeyRow, Txn
-from .crypto.keys import KeyChain
+from .crypto.keys import KeyChain, group_part
 from .crypto.tokens import TokenMaker
 from .dominance import Reauth, WriteTargets, decide
 from .erasure.authority import LedgerView
@@ -159,6 +159,8 @@ class RecordWriter:
         sealed: dict[tuple[bytes, bytes], SealedRecord] = {}
         replaced: list[str] = []
         randomness = os.urandom(RANDOM_BYTES * len(plans))  # one call for the whole batch
+        # a group (scope and subject set) frames its keys once per batch, from the keys just ensured
+        groups: dict[tuple[bytes, tuple[bytes, ...]], bytes] = {}
         for n, (p, targets, subjects, source_keys) in enumerate(plans):
             version += 1
             slot = (targets.scope_token, targets.key_token)
@@ -181,10 +183,9 @@ class RecordWriter:
                 key=p.key,
                 value_json=p.value_json,
                 version=version,
-                scope_keys=self._scope_keys_for(p.scope),
+                group=self._group(groups, p.scope, targets, subject_keys),
                 subjects=subjects,
                 subject_tokens=targets.subject_tokens,
-                subject_keys=[subject_keys[t] for t in targets.subject_tokens],
                 sources=source_keys,
                 metadata=p.metadata,
                 created_at=now,
@@ -283,6 +284,21 @@ class RecordWriter:
             )
             self._keys.scope_keys[token] = key
         txn.insert_scopes(new_rows)
+
+    def _group(
+        self,
+        groups: dict[tuple[bytes, tuple[bytes, ...]], bytes],
+        scope: Scope,
+        targets: WriteTargets,
+        subject_keys: Mapping[bytes, bytes],
+    ) -> bytes:
+        slot = (targets.scope_token, targets.subject_tokens)
+        part = groups.get(slot)
+        if part is None:
+            part = groups[slot] = group_part(
+                self._scope_keys_for(scope), [subject_keys[t] for t in targets.subject_tokens]
+            )
+        return part
 
     def _scope_keys_for(self, scope: Scope) -> list[bytes]:
         keys = self._keys.scope_keys
