@@ -34,6 +34,7 @@ from .model import (
     ErasureRequest,
     ErasureStatus,
     JSONValue,
+    LayerState,
     LayerStatus,
     PurgeReport,
     Record,
@@ -423,7 +424,7 @@ class ClientSession:
                 self.client._call("DELETE", f"/v1/sessions/{quote(self.id, safe='')}", missing_ok=True)
 
 
-_PENDING = LayerStatus("pending")
+_PENDING = LayerStatus(LayerState.PENDING)
 
 
 def _encode(body: Mapping[str, Any]) -> bytes:

@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, Literal
 
 __all__ = [
@@ -21,12 +22,57 @@ __all__ = [
     "RotationReport",
     "SearchHit",
     "ERASURE_STATES",
+    "ErasureState",
+    "Layer",
+    "LayerState",
+    "Mode",
     "canonical_json",
 ]
 
 JSONValue = Any  # any value json.dumps accepts without a default hook
-Mode = Literal["compliance", "operational"]
-ERASURE_STATES = ("tombstoned", "shredded", "purged", "verified")
+
+
+# The words of an erasure request, one enum each. A StrEnum member is its value: it compares
+# equal to it, and JSON, the database and every message hold the same text as before.
+class Mode(StrEnum):
+    """What a forget does: ``compliance`` erases (keys destroyed, purged, verified);
+    ``operational`` only hides, then reclaims the rows."""
+
+    COMPLIANCE = "compliance"
+    OPERATIONAL = "operational"
+
+
+class ErasureState(StrEnum):
+    """How far a request has come; states only move forward on evidence."""
+
+    TOMBSTONED = "tombstoned"  # operational requests stay here; a large forget until applied
+    SHREDDED = "shredded"  # keys destroyed with the tombstone
+    PURGED = "purged"  # rows deleted, WAL truncated, memory cleared
+    VERIFIED = "verified"  # every owned file scanned clean, positive control found
+
+
+class LayerState(StrEnum):
+    DONE = "done"
+    PENDING = "pending"
+    FAILED = "failed"
+
+
+class Layer(StrEnum):
+    """The layers of a request's status, each with its state and evidence."""
+
+    TOMBSTONE = "tombstone"
+    KEYS = "keys"
+    LINEAGE = "lineage"
+    CACHES = "caches"
+    ROWS = "rows"
+    WAL = "wal"
+    INDEX = "index"
+    SCAN = "scan"
+    RECLAIM = "reclaim"  # operational: the hidden rows removed
+    HORIZON = "horizon"  # in a status only, while a KEK epoch of the forget lives
+
+
+ERASURE_STATES = tuple(ErasureState)
 
 
 def canonical_json(obj: object) -> str:
@@ -71,9 +117,6 @@ class SearchHit:
 
     def to_dict(self) -> dict[str, Any]:
         return {"record": self.record.to_dict(), "score": self.score}
-
-
-LayerState = Literal["done", "pending", "failed"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,6 +66,44 @@ def _ts(value: float | None) -> datetime | None:
 _ATOMS = frozenset({str, int, float, bool, type(None)})
 
 
+_RECORD_FIELDS = tuple(Record.__dataclass_fields__)
+if _RECORD_FIELDS != (
+    "id", "scope", "key", "value", "version", "subjects", "created_at", "expires_at", "derived_from", "metadata"
+):  # fmt: skip
+    raise RuntimeError("Record's fields changed: update new_record")
+_SETTERS = tuple(getattr(Record, name).__set__ for name in _RECORD_FIELDS)
+_s0, _s1, _s2, _s3, _s4, _s5, _s6, _s7, _s8, _s9 = _SETTERS
+_blank = object.__new__
+
+
+def new_record(
+    record_id: str,
+    scope: str,
+    key: str,
+    value: Any,
+    version: int,
+    subjects: tuple[str, ...],
+    created_at: datetime,
+    expires_at: datetime | None,
+    derived_from: tuple[str, ...],
+    metadata: Any,
+) -> Record:
+    """``Record(...)`` by its slots (what its frozen ``__init__`` does one ``object.__setattr__``
+    at a time, at twice the cost): every read hands out a new one."""
+    r = _blank(Record)
+    _s0(r, record_id)
+    _s1(r, scope)
+    _s2(r, key)
+    _s3(r, value)
+    _s4(r, version)
+    _s5(r, subjects)
+    _s6(r, created_at)
+    _s7(r, expires_at)
+    _s8(r, derived_from)
+    _s9(r, metadata)
+    return r
+
+
 def _copy_json(value: Any) -> Any:
     """A deep copy of a JSON value (dicts, lists and atoms only), faster than ``copy.deepcopy``."""
     kind = type(value)
@@ -104,33 +142,35 @@ class OpenedRecord:
         t = self._template
         if t is None:
             t = self._template = self._parse()
-        return Record(
-            id=t.id,
-            scope=t.scope,
-            key=t.key,
-            value=t.value if type(t.value) in _ATOMS else _copy_json(t.value),
-            version=t.version,
-            subjects=t.subjects,
-            created_at=t.created_at,
-            expires_at=t.expires_at,
-            derived_from=t.derived_from,
-            metadata=_copy_json(t.metadata),
+        value = t.value
+        metadata = t.metadata
+        return new_record(
+            t.id,
+            t.scope,
+            t.key,
+            value if type(value) in _ATOMS else _copy_json(value),
+            t.version,
+            t.subjects,
+            t.created_at,
+            t.expires_at,
+            t.derived_from,
+            _copy_json(metadata) if metadata else {},
         )
 
     def _parse(self) -> Record:
         doc = json.loads(self.payload.decode())  # str: json.loads(bytes) sniffs the encoding first
         rest = doc["r"]
-        return Record(
-            id=self.id,
-            scope=rest["s"],
-            key=rest["k"],
-            value=doc["v"],
-            version=self.version,
-            subjects=tuple(rest["u"]),
-            created_at=datetime.fromtimestamp(rest["c"], UTC),
-            expires_at=_ts(rest["x"]),
-            derived_from=tuple(rest["d"]),
-            metadata=rest["m"],
+        return new_record(
+            self.id,
+            rest["s"],
+            rest["k"],
+            doc["v"],
+            self.version,
+            tuple(rest["u"]),
+            datetime.fromtimestamp(rest["c"], UTC),
+            _ts(rest["x"]),
+            tuple(rest["d"]),
+            rest["m"],
         )
 
 

@@ -8,7 +8,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -37,6 +37,8 @@ from .errors import (
     StorageError,
 )
 from .faults import fault_point
+from .group_writes import GroupWriter
+from .groupcommit import GroupCommit
 from .index.embedder import Embedder, HashingEmbedder
 from .index.search import SearchIndex, check_filter, check_query, matches_filter
 from .model import (
@@ -45,6 +47,7 @@ from .model import (
     ErasureRequest,
     ErasureStatus,
     JSONValue,
+    Mode,
     PurgeReport,
     Record,
     Retention,
@@ -61,11 +64,10 @@ from .validation import (
     check_path,
     check_subject,
 )
-from .writes import RecordWriter
+from .writes import Prepared, RecordWriter
 
 __all__ = ["Store", "StoreSession", "open_store", "restore"]
 
-MODES = ("compliance", "operational")
 RECORD_CACHE_LIMIT = 65_536
 
 
@@ -107,6 +109,8 @@ class Store:
         self._keys = KeyChain(provider)
         self._crypto = RecordCrypto(self._keys)
         self._writer = RecordWriter(self._tokens, self._keys, self._crypto)
+        self._batches = GroupWriter(self._writer, self._keys)
+        self._group: GroupCommit[Sequence[Prepared], list[SealedRecord]] = GroupCommit(self._commit_writes)
         # decrypted records by id (checked against the row); every hit hands out a fresh Record
         self._cache: dict[str, OpenedRecord] = {}
         # (scope, key, fallthrough) -> what read() resolved to; valid only while nobody commits:
@@ -120,9 +124,15 @@ class Store:
         self._ledger = Ledger(provider, self._sample_probes)
         self._planner = ForgetPlanner(self._tokens)
         self._search = SearchIndex(embedder if embedder is not None else HashingEmbedder())
-        self._erasure = ErasureService(backend, provider, self._keys, self._forget_from_memory, self._sync)
-        self._erasure.advance = self._advance  # what wait() does to move a request forward
-        self._erasure.flush_anchors = self._ledger.flush_anchors
+        self._erasure = ErasureService(
+            backend,
+            provider,
+            self._keys,
+            self._forget_from_memory,
+            self._sync,
+            self._advance,  # what wait() does to move a request forward
+            self._ledger.flush_anchors,
+        )
         atexit.register(self._ledger.flush_anchors)  # a process that exits without close() too
         self._purge_mode = purge_mode(auto_purge)
         self._applier = PlanApplier(backend, self._ledger.view, self._applied)
@@ -268,11 +278,12 @@ class Store:
         if self._closed:
             raise InvalidValueError("this store is closed; open it again with cenotaph.open(...)")
 
-    def _sync_locked(self) -> None:
+    def _sync_locked(self, changed: bool | None = None) -> None:
         # data_version moves only on other connections' commits; a replay is our own commit.
         # Until this sync completes, the next one acts as if something changed: a failure half
         # way (a busy ledger replay, say) must not leave the change consumed and the caches kept.
-        check = self._backend.changed() or self._sync_pending
+        # ``changed``: the caller read the data version itself (with its rows), else it is read here
+        check = (self._backend.changed() if changed is None else changed) or self._sync_pending
         self._sync_pending = True
         if check:
             self._invalidate_resolved()
@@ -339,12 +350,30 @@ class Store:
                 "write_many names the same (scope, key) twice; write each key once per batch "
                 "(the last value would silently replace the first)"
             )
+        # one transaction and one fsync for every write queued meanwhile (see groupcommit.py);
+        # a thread already inside this backend (a callback) commits alone, as it always did
+        alone = any(p.reauthorization is not None for p in prepared)
+        if self._backend.held_here():
+            outcome = self._commit_writes([prepared])[0]
+            if isinstance(outcome, BaseException):
+                raise outcome
+            sealed = outcome
+        else:
+            sealed = self._group.submit(prepared, len(prepared), alone=alone)
+        return [s.opened.record() for s in sealed]
+
+    def _commit_writes(self, group: Sequence[Sequence[Prepared]]) -> list[list[SealedRecord] | BaseException]:
+        """Commit a group of write_many calls in one transaction, each checked and refused on its
+        own (a refusal rolls back that call's rows only); raises if the transaction fails."""
         self._sync()
         try:
             with self._backend.write() as txn:
-                self._ledger.reconcile_if_changed(txn)
+                mark: int | None = self._provider.ledger_mark()  # one stat, under the write lock
+                if self._ledger.changed(mark):
+                    self._ledger.reconcile(txn)
+                    mark = None  # a replay may have appended: the view reads the ledger again
                 view = self._ledger.view
-                if view.refresh():
+                if view.refresh(mark):
                     self._keys.clear()  # a forget elsewhere may have destroyed cached keys
                 meta = txn.meta_all()
                 if meta["forget_epoch"] != self._forget_epoch:
@@ -354,17 +383,18 @@ class Store:
                     self._kek_seen = meta.get(KEK_EPOCH)
                 # never behind the ledger: a clock set back in the file would reuse forgotten versions
                 clock = max(meta["clock"], view.max_version)
-                sealed, replaced, uses = self._writer.write_batch(txn, prepared, clock, view)
+                outcomes, replaced, uses = self._batches.write(txn, group, clock, view)
                 for use in uses:  # durable before COMMIT: the ledger decides a token's use (S9)
                     self._ledger.lift(use.digest, use.version, use.lifts)
+                written = [s for o in outcomes if not isinstance(o, BaseException) for s in o]
                 # under the backend lock, right after COMMIT: a forget of these records can
                 # only commit after this, and its own post-commit drop then removes them again
-                txn.after_commit(lambda: self._written(sealed))
+                txn.after_commit(lambda: self._written(written))
         except BaseException:
             self._keys.clear()  # keys created in a rolled-back transaction must not be reused
             raise
         self._search.remove(replaced)
-        return [s.opened.record() for s in sealed]
+        return outcomes
 
     def _written(self, sealed: Iterable[SealedRecord]) -> None:
         self._invalidate_resolved()
@@ -432,7 +462,7 @@ class Store:
     def read(self, scope: str, key: str, *, fallthrough: bool = True) -> Record | None:
         """The record under ``key`` in ``scope``, else in its nearest ancestor (R1)."""
         cacheable = type(scope) is str and type(key) is str and type(fallthrough) is bool
-        if cacheable:
+        if cacheable and (scope, key, fallthrough) in self._resolved:
             self._sync()  # drops the resolution cache on any change by anyone
             hit = self._resolved.get((scope, key, fallthrough))
             if hit is not None and (hit.expires_at is None or hit.expires_at > time.time()):
@@ -441,19 +471,25 @@ class Store:
         key_token = self._tokens.key(check_key(key))
         chain = self._tokens.scope_chain(parsed)
         tokens = chain[::-1] if check_flag(fallthrough, "fallthrough") else chain[-1:]
-        if not cacheable:
-            self._sync()
-        generation = self._resolved_gen
-        with self._backend.read() as txn:
-            rows = {r.scope_token: (r, lin) for r, lin in txn.key_records(tokens, key_token)}
-            for token in tokens:
-                found = rows.get(token)
-                opened = None if found is None else self._checked(txn, found[0], generation, found[1])
-                # the slot's key token is a column: a row moved into it must not answer for it
-                if opened is not None and opened[1].key == key:
-                    if cacheable:
-                        self._resolve(scope, key, fallthrough, opened[0], generation)
-                    return opened[1]
+        with self._backend.serial():
+            self._check_open()
+            # the ledger now; whether another connection committed comes with the rows, read in
+            # the same snapshot (no statement of its own)
+            self._sync_locked(changed=False)
+            with self._backend.read() as txn:
+                data_version, found = txn.key_records(tokens, key_token)
+                if self._backend.saw_data_version(data_version):
+                    self._sync_locked(changed=True)  # drops what that commit made stale, then we go on
+                generation = self._resolved_gen
+                rows = {r.scope_token: (r, lin) for r, lin in found}
+                for token in tokens:
+                    row = rows.get(token)
+                    opened = None if row is None else self._checked(txn, row[0], generation, row[1])
+                    # the slot's key token is a column: a row moved into it must not answer for it
+                    if opened is not None and opened[1].key == key:
+                        if cacheable:
+                            self._resolve(scope, key, fallthrough, opened[0], generation)
+                        return opened[1]
         return None
 
     def _resolve(
@@ -651,7 +687,7 @@ class Store:
         parsed = Scope.parse(scope)
         if key is not None:
             check_key(key)
-        if mode not in MODES:
+        if mode not in tuple(Mode):
             raise InvalidValueError("mode must be 'compliance' or 'operational'")
         check_flag(include_ancestors, "include_ancestors")
         self._check_reason(reason)

@@ -35,7 +35,7 @@ from _erasure_data import (
 from _erasure_kit import residue, sql
 
 import cenotaph
-from cenotaph.erasure import service as service_module
+from cenotaph.erasure import backup as service_module
 from cenotaph.errors import InvalidValueError, StorageError
 from cenotaph.faults import FAULT_ENV
 

@@ -8,13 +8,27 @@ Side effects that must follow a commit are registered with ``Txn.after_commit``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
-__all__ = ["Backend", "ErasureRow", "LineageRow", "RecordRow", "ScopeKeyRow", "Txn"]
+from ..model import LayerState
+
+__all__ = [
+    "Backend",
+    "ErasureRow",
+    "LayerEntry",
+    "LineageRow",
+    "RecordRow",
+    "ScopeKeyRow",
+    "Txn",
+    "dump_layers",
+    "parse_layers",
+]
 
 
 class RecordRow(NamedTuple):  # a tuple: built per row on every read, so it must be cheap
@@ -53,7 +67,39 @@ class ScopeKeyRow:
 
 
 @dataclass(frozen=True, slots=True)
+class LayerEntry:
+    """One layer of an erasure request as its row keeps it: a state and content-free evidence.
+    The state is the word the row holds (a row altered to hold another is reported as it is)."""
+
+    state: LayerState
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        return self.state == LayerState.DONE
+
+    def to_json(self) -> dict[str, Any]:
+        return {"state": self.state, "evidence": dict(self.evidence)}
+
+
+def parse_layers(text: str) -> dict[str, LayerEntry]:
+    """A request's ``layers`` column, by layer name."""
+    return {name: LayerEntry(v["state"], v.get("evidence", {})) for name, v in json.loads(text).items()}
+
+
+def dump_layers(layers: Mapping[str, LayerEntry]) -> str:
+    """The ``layers`` column of ``layers`` (the text :func:`parse_layers` reads)."""
+    return json.dumps({name: entry.to_json() for name, entry in layers.items()})
+
+
+@dataclass(frozen=True)
 class ErasureRow:
+    """A request's row as the backend stores it: its JSON columns (``layers``, ``plan``, ``scan``)
+    as text, each parsed once, where first used, into :attr:`layer_entries`, :attr:`plan_entry`
+    and :attr:`scan_evidence` (a row read for its state alone never parses its plan, which lists
+    every record id of a large forget; and a column altered into invalid JSON fails where it is
+    read, as it always did)."""
+
     id: str
     mode: str
     target_kind: str
@@ -70,9 +116,35 @@ class ErasureRow:
     scan: str | None
     applied: int | None = None  # plan ids hidden/destroyed so far; None once the plan is applied whole
 
+    @cached_property
+    def layer_entries(self) -> Mapping[str, LayerEntry]:
+        return parse_layers(self.layers)
+
+    @cached_property
+    def plan_entry(self) -> Mapping[str, Any]:
+        """The plan as the ledger entry holds it (``ForgetPlan.from_entry`` builds the plan)."""
+        entry: dict[str, Any] = json.loads(self.plan)
+        return entry
+
+    @cached_property
+    def scan_evidence(self) -> Mapping[str, Any]:
+        """The ``scan`` column: the evidence of the request's last verifying scan, if any."""
+        evidence: dict[str, Any] = json.loads(self.scan or "{}")
+        return evidence
+
+    def evidence(self, layer: str) -> Mapping[str, Any]:
+        """The evidence of one layer (empty if the row has no such layer)."""
+        entry = self.layer_entries.get(layer)
+        return {} if entry is None else entry.evidence
+
 
 class Txn(Protocol):
     def after_commit(self, action: Callable[[], None]) -> None: ...
+
+    # one savepoint at a time inside a write: a group commit undoes a refused write alone
+    def savepoint(self) -> None: ...
+    def release_savepoint(self) -> None: ...
+    def rollback_to_savepoint(self) -> None: ...
 
     # clock and change detection
     def clock(self) -> int: ...
@@ -124,7 +196,10 @@ class Txn(Protocol):
     def records_in_slots(self, slots: Sequence[tuple[bytes, bytes]]) -> list[RecordRow]: ...
     def key_records(
         self, scope_tokens: Sequence[bytes], key_token: bytes
-    ) -> list[tuple[RecordRow, LineageRow | None]]: ...
+    ) -> tuple[int, list[tuple[RecordRow, LineageRow | None]]]:
+        """The rows of ``key`` in each of a few scopes, and the data version they were read at."""
+        ...
+
     def record(self, record_id: str) -> RecordRow | None: ...
     def records_in_scopes(self, scope_tokens: Sequence[bytes]) -> list[RecordRow]: ...
     def live_records(self, after_version: int = 0) -> Iterator[RecordRow]: ...
@@ -257,8 +332,16 @@ class Backend(Protocol):
         """True if another connection committed since the last call (cheap)."""
         ...
 
+    def saw_data_version(self, current: int) -> bool:
+        """:meth:`changed` for a data version read by the caller (see ``Txn.key_records``)."""
+        ...
+
     def in_transaction(self) -> bool:
         """True while this thread is inside one of this backend's transactions (a callback)."""
+        ...
+
+    def held_here(self) -> bool:
+        """True while the calling thread holds this backend's lock (a transaction, ``serial``)."""
         ...
 
     def serial(self) -> AbstractContextManager[Any]:

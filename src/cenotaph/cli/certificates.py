@@ -20,6 +20,7 @@ from rich.text import Text
 import cenotaph
 from cenotaph.durable import write_all
 from cenotaph.errors import CertificateError, ErasureNotProvableError
+from cenotaph.model import LayerState, Mode
 
 from .interrupts import held, on_interrupt
 from .options import data_option, open_existing_store
@@ -125,7 +126,7 @@ def _not_provable(store: cenotaph.Store, request_id: str, exc: ErasureNotProvabl
     gaps = "; ".join(exc.gaps) if exc.gaps else str(exc)
     hint = ""
     request = store.erasure(request_id)
-    if request.mode == "compliance":
+    if request.mode == Mode.COMPLIANCE:
         status = request.status()
         step = speak_cli(status.next_step or "")
         hint = (
@@ -188,7 +189,7 @@ def certificate_claims(fields: Mapping[str, Any]) -> dict[str, list[str]]:
     done = sorted(
         name
         for name, layer in (layers.items() if isinstance(layers, Mapping) else ())
-        if isinstance(layer, Mapping) and layer.get("state") == "done"
+        if isinstance(layer, Mapping) and layer.get("state") == LayerState.DONE
     )
     scan = fields.get("scan")
     scan = scan if isinstance(scan, Mapping) else {}

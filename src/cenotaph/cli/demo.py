@@ -31,6 +31,7 @@ from cenotaph.errors import (
     ScopeClosureError,
     StaleWriteError,
 )
+from cenotaph.model import ErasureState, Mode
 
 from .certificates import certificate_claims
 from .output import console
@@ -42,11 +43,11 @@ E = TypeVar("E", bound=CenotaphError)
 USER = "tenant:acme/user:alice"
 SESSION = f"{USER}/session:s1"
 SUMMARY = "User mentioned a cardiology appointment"
-STATE_MEANING = {
-    "tombstoned": "hidden from every read, not yet erased",
-    "shredded": "keys destroyed, so no copy in the live store can be decrypted; ciphertext awaits purge",
-    "purged": "keys destroyed, rows removed, WAL truncated; the verification scan is pending",
-    "verified": "keys destroyed, rows removed, WAL truncated, every file scanned and no trace found",
+STATE_MEANING: dict[str, str] = {
+    ErasureState.TOMBSTONED: "hidden from every read, not yet erased",
+    ErasureState.SHREDDED: "keys destroyed, so no copy in the live store can be decrypted; ciphertext awaits purge",
+    ErasureState.PURGED: "keys destroyed, rows removed, WAL truncated; the verification scan is pending",
+    ErasureState.VERIFIED: "keys destroyed, rows removed, WAL truncated, every file scanned and no trace found",
 }
 
 
@@ -169,7 +170,7 @@ class Scenario:
 
     def forget_session(self) -> cenotaph.ErasureRequest:
         self.step(4, "The user asks to forget the session (compliance mode)")
-        request = self.store.forget(SESSION, mode="compliance")
+        request = self.store.forget(SESSION, mode=Mode.COMPLIANCE)
         state = request.status().state
         self.say(
             f"Erasure request [bold]{request.id}[/] at version {request.version}, mode {request.mode}: "
@@ -277,10 +278,12 @@ class Scenario:
     def certificate(self, request: cenotaph.ErasureRequest) -> None:
         self.step(10, "The erasure certificate")
         status = request.status()
-        if status.state != "verified":
+        if status.state != ErasureState.VERIFIED:
             self.say("Not verified yet, so purging first (store.purge(), `cenotaph purge`).")
             status = request.wait(timeout=30)
-        self.check(status.state == "verified", "the erasure is verified: no gaps in the live store")
+        self.check(
+            status.state == ErasureState.VERIFIED, "the erasure is verified: no gaps in the live store"
+        )
         certificate = self.store.attest(request.id)
         self.say(
             "store.attest(...) signs a content-free certificate with the store's Ed25519 key (no scope, "

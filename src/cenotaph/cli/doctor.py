@@ -20,6 +20,7 @@ from rich.text import Text
 from cenotaph.backends.sqlite.backend import DB_NAME, SQLiteBackend, read_only, unwritable
 from cenotaph.crypto.provider import keyring_from_env
 from cenotaph.errors import CenotaphError
+from cenotaph.model import ErasureState, Mode
 from cenotaph.store import Store
 
 from .options import data_option, keyring_location, open_existing_store, root_of_trust_warning
@@ -198,7 +199,7 @@ def _erasure_checks(store: Store) -> list[Check]:
     pending = [
         (request.id, status)
         for request in store.erasures()
-        if request.mode == "compliance" and (status := request.status()).state != "verified"
+        if request.mode == Mode.COMPLIANCE and (status := request.status()).state != ErasureState.VERIFIED
     ]
     detail = "; ".join(
         f"{rid}: {status.state}{', stuck' if status.stuck else ''} ({', '.join(status.gaps) or 'no gap'}); "

@@ -18,6 +18,7 @@ from rich.text import Text
 import cenotaph
 from cenotaph.crypto.provider import keyring_from_env
 from cenotaph.errors import ErasureNotProvableError
+from cenotaph.model import Mode
 from cenotaph.service.apikeys import KEYS_DIR, ApiKeyRing
 
 from .interrupts import held, on_interrupt
@@ -60,7 +61,7 @@ def emit_forgotten(
     be), unless ``no_wait``. A wait that cannot succeed prints the request with its gaps, then its
     error ends the command (one line, a non-zero exit)."""
     failure: ErasureNotProvableError | None = None
-    if request.mode == "compliance" and not no_wait:
+    if request.mode == Mode.COMPLIANCE and not no_wait:
         with progress_bar("purging and verifying") as progress:
             store.purge(progress=progress)
         try:
@@ -77,8 +78,8 @@ def emit_forgotten(
 @click.argument("key", required=False)
 @click.option(
     "--mode",
-    type=click.Choice(["compliance", "operational"]),
-    default="compliance",
+    type=click.Choice([m.value for m in Mode]),
+    default=Mode.COMPLIANCE.value,
     show_default=True,
     help="compliance: erasure (keys destroyed, cascade to derived records); operational: stop recalling.",
 )
@@ -115,7 +116,7 @@ def committed_forget(
     next `cenotaph purge`). The store is opened with purging off, so nothing runs behind it."""
     with held():
         request = forget()
-        if request.mode == "compliance":
+        if request.mode == Mode.COMPLIANCE:
             on_interrupt(
                 f"interrupted after the forget committed (request {request.id}: keys destroyed, "
                 "nothing of it readable); run `cenotaph purge` to finish erasing and verify it"

@@ -16,6 +16,8 @@ from rich.measure import Measurement
 from rich.table import Column, Table
 from rich.text import Text
 
+from cenotaph.model import ErasureState, LayerState
+
 from .spelling import speak_cli
 
 __all__ = [
@@ -187,7 +189,11 @@ def records_table(records: Any) -> RenderableType:
     return table
 
 
-_STATE_STYLE = {"done": "green", "pending": "yellow", "failed": "red"}
+_STATE_STYLE: dict[str, str] = {
+    LayerState.DONE: "green",
+    LayerState.PENDING: "yellow",
+    LayerState.FAILED: "red",
+}
 
 
 def erasure_table(doc: Mapping[str, Any]) -> RenderableType:
@@ -207,7 +213,7 @@ def erasure_table(doc: Mapping[str, Any]) -> RenderableType:
     gaps = list(status.get("gaps", []))
     if gaps:
         footer = Text("gaps: " + speak_cli("; ".join(gaps)), style="yellow")
-    elif status.get("state") == "verified":
+    elif status.get("state") == ErasureState.VERIFIED:
         footer = Text("no gaps: erasure verified", style="green")
     else:
         footer = Text(f"no gaps reported; state {status.get('state')}")

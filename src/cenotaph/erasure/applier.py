@@ -24,11 +24,11 @@ and each reads the cursor inside its own transaction, so two appliers share the 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 
-from ..backends.base import Backend, LineageRow, Txn
+from ..backends.base import Backend, LineageRow, Txn, dump_layers
 from ..faults import fault_point
+from ..model import ErasureState
 from .authority import LedgerView
 from .forget import ForgetPlan, apply_records
 from .ledger import chunk_records, initial_layers, pause_between_chunks
@@ -93,8 +93,8 @@ class PlanApplier:
                     missed = sorted({*missed, *txn.derived_closure(missed)})
                 apply_records(txn, plan, missed)
                 check_postcondition(txn, plan, missed)
-            state = "shredded" if plan.compliance else "tombstoned"
-            txn.update_erasure(plan.request_id, state=state, layers=json.dumps(initial_layers(plan)))
+            state = ErasureState.SHREDDED if plan.compliance else ErasureState.TOMBSTONED
+            txn.update_erasure(plan.request_id, state=state, layers=dump_layers(initial_layers(plan)))
             txn.set_applied(plan.request_id, None)
             txn.bump_forget_epoch()  # other processes drop cached keys of what was just destroyed
             txn.after_commit(lambda: self._on_applied(plan))

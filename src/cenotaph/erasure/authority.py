@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..crypto.provider import KeyProvider
+from ..model import Mode
 
 __all__ = ["FORGET_KIND", "GRANT_KIND", "IMPORT_KIND", "LIFT_KIND", "Grant", "LedgerView"]
 
@@ -124,7 +125,7 @@ class LedgerView:
             self.tombstones[token] = max(self.tombstones.get(token, 0), version)
         for record_id in plan["hide"]:
             self.forgotten.setdefault(record_id, version)
-        if plan["mode"] == "compliance":
+        if plan["mode"] == Mode.COMPLIANCE:
             for record_id in plan["destroy_records"]:
                 self.forgotten.setdefault(record_id, version)
                 self.destroyed.setdefault(record_id, version)

@@ -14,11 +14,12 @@ it is idempotent and may be split into chunks of ids, each its own transaction
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..backends.base import Txn
+from ..model import Mode
 from .unshared import unshared_keys
 
 __all__ = ["ForgetPlan", "apply_head", "apply_plan", "apply_records", "reapply_to_records"]
@@ -27,7 +28,7 @@ __all__ = ["ForgetPlan", "apply_head", "apply_plan", "apply_records", "reapply_t
 @dataclass
 class ForgetPlan:
     request_id: str
-    mode: str  # "compliance" | "operational"
+    mode: str  # a Mode
     target_kind: str  # "key" | "scope" | "subject"
     target: bytes  # the primary tombstone target token
     version: int  # v_f
@@ -48,7 +49,7 @@ class ForgetPlan:
 
     @property
     def compliance(self) -> bool:
-        return self.mode == "compliance"
+        return self.mode == Mode.COMPLIANCE
 
     @property
     def record_ids(self) -> list[str]:
@@ -101,7 +102,7 @@ class ForgetPlan:
         return entry
 
     @classmethod
-    def from_entry(cls, entry: dict[str, Any]) -> ForgetPlan:
+    def from_entry(cls, entry: Mapping[str, Any]) -> ForgetPlan:
         slot = entry.get("key_slot")
         return cls(
             request_id=str(entry["request_id"]),

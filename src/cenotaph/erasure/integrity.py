@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..backends.base import RecordRow, Txn
+from ..model import ErasureState
 from ..records import OpenedRecord
 from .authority import LedgerView
 
@@ -92,7 +93,7 @@ def _requests(txn: Txn, view: LedgerView, verified: set[str]) -> list[str]:
             plan["version"],
         ):
             misstated += 1
-        if row.state == "verified" and row.id not in verified:
+        if row.state == ErasureState.VERIFIED and row.id not in verified:
             unproven += 1
     found = []
     if planted:

@@ -20,10 +20,11 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ..backends.base import ErasureRow, Txn
+from ..backends.base import ErasureRow, LayerEntry, Txn, dump_layers
 from ..crypto.provider import KeyProvider
 from ..errors import KeyProviderError
 from ..faults import fault_point
+from ..model import ErasureState, Layer, LayerState
 from .audit import GENESIS, chain_entry, entry_from_dict, entry_to_dict
 from .authority import FORGET_KIND, GRANT_KIND, IMPORT_KIND, LIFT_KIND, LedgerView
 from .forget import ForgetPlan, apply_head, apply_plan, reapply_to_records
@@ -69,33 +70,29 @@ def pause_between_chunks() -> None:
 _log = logging.getLogger("cenotaph")
 
 
-def initial_layers(plan: ForgetPlan, *, applied: int | None = None) -> dict[str, Any]:
+def initial_layers(plan: ForgetPlan, *, applied: int | None = None) -> dict[str, LayerEntry]:
     """Per-layer status right after the forget committed (evidence is counts, never content).
     ``applied``: of a plan applied in chunks, how many record ids are done (None: all)."""
+    done, pending = LayerState.DONE, LayerState.PENDING
     if not plan.compliance:
         return {
-            "tombstone": {"state": "done", "evidence": {"version": plan.version}},
-            "reclaim": {"state": "pending", "evidence": {"hidden": len(plan.hide)}},
+            Layer.TOMBSTONE: LayerEntry(done, {"version": plan.version}),
+            Layer.RECLAIM: LayerEntry(pending, {"hidden": len(plan.hide)}),
         }
-    done = "done" if applied is None else "pending"
+    keys = done if applied is None else pending
     progress = {} if applied is None else {"applied": applied, "of": len(plan.record_ids)}
+    scopes, subjects = plan.key_counts
     return {
-        "tombstone": {"state": "done", "evidence": {"version": plan.version}},
-        "keys": {
-            "state": done,
-            "evidence": {
-                "records": len(plan.destroy_records),
-                "scopes": plan.key_counts[0],
-                "subjects": plan.key_counts[1],
-                **progress,
-            },
-        },
-        "lineage": {"state": done, "evidence": {"cascaded": len(plan.destroy_records)}},
-        "caches": {"state": "done", "evidence": {"cleared": "in-process, others by forget epoch"}},
-        "rows": {"state": "pending", "evidence": {}},
-        "wal": {"state": "pending", "evidence": {}},
-        "index": {"state": "pending", "evidence": {}},
-        "scan": {"state": "pending", "evidence": {}},
+        Layer.TOMBSTONE: LayerEntry(done, {"version": plan.version}),
+        Layer.KEYS: LayerEntry(
+            keys, {"records": len(plan.destroy_records), "scopes": scopes, "subjects": subjects, **progress}
+        ),
+        Layer.LINEAGE: LayerEntry(keys, {"cascaded": len(plan.destroy_records)}),
+        Layer.CACHES: LayerEntry(done, {"cleared": "in-process, others by forget epoch"}),
+        Layer.ROWS: LayerEntry(pending),
+        Layer.WAL: LayerEntry(pending),
+        Layer.INDEX: LayerEntry(pending),
+        Layer.SCAN: LayerEntry(pending),
     }
 
 
@@ -307,8 +304,8 @@ class Ledger:
                 target=plan.target,
                 version=plan.version,
                 requested_at=plan.requested_at,
-                state="shredded" if plan.compliance and whole else "tombstoned",
-                layers=json.dumps(initial_layers(plan, applied=applied)),
+                state=ErasureState.SHREDDED if plan.compliance and whole else ErasureState.TOMBSTONED,
+                layers=dump_layers(initial_layers(plan, applied=applied)),
                 plan=json.dumps(plan.to_entry()),
                 probes=probes,
                 horizon=None,

@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from ..backends.base import LineageRow, Txn
 from ..crypto.tokens import TokenMaker
 from ..errors import ErasureNotProvableError, ScopeClosureError
+from ..model import Mode
 from ..records import is_visible
 from ..scope import Scope
 from .forget import ForgetPlan
@@ -59,7 +60,7 @@ class ForgetTarget:
     or a subject (``token`` is the scope's or the subject's token)."""
 
     kind: str  # "key" | "scope" | "subject"
-    mode: str  # "compliance" | "operational"
+    mode: str  # a Mode
     token: bytes
     scope: Scope | None = None
     key_token: bytes | None = None
@@ -67,7 +68,7 @@ class ForgetTarget:
 
     @property
     def compliance(self) -> bool:
-        return self.mode == "compliance"
+        return self.mode == Mode.COMPLIANCE
 
 
 @dataclass
@@ -102,7 +103,7 @@ class ForgetPlanner:
 
     def subject(self, token: bytes) -> ForgetTarget:
         """Compliance-forget every record carrying the subject, and everything derived from them."""
-        return ForgetTarget("subject", "compliance", token)
+        return ForgetTarget("subject", Mode.COMPLIANCE, token)
 
     # -- step 1: outside the write lock ------------------------------------------------
     def survey(self, reading: Reading, target: ForgetTarget) -> Survey:

@@ -28,8 +28,9 @@ from ..durable import fsync
 from ..errors import InvalidValueError, StorageError
 from ..faults import fault_point
 from .audit import entry_from_dict, verify_chain
+from .audit_check import check_tail_announced
+from .backup import BACKUP_MANIFEST
 from .ledger import AUDIT_CHAIN, all_anchors, all_intents
-from .service import BACKUP_MANIFEST, _check_tail_announced
 
 __all__ = [
     "RESTORE_MARKER",
@@ -169,7 +170,7 @@ def audited_forgets(txn: Txn, ledger: list[dict[str, Any]], logged: set[str]) ->
     if any(len(found) > 1 or heads.get(seq) not in found for seq, found in held.items()):
         raise StorageError(_ALTERED_BACKUP.format("an audit entry differs from its anchor in the ledger"))
     try:
-        _check_tail_announced(entries, held, all_intents(ledger, txn.meta(AUDIT_CHAIN)))
+        check_tail_announced(entries, held, all_intents(ledger, txn.meta(AUDIT_CHAIN)))
     except StorageError as exc:
         raise StorageError(_ALTERED_BACKUP.format("its audit log holds an entry never announced")) from exc
     forgets = {str(e.fields.get("request_id")) for e in entries if e.event == "forget"}

@@ -12,13 +12,12 @@ An open reader blocking WAL truncation is not stuck: it clears when the reader g
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from ..backends.base import ErasureRow
+from ..backends.base import Backend, ErasureRow
 from ..backends.sqlite.backend import DB_NAME
+from ..model import ErasureState, Layer, LayerState, Mode
 from .probes import ProbeSample
 from .scanner import ScanResult
 
@@ -28,6 +27,7 @@ __all__ = [
     "Standing",
     "Verdict",
     "judge_scan",
+    "standing_in",
     "standing_of",
 ]
 
@@ -54,9 +54,11 @@ class Verdict:
     stray: tuple[str, ...] = ()  # files the store does not write that hold residue (scan names)
 
     @property
-    def state(self) -> str:
+    def state(self) -> LayerState:
         """The scan layer's state: done, pending (waiting for another request) or failed."""
-        return "done" if self.gap is None else "pending" if self.waiting_for else "failed"
+        if self.gap is None:
+            return LayerState.DONE
+        return LayerState.PENDING if self.waiting_for else LayerState.FAILED
 
 
 def judge_scan(
@@ -157,30 +159,40 @@ class Standing:
     next_step: str | None
 
 
+def standing_in(backend: Backend, row: ErasureRow) -> Standing:
+    """Where ``row`` stands, the requests it waits for read from ``backend``."""
+
+    def lookup(request_id: str) -> ErasureRow | None:
+        with backend.read() as txn:
+            return txn.erasure(request_id)
+
+    return standing_of(row, lookup)
+
+
 def standing_of(row: ErasureRow, lookup: Callable[[str], ErasureRow | None], _depth: int = 0) -> Standing:
     """Where ``row`` stands; ``lookup`` finds the requests it waits for."""
-    layers: dict[str, dict[str, Any]] = json.loads(row.layers)
+    layers = row.layer_entries
     gaps = [
-        f"layer {name!r} is {layer['state']}"
-        + (f": {layer['evidence']['gap']}" if "gap" in layer.get("evidence", {}) else "")
+        f"layer {name!r} is {layer.state}" + (f": {layer.evidence['gap']}" if "gap" in layer.evidence else "")
         for name, layer in sorted(layers.items())
-        if layer["state"] != "done"
+        if not layer.done
     ]
-    if row.mode == "operational":
-        pending = layers["reclaim"]["state"] != "done"
+    if row.mode == Mode.OPERATIONAL:
+        pending = not layers[Layer.RECLAIM].done
         return Standing((OPERATIONAL_GAP, *gaps), False, False, PURGE if pending else None)
-    if row.state == "verified" and not gaps:
+    if row.state == ErasureState.VERIFIED and not gaps:
         return Standing((), False, False, None)
-    scan = layers.get("scan", {}).get("evidence", {})
+    scan = row.evidence(Layer.SCAN)
     if scan.get("stuck"):
         return Standing(tuple(gaps), True, False, str(scan.get("release") or INVESTIGATE))
     for earlier_id in scan.get("waiting_for", []):
         earlier = lookup(str(earlier_id))
-        if earlier is not None and earlier.state != "verified" and _depth < 64:
+        if earlier is not None and earlier.state != ErasureState.VERIFIED and _depth < 64:
             waited = standing_of(earlier, lookup, _depth + 1)
             if waited.stuck:
                 return Standing(
                     tuple(gaps), True, False, f"{earlier.id} cannot verify yet: {waited.next_step}"
                 )
-    blocked = layers.get("wal", {}).get("state") == "pending" and "gap" in layers["wal"].get("evidence", {})
+    wal = layers.get(Layer.WAL)
+    blocked = wal is not None and wal.state == LayerState.PENDING and "gap" in wal.evidence
     return Standing(tuple(gaps), False, blocked, READER if blocked else PURGE)

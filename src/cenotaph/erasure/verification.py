@@ -6,17 +6,18 @@ probes, tell residue from the store's own bookkeeping, and conclude each request
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..backends.base import Backend, ErasureRow, Txn
+from ..backends.base import Backend, ErasureRow, LayerEntry, Txn, dump_layers
 from ..backends.sqlite.backend import DB_NAME
 from ..crypto.keys import KeyChain
 from ..crypto.provider import KeyProvider, LocalKeyring
 from ..faults import fault_point
+from ..model import ErasureState, Layer, Mode
 from .forget import ForgetPlan
 from .ledger import anchor_audit_many
 from .plan import remains
@@ -28,7 +29,7 @@ from .standing import judge_scan
 __all__ = ["KEYRING_LABEL", "PENDING_STATES", "Progress", "Verifier", "now_iso"]
 
 Progress = Callable[[int, int], None]
-PENDING_STATES = ("shredded", "purged")  # compliance requests not verified yet
+PENDING_STATES = (ErasureState.SHREDDED, ErasureState.PURGED)  # compliance requests not verified yet
 KEYRING_LABEL = "<keyring>/"  # how a scan names the files of a keyring kept outside the data directory
 
 
@@ -176,7 +177,7 @@ class Verifier:
             r.id
             for r in txn.erasures(PENDING_STATES)
             if r.version < row.version
-            and r.mode == "compliance"
+            and r.mode == Mode.COMPLIANCE
             and (r.target_kind, bytes(r.target)) == (row.target_kind, bytes(row.target))
         ]
 
@@ -191,10 +192,9 @@ class Verifier:
     ) -> tuple[str, dict[str, Any]]:
         """Record the verdict of ``row``; returns its audit entry (event, fields), anchored with
         the others of this transaction."""
-        layers = json.loads(row.layers)
-        plan = ForgetPlan.from_entry(json.loads(row.plan))
+        plan = ForgetPlan.from_entry(row.plan_entry)
         # rows this purge really removed (for requests sealed before the forget's tally existed)
-        evidence_rows = layers["rows"]["evidence"]
+        evidence_rows = row.layer_entries[Layer.ROWS].evidence
         removed = int(evidence_rows.get("rows_removed", evidence_rows.get("records", 0)))
         remaining = remains(txn, plan)
         tried = rewritten or bool(_scan_evidence(row).get("rewritten"))
@@ -225,11 +225,11 @@ class Verifier:
             evidence |= {"stuck": True} if verdict.stuck else {}
             evidence |= {"stray": self._fingerprint(verdict.stray)} if verdict.stray else {}
             evidence |= {"waiting_for": list(verdict.waiting_for)} if verdict.waiting_for else {}
-        layers["scan"] = {"state": verdict.state, "evidence": evidence}
-        fields: dict[str, Any] = {"layers": json.dumps(layers), "scan": json.dumps(evidence)}
+        layers = {**row.layer_entries, Layer.SCAN: LayerEntry(verdict.state, evidence)}
+        fields: dict[str, Any] = {"layers": dump_layers(layers), "scan": json.dumps(evidence)}
         verified_at = None if gap else now_iso()
         if gap is None:
-            fields |= {"state": "verified", "verified_at": verified_at, "probes": None}
+            fields |= {"state": ErasureState.VERIFIED, "verified_at": verified_at, "probes": None}
             txn.delete_probe_key(row.id)
             # stored once reached; until then the reason is whatever holds an epoch now (status)
             horizon, reason = self._horizon(row)
@@ -249,6 +249,5 @@ class Verifier:
         )
 
 
-def _scan_evidence(row: ErasureRow) -> dict[str, Any]:
-    evidence: dict[str, Any] = json.loads(row.layers).get("scan", {}).get("evidence", {})
-    return evidence
+def _scan_evidence(row: ErasureRow) -> Mapping[str, Any]:
+    return row.evidence(Layer.SCAN)

@@ -109,13 +109,19 @@ _LINEAGE_COLS = (
     "record_id, scope_token, key_token, version, wrapped, epoch, subject_tokens, subjects, sources, "
     "destroyed_version, forgotten_version"
 )
-_SLOT_SQL = (
-    "SELECT "
+# a key's rows in a few scopes with their lineage rows, and the snapshot's data version (one row
+# of NULLs when no scope holds the key): a read learns whether another connection committed from
+# the statement that reads its rows
+_SLOT_SELECT = (
+    "SELECT d.data_version, "
     + ", ".join(f"r.{c.strip()}" for c in _RECORD_COLS.split(","))
     + ", "
     + ", ".join(f"l.{c.strip()}" for c in _LINEAGE_COLS.split(","))
-    + " FROM records r LEFT JOIN lineage l ON l.record_id = r.id WHERE r.key_token = ? AND r.scope_token IN "
+    + " FROM pragma_data_version d LEFT JOIN records r ON r.key_token = ? AND r.scope_token IN "
 )
+_SLOT_SQL = {
+    n: f"{_SLOT_SELECT}({','.join('?' * n)}) LEFT JOIN lineage l ON l.record_id = r.id" for n in range(1, 65)
+}
 _ERASURE_COLS = (
     "id, mode, target_kind, target, version, requested_at, state, layers, plan, probes, horizon, "
     "horizon_reason, verified_at, scan"
@@ -220,6 +226,17 @@ class SQLiteTxn:
         if not self._commits:  # a read never commits: the action would silently never run
             raise RuntimeError("after_commit needs a write transaction (backend.write())")
         self._after.append(action)
+
+    # -- savepoints (a group commit undoes one refused write, keeping the rest) ------
+    def savepoint(self) -> None:
+        self._c.execute("SAVEPOINT cenotaph_write")
+
+    def release_savepoint(self) -> None:
+        self._c.execute("RELEASE cenotaph_write")
+
+    def rollback_to_savepoint(self) -> None:
+        self._c.execute("ROLLBACK TO cenotaph_write")
+        self._c.execute("RELEASE cenotaph_write")
 
     def _one(self, sql: str, args: Sequence[Any] = ()) -> Any:
         row = self._c.execute(sql, args).fetchone()
@@ -390,12 +407,15 @@ class SQLiteTxn:
 
     def key_records(
         self, scope_tokens: Sequence[bytes], key_token: bytes
-    ) -> list[tuple[RecordRow, LineageRow | None]]:
-        """The rows (and lineage rows) of ``key`` in each of a few scopes: one statement."""
+    ) -> tuple[int, list[tuple[RecordRow, LineageRow | None]]]:
+        """The rows (and lineage rows) of ``key`` in each of a few scopes, and the data version
+        of the snapshot they were read in: one statement."""
         found: list[tuple[RecordRow, LineageRow | None]] = []
-        for row in self._c.execute(f"{_SLOT_SQL}({_marks(len(scope_tokens))})", (key_token, *scope_tokens)):
-            found.append((_record(row[:10]), None if row[10] is None else _lineage(row[10:])))
-        return found
+        rows = self._c.execute(_SLOT_SQL[len(scope_tokens)], (key_token, *scope_tokens)).fetchall()
+        for row in rows:
+            if row[1] is not None:
+                found.append((RecordRow(*row[1:11]), None if row[11] is None else _lineage(row[11:])))
+        return int(rows[0][0]), found
 
     def record(self, record_id: str) -> RecordRow | None:
         row = self._c.execute(f"SELECT {_RECORD_COLS} FROM records WHERE id=?", (record_id,)).fetchone()
@@ -872,6 +892,7 @@ class SQLiteBackend:
         self.read_only = read_only(directory)
         self._lock = threading.RLock()
         self._data_version: int | None = None
+        self._version_cursor: sqlite3.Cursor | None = None
         if self.read_only and not self.path.exists():
             raise StorageError(
                 f"cannot create a store in {directory}: it is read-only for this user; choose a "
@@ -955,12 +976,13 @@ class SQLiteBackend:
                     "rotate_keys' progress, called back into it); make the call after it returns"
                 )
             txn = SQLiteTxn(self._conn)
-            deadline = time.monotonic() + busy_timeout_ms() / 1000
+            timeout_ms = busy_timeout_ms()
+            deadline = time.monotonic() + timeout_ms / 1000
             if not self._writers.acquire(timeout=max(0.0, deadline - time.monotonic())):
                 raise _busy_error()
             try:
                 try:
-                    self._begin(begin, deadline)
+                    self._begin(begin, deadline, timeout_ms)
                 except sqlite3.Error as exc:
                     raise translate(exc, self.path) from exc
                 try:
@@ -986,14 +1008,14 @@ class SQLiteBackend:
             if failure is not None:
                 raise failure
 
-    def _begin(self, begin: str, deadline: float) -> None:
+    def _begin(self, begin: str, deadline: float, timeout_ms: int) -> None:
         """``begin``, waiting for another process's write lock by polling every few milliseconds
         until ``deadline`` (writers of this process already queued on the file's lock), rather
         than with SQLite's busy handler: its sleeps grow to 100 ms, so a writer
         queued behind a run of short transactions (a large forget's or purge's chunks, each
         followed by a short pause for exactly this) kept missing the gaps between them and waited
-        through several. The handler stays in force for every statement inside the transaction."""
-        timeout_ms = busy_timeout_ms()
+        through several. The handler (``timeout_ms``) stays in force for every statement inside
+        the transaction."""
         delay = _POLL_FIRST_S
         self._conn.execute("PRAGMA busy_timeout=0")
         try:
@@ -1008,6 +1030,12 @@ class SQLiteBackend:
                 delay = min(delay * 2, _POLL_MAX_S)
         finally:
             self._conn.execute(f"PRAGMA busy_timeout={timeout_ms}")
+
+    def held_here(self) -> bool:
+        """Does the calling thread hold this backend's lock (inside one of its transactions or
+        :meth:`serial`)? Such a thread must not wait for another to commit for it."""
+        owned: Callable[[], bool] = self._lock._is_owned  # type: ignore[attr-defined]
+        return owned()
 
     def in_transaction(self) -> bool:
         """Meaningful for the calling thread only while it holds :meth:`serial`."""
@@ -1030,10 +1058,21 @@ class SQLiteBackend:
                 raise translate(exc, self.path) from exc
 
     def _read_data_version(self) -> int:
-        return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+        # one cursor kept for it (under the lock): this runs before every cache hit
+        cursor = self._version_cursor
+        if cursor is None:
+            cursor = self._version_cursor = self._conn.cursor()
+        return int(cursor.execute("PRAGMA data_version").fetchone()[0])
 
     def serial(self) -> contextlib.AbstractContextManager[Any]:
         return self._lock
+
+    def saw_data_version(self, current: int) -> bool:
+        """Like :meth:`changed`, for a data version the caller read itself (with its rows, under
+        :meth:`serial`)."""
+        changed = current != self._data_version
+        self._data_version = current
+        return changed
 
     def changed(self) -> bool:
         with self._lock:

@@ -1,0 +1,147 @@
+"""Where an erasure request stands, as its caller sees it: ``status``, ``confirm_erasure`` and
+``wait`` (why a request is not verified is ``erasure.standing``; its horizon ``erasure.horizon``).
+
+States only move forward on evidence (SPEC W5, S3-S6)::
+
+    tombstoned (operational; stays there)
+    shredded   keys destroyed with the tombstone, in the forget's transaction
+    purged     rows deleted, WAL truncated, in-memory index and caches cleared
+    verified   every owned file scanned: 0 matches of the request's probes, positive control found
+
+A row that says verified is a cache: only a verifying scan in the audit log, announced in the
+ledger, makes a request report verified.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from ..backends.base import Backend, ErasureRow
+from ..backends.sqlite.backend import busy_timeout_ms
+from ..errors import ErasureNotProvableError, NotFoundError
+from ..model import ErasureState, ErasureStatus, Layer, LayerState, LayerStatus, Mode, Retention
+from ..validation import check_token_text
+from .audit_check import AuditCheck
+from .forget import ForgetPlan
+from .horizon import Horizons
+from .standing import INVESTIGATE, OPERATIONAL_GAP, PURGE, standing_in
+
+__all__ = ["ALTERED_GAP", "RequestStatus"]
+
+ALTERED_GAP = (
+    "the database says this request is verified, but the audit log holds no scan that verified it: "
+    "the database was altered; check the audit log against the ledger and investigate"
+)
+
+
+class RequestStatus:
+    def __init__(
+        self,
+        backend: Backend,
+        horizons: Horizons,
+        audit: AuditCheck,
+        sync: Callable[[], None],
+        advance: Callable[[float | None], object],
+    ) -> None:
+        self._backend = backend
+        self._horizons = horizons
+        self._audit = audit
+        self._sync = sync
+        # what wait() does to move requests forward once (timeout in seconds): purge here, or
+        # ask the store's background worker for a pass and wait for it (erasure.background)
+        self._advance = advance
+
+    def row(self, request_id: object) -> ErasureRow:
+        checked = check_token_text(request_id, "request_id must be the id returned by store.forget()")
+        self._sync()
+        with self._backend.read() as txn:
+            row = txn.erasure(checked)
+        if row is None:
+            raise NotFoundError("no erasure request with that id; list them with store.erasures()")
+        return row
+
+    def status(self, request_id: str) -> ErasureStatus:
+        row = self.row(request_id)
+        layers = {n: LayerStatus(e.state, e.evidence) for n, e in row.layer_entries.items()}
+        standing = standing_in(self._backend, row)
+        retention = self._horizons.retention() if row.mode == Mode.COMPLIANCE else []
+        horizon, reason = self._horizons.horizon(row, retention=retention)
+        held: tuple[Retention, ...] = ()
+        if row.mode == Mode.COMPLIANCE and horizon is None:
+            layers[Layer.HORIZON] = LayerStatus(LayerState.PENDING, {"reason": reason})
+            epochs = set(ForgetPlan.from_entry(row.plan_entry).epochs)
+            held = tuple(r for r in retention if r.epoch in epochs)
+        state, gaps, stuck, next_step = row.state, standing.gaps, standing.stuck, standing.next_step
+        if (
+            state == ErasureState.VERIFIED
+            and row.mode == Mode.COMPLIANCE
+            and row.id not in self._audit.vouched()
+        ):
+            # the row is a cache: only a verifying scan in the audit log, announced in the
+            # ledger, makes a request report verified (an edited row must not); no purge changes that
+            state, gaps, stuck, next_step = ErasureState.PURGED, (ALTERED_GAP, *gaps), True, INVESTIGATE
+        return ErasureStatus(state, layers, horizon, gaps, stuck=stuck, next_step=next_step, retained_by=held)
+
+    def confirm(self, request_id: str) -> ErasureStatus:
+        if self.row(request_id).mode == Mode.OPERATIONAL:
+            raise ErasureNotProvableError(OPERATIONAL_GAP, [OPERATIONAL_GAP])
+        status = self.status(request_id)
+        if ALTERED_GAP in status.gaps:
+            self._audit.audited_verification(request_id)  # StorageError: the database was altered
+        if status.state != ErasureState.VERIFIED or status.gaps:  # verified, and no layer short of done
+            raise _not_provable(status, "erasure is not provable yet")
+        # the row says verified; the ledger must hold the forget and the verified audit log a
+        # scan that verified it, or the row was written by someone who can edit the database
+        if self._audit.ledgered_plan(request_id)["mode"] != Mode.COMPLIANCE:
+            raise ErasureNotProvableError(OPERATIONAL_GAP, [OPERATIONAL_GAP])
+        self._audit.audited_verification(request_id)  # StorageError: the database was altered
+        return status
+
+    def wait(self, request_id: str, timeout: float | None) -> ErasureStatus:
+        """Purge until the request is verified (operational: reclaimed) or ``timeout`` passes;
+        raise ErasureNotProvableError once it cannot verify by purging (see ErasureRequest.wait)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        operational = self.row(request_id).mode == Mode.OPERATIONAL
+        blocked_since: float | None = None
+        idle_rounds = 0
+        while True:
+            before = self.status(request_id)
+            if _finished(before, operational):
+                return before
+            if ALTERED_GAP in before.gaps:  # no purge changes that: say so at once
+                raise _not_provable(before, f"erasure request {request_id} cannot verify by waiting")
+            # always once: whatever kept it stuck may have been fixed since
+            self._advance(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            status = self.status(request_id)
+            if _finished(status, operational) or operational:
+                return status
+            if status.stuck:
+                raise _not_provable(status, f"erasure request {request_id} cannot verify by waiting")
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return status
+            if standing_in(self._backend, self.row(request_id)).blocked:  # an open reader: it may go away
+                blocked_since = now if blocked_since is None else blocked_since
+                if deadline is None and now - blocked_since > busy_timeout_ms() / 1000:
+                    raise _not_provable(status, f"erasure request {request_id} is still blocked")
+            else:  # nothing known blocks it, yet purging did not verify it: never loop on that
+                idle_rounds = idle_rounds + 1 if status.state == before.state else 0
+                if deadline is None and idle_rounds >= 3:
+                    raise _not_provable(status, f"purging does not move erasure request {request_id} forward")
+            time.sleep(0.05)
+
+
+def _finished(status: ErasureStatus, operational: bool) -> bool:
+    if operational:
+        return status.layers[Layer.RECLAIM].state == LayerState.DONE
+    return status.state == ErasureState.VERIFIED
+
+
+def _not_provable(status: ErasureStatus, what: str) -> ErasureNotProvableError:
+    """The error naming every gap and the one thing to do next."""
+    gaps = list(status.gaps) or [f"the request is {status.state}, not verified"]
+    step = status.next_step or PURGE
+    if status.stuck:
+        step = "purging again will not change this: " + step
+    return ErasureNotProvableError(f"{what}: " + "; ".join(gaps) + f". Next: {step}.", gaps)
