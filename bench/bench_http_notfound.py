@@ -1,6 +1,6 @@
 """The 404 timing class: foreign, missing and forgotten lookups through `cenotaph serve`, side by side.
 
-    python bench/bench_http_notfound.py                # defaults (~30 s on 2 cores), table
+    python bench/bench_http_notfound.py                # defaults (~20 s on 2 cores), table
     python bench/bench_http_notfound.py --json         # the same numbers as JSON
     python bench/bench_http_notfound.py --samples 400  # more samples per cell
 
@@ -49,7 +49,7 @@ def _prepare(data: Path, records: int) -> dict[str, Any]:
     with cenotaph.open(data) as store:
         for owner in (ALICE, BOB):
             items = [
-                {"scope": f"{owner}/s{i % 10}", "key": f"k{i}", "value": f"v{i}"} for i in range(records)
+                {"scope": f"{owner}/s:{i % 10}", "key": f"k{i}", "value": f"v{i}"} for i in range(records)
             ]
             store.write_many(items)
         ring = ApiKeyRing(store)
@@ -65,11 +65,13 @@ def _cases(http: httpx.Client, keys: dict[str, str]) -> dict[str, dict[str, Call
         r = http.get("/v1/memories", params={"scope": scope, "key": key}, headers=headers)
         return dict(r.json()) if r.status_code == 200 else {}
 
-    bob_record = read(hb, f"{BOB}/s1", "k1")
-    doomed = read(ha, f"{ALICE}/s2", "k2")
-    forgotten_erasure = http.post("/v1/forget", json={"scope": f"{ALICE}/s2", "key": "k2"}, headers=ha).json()
-    http.post("/v1/forget", json={"scope": f"{ALICE}/s3"}, headers=ha)  # a whole scope
-    bob_erasure = http.post("/v1/forget", json={"scope": f"{BOB}/s2", "key": "k2"}, headers=hb).json()
+    bob_record = read(hb, f"{BOB}/s:1", "k1")
+    doomed = read(ha, f"{ALICE}/s:2", "k2")
+    forgotten_erasure = http.post(
+        "/v1/forget", json={"scope": f"{ALICE}/s:2", "key": "k2"}, headers=ha
+    ).json()
+    http.post("/v1/forget", json={"scope": f"{ALICE}/s:3"}, headers=ha)  # a whole scope
+    bob_erasure = http.post("/v1/forget", json={"scope": f"{BOB}/s:2", "key": "k2"}, headers=hb).json()
     deadline = time.monotonic() + 60
     while http.get(forgotten_erasure["status_url"], headers=ha).json()["status"]["state"] != "verified":
         if time.monotonic() > deadline:
@@ -81,9 +83,9 @@ def _cases(http: httpx.Client, keys: dict[str, str]) -> dict[str, dict[str, Call
 
     return {
         "GET /v1/memories": {
-            "foreign": get("/v1/memories", scope=f"{BOB}/s1", key="k1"),
-            "missing": get("/v1/memories", scope=f"{ALICE}/s1", key="never"),
-            "forgotten": get("/v1/memories", scope=f"{ALICE}/s2", key="k2"),
+            "foreign": get("/v1/memories", scope=f"{BOB}/s:1", key="k1"),
+            "missing": get("/v1/memories", scope=f"{ALICE}/s:1", key="never"),
+            "forgotten": get("/v1/memories", scope=f"{ALICE}/s:2", key="k2"),
         },
         "GET /v1/memories/{id}": {
             "foreign": get(f"/v1/memories/{bob_record['id']}"),
@@ -91,9 +93,9 @@ def _cases(http: httpx.Client, keys: dict[str, str]) -> dict[str, dict[str, Call
             "forgotten": get(f"/v1/memories/{doomed['id']}"),
         },
         "GET /v1/memories/list": {
-            "foreign": get("/v1/memories/list", scope=f"{BOB}/s1"),
-            "missing": get("/v1/memories/list", scope=f"{ALICE}/never"),
-            "forgotten": get("/v1/memories/list", scope=f"{ALICE}/s3"),
+            "foreign": get("/v1/memories/list", scope=f"{BOB}/s:1"),
+            "missing": get("/v1/memories/list", scope=f"{ALICE}/s:never"),
+            "forgotten": get("/v1/memories/list", scope=f"{ALICE}/s:3"),
         },
         "GET /v1/erasures/{id}": {
             "foreign": get(f"/v1/erasures/{bob_erasure['request_id']}"),
