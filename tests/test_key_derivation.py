@@ -13,7 +13,7 @@ import hmac
 import pytest
 
 from cenotaph.crypto.aead import derive
-from cenotaph.crypto.keys import content_key, lineage_key
+from cenotaph.crypto.keys import content_key, content_key_of, group_part, lineage_key
 
 
 def _reference(seed: bytes, label: bytes, *inputs: bytes) -> bytes:
@@ -36,6 +36,18 @@ def test_content_key_is_the_documented_derivation(scopes: int, subjects: int) ->
     subject_keys = [_key(20 + i) for i in range(subjects)]
     expected = _reference(seed, b"content", lineage, *scope_keys, b"|", *subject_keys)
     assert content_key(seed, lineage, scope_keys, subject_keys) == expected
+
+
+@pytest.mark.parametrize("scopes", [0, 1, 3])
+@pytest.mark.parametrize("subjects", [0, 1, 2])
+def test_a_groups_cached_part_gives_the_same_content_key(scopes: int, subjects: int) -> None:
+    seed, lineage = _key(0), _key(1)
+    scope_keys = [_key(10 + i) for i in range(scopes)]
+    subject_keys = [_key(20 + i) for i in range(subjects)]
+    expected = _reference(seed, b"content", lineage, *scope_keys, b"|", *subject_keys)
+    assert content_key_of(seed, lineage, group_part(scope_keys, subject_keys)) == expected
+    other = group_part(scope_keys, [*subject_keys, _key(99)])  # one more subject: another key
+    assert content_key_of(seed, lineage, other) != expected
 
 
 @pytest.mark.parametrize("sources", [0, 1, 4])

@@ -52,6 +52,15 @@ class WriteTargets:
             subject_tokens=subject_tokens,
         )
 
+    @classmethod
+    def names_only(
+        cls, tokens: TokenMaker, scope: Scope, key: str, subject_tokens: tuple[bytes, ...]
+    ) -> WriteTargets:
+        """The write's name tokens without its key targets: only for a store with no tombstone
+        at all (nothing to check the key targets against)."""
+        prefixes = tokens.scope_chain(scope)
+        return cls(prefixes[-1], tokens.key(key), prefixes, (), subject_tokens)
+
     @property
     def exact_key_target(self) -> bytes:
         return self.key_targets[-1]

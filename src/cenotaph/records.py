@@ -23,14 +23,25 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .backends.base import LineageRow, RecordRow, Txn
-from .crypto.aead import KEY_BYTES, Sealer
-from .crypto.keys import KeyChain, content_key, lineage_key
+from .crypto.aead import KEY_BYTES, NONCE_BYTES, Sealer
+from .crypto.keys import KeyChain, content_key_of, group_part, lineage_key
 from .jsoncodec import compact_encoder
 from .model import Record
 
-__all__ = ["OpenedRecord", "RecordCrypto", "SealedRecord", "is_visible", "record_aad", "sealed_expiry"]
+__all__ = [
+    "RANDOM_BYTES",
+    "OpenedRecord",
+    "RecordCrypto",
+    "SealedRecord",
+    "is_visible",
+    "new_record",
+    "record_aad",
+    "sealed_expiry",
+]
 
 _SUBJECTS_AAD = b"cenotaph-subjects/1"
+# the fresh randomness of one sealed record: its id, content and lineage seeds, four nonces
+RANDOM_BYTES = 16 + 2 * KEY_BYTES + 4 * NONCE_BYTES
 _COMPACT = compact_encoder(ensure_ascii=True, allow_nan=True)
 
 
@@ -262,25 +273,30 @@ class RecordCrypto:
         key: str,
         value_json: bytes,
         version: int,
-        scope_keys: Sequence[bytes],
+        group: bytes,
         subjects: Sequence[str],
         subject_tokens: Sequence[bytes],
-        subject_keys: Sequence[bytes],
         sources: Sequence[tuple[str, bytes]],
         metadata: dict[str, Any],
         created_at: float,
         expires_at: float | None,
         scope_token: bytes,
         key_token: bytes,
+        material: bytes | None = None,
     ) -> SealedRecord:
-        # one call for all fresh randomness: the id (random, SPEC §1), content seed, lineage seed
-        material = os.urandom(16 + 2 * KEY_BYTES)
+        """``group``: :func:`group_part` of the scope's and the subjects' keys (the same for a
+        whole batch of one scope); ``material``: :data:`RANDOM_BYTES` fresh random bytes (a batch draws them for all of
+        its records in one call); drawn here if not given."""
+        if material is None:
+            material = os.urandom(RANDOM_BYTES)
+        # the id (random, SPEC §1), the content seed, the lineage seed, then one nonce per seal
         record_id = material[:16].hex()
-        content_seed, lineage_seed = material[16:48], material[48:]
-        wrapped_content, epoch = self.keys.wrap(content_seed)
-        wrapped_lineage, _ = self.keys.wrap(lineage_seed, epoch)
+        content_seed, lineage_seed = material[16:48], material[48:80]
+        n1, n2, n3, n4 = material[80:92], material[92:104], material[104:116], material[116:128]
+        wrapped_content, epoch = self.keys.wrap(content_seed, None, n1)
+        wrapped_lineage, _ = self.keys.wrap(lineage_seed, epoch, n2)
         lin_key = lineage_key(lineage_seed, [k for _, k in sources])
-        ckey = content_key(content_seed, lin_key, scope_keys, subject_keys)
+        ckey = content_key_of(content_seed, lin_key, group)
         derived_from = [s for s, _ in sources]
         rest = {
             "s": scope_path,
@@ -303,7 +319,7 @@ class RecordCrypto:
             hidden_version=None,
             wrapped=wrapped_content,
             epoch=epoch,
-            ciphertext=sealer.seal(payload, record_aad(record_id, version)),
+            ciphertext=sealer.seal_with(n3, payload, record_aad(record_id, version)),
         )
         lineage = LineageRow(
             record_id=record_id,
@@ -313,7 +329,7 @@ class RecordCrypto:
             wrapped=wrapped_lineage,
             epoch=epoch,
             subject_tokens=b"".join(subject_tokens),
-            subjects=Sealer(lin_key).seal(_COMPACT(list(subjects)).encode(), _SUBJECTS_AAD + aad),
+            subjects=Sealer(lin_key).seal_with(n4, _COMPACT(list(subjects)).encode(), _SUBJECTS_AAD + aad),
             sources=tuple(derived_from),
         )
         # the template from what was sealed, without parsing the payload back: the value from
@@ -322,17 +338,17 @@ class RecordCrypto:
         template = (
             None
             if metadata
-            else Record(
-                id=record_id,
-                scope=scope_path,
-                key=key,
-                value=json.loads(value_json.decode()),
-                version=version,
-                subjects=tuple(subjects),
-                created_at=datetime.fromtimestamp(created_at, UTC),
-                expires_at=_ts(expires_at),
-                derived_from=tuple(derived_from),
-                metadata={},
+            else new_record(
+                record_id,
+                scope_path,
+                key,
+                json.loads(value_json.decode()),
+                version,
+                tuple(subjects),
+                datetime.fromtimestamp(created_at, UTC),
+                _ts(expires_at),
+                tuple(derived_from),
+                {},
             )
         )
         opened = OpenedRecord(record_id, version, expires_at, payload, template)
@@ -348,12 +364,25 @@ class RecordCrypto:
         if lineage is None:
             return None
         lin_key = self.lineage_key_of(txn, lineage)
-        scope_keys = self.scope_chain(txn, row.scope_token)
-        tokens = [lineage.subject_tokens[i : i + 32] for i in range(0, len(lineage.subject_tokens), 32)]
-        subject_keys = self.subject_keys(txn, tokens)
-        if lin_key is None or scope_keys is None or subject_keys is None:
+        group = self.group(txn, row.scope_token, lineage.subject_tokens)
+        if lin_key is None or group is None:
             return None
-        return Sealer(content_key(seed, lin_key, scope_keys, subject_keys))
+        return Sealer(content_key_of(seed, lin_key, group))
+
+    def group(self, txn: Txn, scope_token: bytes, subject_tokens: bytes) -> bytes | None:
+        """:func:`group_part` of a scope's key chain and a record's subjects' keys (cached until
+        the keys are dropped); ``None`` if any of them was destroyed."""
+        cache_key = scope_token + subject_tokens
+        part = self.keys.groups.get(cache_key)
+        if part is None:
+            scope_keys = self.scope_chain(txn, scope_token)
+            tokens = [subject_tokens[i : i + 32] for i in range(0, len(subject_tokens), 32)]
+            subject_keys = self.subject_keys(txn, tokens)
+            if scope_keys is None or subject_keys is None:
+                return None
+            part = group_part(scope_keys, subject_keys)
+            self.keys.remember_group(cache_key, part)
+        return part
 
     def open(self, txn: Txn, row: RecordRow, lineage: LineageRow | None = None) -> OpenedRecord | None:
         """Decrypt a row; ``None`` if any key it depends on was destroyed (S2)."""

@@ -12,24 +12,24 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from .backends.base import Backend, LineageRow, RecordRow, Txn
 from .backends.sqlite.backend import SQLiteBackend
-from .crypto.aead import derive, new_key
+from .crypto.aead import derive
 from .crypto.keys import KeyChain
 from .crypto.provider import KeyProvider, keyring_from_env
 from .crypto.tokens import TokenMaker
 from .dominance import WriteTargets, blocking
-from .erasure.applier import PlanApplier
 from .erasure.audit import verified_requests
-from .erasure.background import ErasureWorker, purge_mode
+from .erasure.background import purge_mode
 from .erasure.forget import ForgetPlan
 from .erasure.integrity import find_tampering
 from .erasure.ledger import AUDIT_CHAIN, KEK_EPOCH, Ledger, anchor_audit, chunk_records, start_audit_chain
 from .erasure.plan import ForgetPlanner, ForgetTarget, Survey, check_postcondition
-from .erasure.probes import RecordSample, sample_probes, sample_records, seal_probes
+from .erasure.probes import RecordSample
 from .erasure.restoring import audited_forgets, check_not_restoring, check_outside_stores, restoring
+from .erasure.sampling import ProbeSampler
 from .erasure.service import ErasureService, Progress
 from .errors import (
     InvalidValueError,
@@ -41,6 +41,7 @@ from .group_writes import GroupWriter
 from .groupcommit import GroupCommit
 from .index.embedder import Embedder, HashingEmbedder
 from .index.search import SearchIndex, check_filter, check_query, matches_filter
+from .memory import RECORD_CACHE_LIMIT, StoreMemory
 from .model import (
     BackupInfo,
     Certificate,
@@ -68,7 +69,25 @@ from .writes import Prepared, RecordWriter
 
 __all__ = ["Store", "StoreSession", "open_store", "restore"]
 
-RECORD_CACHE_LIMIT = 65_536
+T = TypeVar("T")
+
+
+class _InMemory(Generic[T]):
+    """A store attribute that is its memory's (:class:`StoreMemory`) of the given name: reading
+    it reads the memory's, setting it sets the memory's, so the store and the erasure side,
+    which holds the memory itself, always see the same state and the same operations."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __get__(self, store: Store | None, owner: type[Store] | None = None) -> T:
+        if store is None:  # looked up on the class: there is no memory to read
+            raise AttributeError(self._name)
+        value: T = getattr(store._memory, self._name)
+        return value
+
+    def __set__(self, store: Store, value: T) -> None:
+        setattr(store._memory, self._name, value)
 
 
 def _unexpired(opened: OpenedRecord, now: float) -> bool:
@@ -111,33 +130,20 @@ class Store:
         self._writer = RecordWriter(self._tokens, self._keys, self._crypto)
         self._batches = GroupWriter(self._writer, self._keys)
         self._group: GroupCommit[Sequence[Prepared], list[SealedRecord]] = GroupCommit(self._commit_writes)
-        # decrypted records by id (checked against the row); every hit hands out a fresh Record
-        self._cache: dict[str, OpenedRecord] = {}
-        # (scope, key, fallthrough) -> what read() resolved to; valid only while nobody commits:
-        # cleared by our own writes and forgets, and by _sync when another connection committed
-        self._resolved: dict[tuple[str, str, bool], OpenedRecord] = {}
-        self._resolved_gen = 0
-        self._cache_lock = threading.Lock()
-        self._sync_pending = False
-        self._forget_epoch = -1
         self._kek_seen: int | None = -1
-        self._ledger = Ledger(provider, self._sample_probes)
-        self._planner = ForgetPlanner(self._tokens)
         self._search = SearchIndex(embedder if embedder is not None else HashingEmbedder())
+        self._sampler = ProbeSampler(provider, self._keys, self._crypto, self._search)
+        self._ledger = Ledger(provider, self._sampler.seal)
+        self._planner = ForgetPlanner(self._tokens)
+        # the caches and how fresh they are: shared with the erasure side, which syncs and
+        # drops what memory holds through it (it never calls back into the store)
+        self._memory = StoreMemory(backend, provider, self._keys, self._search, self._ledger)
         self._erasure = ErasureService(
-            backend,
-            provider,
-            self._keys,
-            self._forget_from_memory,
-            self._sync,
-            self._advance,  # what wait() does to move a request forward
-            self._ledger.flush_anchors,
+            backend, provider, self._keys, self._memory, self._ledger, purge_mode(auto_purge)
         )
+        self._applier = self._erasure.applier
+        self._worker = self._erasure.worker
         atexit.register(self._ledger.flush_anchors)  # a process that exits without close() too
-        self._purge_mode = purge_mode(auto_purge)
-        self._applier = PlanApplier(backend, self._ledger.view, self._applied)
-        self._worker = ErasureWorker(self._background_pass)
-        self._closed = False
         try:
             with self._backend.write() as txn:
                 self._check_keyring(txn)
@@ -163,21 +169,12 @@ class Store:
                 # forget its copy's audit log does not hold, whatever its request rows say
                 self._ledger.reconcile(txn, audited if restored else None)
                 self._forget_epoch = txn.forget_epoch()
-            self._resume_erasures()
+            self._erasure.resume()
         except BaseException:
             self._worker.close()
             atexit.unregister(self._ledger.flush_anchors)
             self._backend.close()  # a refused open leaves no connection behind
             raise
-
-    def _resume_erasures(self) -> None:
-        """A large forget cut short (by a crash) is finished now (W7), and pending requests are
-        purged: in the background by default, else here and by purge()."""
-        if self._purge_mode == "background":
-            if self._applier.pending() or self._erasure.pending():
-                self._worker.nudge()
-        else:
-            self._applier.resume()
 
     def _check_keyring(self, txn: Txn) -> None:
         """Refuse a key provider that is not this store's (every read would silently miss)."""
@@ -195,31 +192,31 @@ class Store:
     def close(self) -> None:
         """Close the store. Background erasure work stops at its next step boundary; whatever it
         left (a purge, a large forget's chunks) resumes when this store is next opened."""
-        if not self._closed:
+        if not self._memory.closed:
             self._worker.close()
             atexit.unregister(self._ledger.flush_anchors)
             self._ledger.flush_anchors()
             self._search.flush(self._store_vectors, force=True)
-            self._closed = True
-            self._drop_caches()
+            self._memory.closed = True
+            self._memory.drop()
             self._backend.close()
 
     @property
     def purge_mode(self) -> str:
         """``"background"``, ``"sync"`` or ``"off"``: what a compliance forget does about its purge
         (see :func:`open_store`'s ``auto_purge``)."""
-        return self._purge_mode
+        return self._erasure.mode
 
     @property
     def auto_purge(self) -> bool:
         """Whether compliance forgets are purged without a call to :meth:`purge` (in the
         background or before they return): the boolean this attribute always was. Setting it
         takes what ``open``'s ``auto_purge`` takes (``True`` is ``"sync"``, ``False`` ``"off"``)."""
-        return self._purge_mode != "off"
+        return self._erasure.mode != "off"
 
     @auto_purge.setter
     def auto_purge(self, value: bool | str) -> None:
-        self._purge_mode = purge_mode(value)
+        self._erasure.mode = purge_mode(value)
 
     def __enter__(self) -> Store:
         return self
@@ -231,83 +228,19 @@ class Store:
     def path(self) -> Path | None:
         return self._backend.location
 
-    def _drop_caches(self) -> None:
-        with self._cache_lock:
-            self._cache.clear()
-        self._invalidate_resolved()
-        self._keys.clear()
-
-    def _invalidate_resolved(self) -> None:
-        with self._cache_lock:
-            self._resolved.clear()
-            self._resolved_gen += 1
-
-    def _forget_from_memory(self, ids: Iterable[str] | None) -> int:
-        """Drop every decrypted record and unwrapped key (so a derived copy the lineage index
-        missed cannot be served from memory: W3 holds in-process too; both caches are bounded),
-        and the vectors of ``ids`` -- or all vectors when another process forgot something we
-        cannot enumerate. Returns index entries left for ``ids``."""
-        self._drop_caches()
-        if ids is None:
-            self._search.reset()
-            return 0
-        wanted = set(ids)
-        self._search.remove(wanted)
-        return self._search.count_of(wanted)
-
-    def _remember(self, record: OpenedRecord, generation: int) -> None:
-        """Cache a decrypted record, unless caches were dropped since ``generation`` was taken
-        (a forget landed meanwhile: the record may be one it covers)."""
-        with self._cache_lock:
-            if generation != self._resolved_gen:
-                return
-            if len(self._cache) >= RECORD_CACHE_LIMIT:
-                self._cache.clear()  # bounded: a forget clears it whole, so keep that cheap
-            self._cache[record.id] = record
-
-    def _sync(self) -> None:
-        """Before serving anything: apply forgets another process logged, drop stale caches."""
-        self._check_open()
-        # One thread at a time: a thread that sees the change must finish dropping the caches
-        # before any other thread, which no longer sees it, may answer from them. The lock is the
-        # backend's own (re-entrant), so a thread already inside a backend call can sync too.
-        with self._backend.serial():
-            self._sync_locked()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise InvalidValueError("this store is closed; open it again with cenotaph.open(...)")
-
-    def _sync_locked(self, changed: bool | None = None) -> None:
-        # data_version moves only on other connections' commits; a replay is our own commit.
-        # Until this sync completes, the next one acts as if something changed: a failure half
-        # way (a busy ledger replay, say) must not leave the change consumed and the caches kept.
-        # ``changed``: the caller read the data version itself (with its rows), else it is read here
-        check = (self._backend.changed() if changed is None else changed) or self._sync_pending
-        self._sync_pending = True
-        if check:
-            self._invalidate_resolved()
-            self._keys.drop_destroyed_epochs()  # a rotation elsewhere commits before it destroys
-        # inside a transaction (a callback called back into the store) the ledger waits for its
-        # owner: a replay here could not begin its own, and would read uncommitted rows
-        mark = self._provider.ledger_mark()
-        if self._ledger.view.refresh(mark):
-            self._forget_from_memory(None)  # a forget in the ledger decides at once (S9), in any process
-        if not self._backend.in_transaction() and self._ledger.changed(mark):
-            with self._backend.read() as txn:
-                missing = self._ledger.missing(txn)
-            if missing:
-                with self._backend.write() as txn:
-                    if self._ledger.reconcile(txn):
-                        txn.after_commit(self._worker.wake)  # a replayed large plan's chunks
-        if self._ledger.take_replayed() or check:
-            self._invalidate_resolved()  # someone committed: a read may now resolve differently
-            with self._backend.read() as txn:
-                epoch = txn.forget_epoch()
-            if epoch != self._forget_epoch:
-                self._forget_from_memory(None)
-                self._forget_epoch = epoch
-        self._sync_pending = False
+    # what the memory holds and does, under the names the read and write paths use (memory.py)
+    _cache = _InMemory[dict[str, OpenedRecord]]("records")
+    _resolved = _InMemory[dict[tuple[str, str, bool], OpenedRecord]]("resolved")
+    _resolved_gen = _InMemory[int]("generation")
+    _cache_lock = _InMemory[threading.Lock]("lock")
+    _forget_epoch = _InMemory[int]("forget_epoch")
+    _invalidate_resolved = _InMemory[Callable[[], None]]("invalidate_resolved")
+    _drop_caches = _InMemory[Callable[[], None]]("drop")
+    _forget_from_memory = _InMemory[Callable[[Iterable[str] | None], int]]("forget")
+    _remember = _InMemory[Callable[[OpenedRecord, int], None]]("remember")
+    _sync = _InMemory[Callable[[], None]]("sync")  # before serving anything (StoreMemory.sync)
+    _sync_locked = _InMemory[Callable[..., None]]("sync_locked")  # (changed=None)
+    _check_open = _InMemory[Callable[[], None]]("check_open")
 
     # -- writes --------------------------------------------------------------------------
     def write(
@@ -735,9 +668,9 @@ class Store:
         if not whole:
             self._finish_chunked(plan)
         if plan.compliance:
-            if self._purge_mode == "sync":
+            if self._erasure.mode == "sync":
                 self.purge()
-            elif self._purge_mode == "background":
+            elif self._erasure.mode == "background":
                 self._worker.nudge()
         return self._handle(plan.request_id, plan.version, plan.mode, plan.target_kind, plan.requested_at)
 
@@ -753,38 +686,14 @@ class Store:
                 "store.erasure(request_id)"
             ) from exc
 
-    def _applied(self, plan: ForgetPlan) -> None:
-        """A chunked plan was applied whole (under the backend lock, right after its COMMIT)."""
-        self._forget_from_memory(None)  # a swept record may be anywhere in memory
-        self._forget_epoch = -1  # the next sync re-reads it
-
     def _sample_ahead(self, survey: Survey) -> RecordSample:
         """Probes of a large forget's records, sampled before its transaction (keys still exist)."""
         with self._backend.read() as txn:
-            return sample_records(txn, survey.destroy, self._open_for_probe)
+            return self._sampler.sample_ahead(txn, survey.destroy)
 
-    def _advance(self, timeout: float | None) -> None:
-        """Move pending requests forward once, for wait(): a background pass that starts after
-        now (its failure raised here), else chunks and a purge in this thread."""
-        if self._purge_mode == "background":
-            error = self._worker.wait_for(self._worker.nudge(thorough=True), timeout)
-            self._check_open()
-            if error is not None:
-                raise error
-        else:
-            self.purge()
-
-    def _background_pass(self, check_stop: Callable[[], None], thorough: bool) -> bool:
-        """One pass of the background worker: finish chunked forgets, then (background mode) purge
-        if a compliance request waits for it (``thorough``: a waiter asked, so stuck requests are
-        tried again too). True if a retry may finish what is left."""
-        self._ledger.flush_anchors()
-        self._applier.resume()
-        check_stop()
-        if self._purge_mode != "background" or not self._erasure.pending(thorough):
-            return False
-        report = self._erasure.purge(check_stop=check_stop, retry_stuck=thorough)
-        return self._erasure.retry_may_help(report)
+    def _open_for_probe(self, txn: Txn, record_id: str) -> tuple[Record, bytes | None] | None:
+        """A record and its vector, opened as a forget's probe sampling opens them."""
+        return self._sampler.open_record(txn, record_id)
 
     def _forgotten(self, plan: ForgetPlan, epoch: int, others: bool) -> None:
         """This process's forget committed at ``epoch``: drop what memory holds of it."""
@@ -829,9 +738,7 @@ class Store:
         """Remove erased rows, truncate the WAL, clear caches, then verify by scanning (S3, S4).
         A large forget still being applied is finished first."""
         check_callback(progress, "progress")
-        self._check_open()
-        self._applier.resume()
-        return self._erasure.purge(progress)
+        return self._erasure.purge_all(progress)
 
     def backup(self, dest: str | os.PathLike[str]) -> BackupInfo:
         """A consistent copy holding ciphertext only, registered with the key provider. ``dest``
@@ -920,32 +827,6 @@ class Store:
         """The raw Ed25519 public key that signs this store's certificates, as 64 hex characters."""
         self._check_open()
         return self._erasure.signer().public_key_hex
-
-    # -- internals for the erasure path --------------------------------------------------
-    def _sample_probes(self, txn: Txn, plan: ForgetPlan, sample: RecordSample | None, whole: bool) -> bytes:
-        probes = sample_probes(txn, plan, self._open_for_probe, sample, whole=whole)
-        # under one of the plan's epochs, so the horizon (every plan epoch destroyed) covers the
-        # probes of any copy taken while this request is pending; the newest still live, which a
-        # rotation waiting for this transaction will see in probe_keys and keep
-        live = set(self._provider.live_epochs())
-        usable = [e for e in plan.epochs if e in live]
-        if usable:
-            epoch = max(usable)
-        else:  # a replay whose plan's epochs are all gone: the current one joins the plan
-            epoch = self._keys.refresh_epoch()
-            plan.epochs.append(epoch)
-        key = new_key()
-        wrapped, _ = self._keys.wrap(key, epoch)
-        txn.insert_probe_key(plan.request_id, wrapped, epoch)
-        return seal_probes(key, plan.request_id, probes)
-
-    def _open_for_probe(self, txn: Txn, record_id: str) -> tuple[Record, bytes | None] | None:
-        row = txn.record(record_id)
-        opened = None if row is None else self._crypto.open(txn, row)
-        if opened is None:
-            return None
-        record = opened.record()
-        return record, self._search.embed_records([record])[0].tobytes()
 
 
 def service_key(provider: KeyProvider, purpose: str) -> bytes:

@@ -6,18 +6,19 @@ transaction, calls :meth:`RecordWriter.write_batch` inside it, and updates its c
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .backends.base import ScopeKeyRow, Txn
-from .crypto.keys import KeyChain
+from .crypto.keys import KeyChain, group_part
 from .crypto.tokens import TokenMaker
 from .dominance import Reauth, WriteTargets, decide
 from .erasure.authority import LedgerView
 from .errors import DerivedFromForgottenError, InvalidValueError, StaleWriteError
-from .records import RecordCrypto, SealedRecord, is_visible
+from .records import RANDOM_BYTES, RecordCrypto, SealedRecord, is_visible
 from .scope import Scope, default_subjects
 from .validation import (
     check_key,
@@ -121,12 +122,13 @@ class RecordWriter:
         source_ids = sorted({s for p in prepared for s in p.derived_from})
         sources = self._open_sources(txn, source_ids, view)
         plans: list[tuple[Prepared, WriteTargets, list[str], list[tuple[str, bytes]]]] = []
+        # no tombstone anywhere (the ledger's word): nothing can dominate these writes, and the
+        # key targets (an HMAC per scope prefix) are not needed
+        build = WriteTargets.build if view.tombstones else WriteTargets.names_only
         for p in prepared:
             inherited = [subject for s in p.derived_from for subject in sources[s][1]]
             subjects = list(dict.fromkeys([*default_subjects(p.scope), *p.subjects, *inherited]))
-            targets = WriteTargets.build(
-                self._tokens, p.scope, p.key, tuple(self._tokens.subject(x) for x in subjects)
-            )
+            targets = build(self._tokens, p.scope, p.key, tuple(self._tokens.subject(x) for x in subjects))
             plans.append((p, targets, subjects, [(s, sources[s][0]) for s in p.derived_from]))
         all_targets = list({t for _, w, _, _ in plans for t in w.tombstone_targets()})
         tombstones = view.tombstone_versions(all_targets)
@@ -156,7 +158,10 @@ class RecordWriter:
         subject_keys = self._ensure_subject_keys(txn, {t for _, w, _, _ in plans for t in w.subject_tokens})
         sealed: dict[tuple[bytes, bytes], SealedRecord] = {}
         replaced: list[str] = []
-        for p, targets, subjects, source_keys in plans:
+        randomness = os.urandom(RANDOM_BYTES * len(plans))  # one call for the whole batch
+        # a group (scope and subject set) frames its keys once per batch, from the keys just ensured
+        groups: dict[tuple[bytes, tuple[bytes, ...]], bytes] = {}
+        for n, (p, targets, subjects, source_keys) in enumerate(plans):
             version += 1
             slot = (targets.scope_token, targets.key_token)
             old = existing.get(slot)
@@ -178,16 +183,16 @@ class RecordWriter:
                 key=p.key,
                 value_json=p.value_json,
                 version=version,
-                scope_keys=self._scope_keys_for(p.scope),
+                group=self._group(groups, p.scope, targets, subject_keys),
                 subjects=subjects,
                 subject_tokens=targets.subject_tokens,
-                subject_keys=[subject_keys[t] for t in targets.subject_tokens],
                 sources=source_keys,
                 metadata=p.metadata,
                 created_at=now,
                 expires_at=None if p.ttl is None else now + p.ttl,
                 scope_token=targets.scope_token,
                 key_token=targets.key_token,
+                material=randomness[n * RANDOM_BYTES : (n + 1) * RANDOM_BYTES],
             )
         txn.delete_records(replaced)
         txn.insert_records([s.row for s in sealed.values()], [s.lineage for s in sealed.values()])
@@ -279,6 +284,21 @@ class RecordWriter:
             )
             self._keys.scope_keys[token] = key
         txn.insert_scopes(new_rows)
+
+    def _group(
+        self,
+        groups: dict[tuple[bytes, tuple[bytes, ...]], bytes],
+        scope: Scope,
+        targets: WriteTargets,
+        subject_keys: Mapping[bytes, bytes],
+    ) -> bytes:
+        slot = (targets.scope_token, targets.subject_tokens)
+        part = groups.get(slot)
+        if part is None:
+            part = groups[slot] = group_part(
+                self._scope_keys_for(scope), [subject_keys[t] for t in targets.subject_tokens]
+            )
+        return part
 
     def _scope_keys_for(self, scope: Scope) -> list[bytes]:
         keys = self._keys.scope_keys

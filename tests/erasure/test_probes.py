@@ -125,7 +125,7 @@ def test_a_rotation_starting_inside_a_forget_cannot_take_the_probes_out_of_the_h
     """A rotation in another process creates its epoch before its transaction, so it can appear
     between the forget reading the plan's epochs and sealing the probes. The probe key must still
     be wrapped by one of the plan's epochs: the horizon counts only those."""
-    import cenotaph.store as store_module
+    import cenotaph.erasure.sampling as store_module
 
     with cenotaph.open(tmp_path / "data", auto_purge=False) as store:
         store.write(SUBJECT, "note", CANARY * 2)

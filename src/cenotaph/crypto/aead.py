@@ -49,6 +49,11 @@ class Sealer:
         nonce = os.urandom(NONCE_BYTES)
         return nonce + self._aead.encrypt(nonce, plaintext, aad)
 
+    def seal_with(self, nonce: bytes, plaintext: bytes, aad: bytes = b"") -> bytes:
+        """:meth:`seal` with a fresh random ``nonce`` the caller drew (a batch draws all of its
+        randomness in one call); never pass a nonce twice."""
+        return nonce + self._aead.encrypt(nonce, plaintext, aad)
+
     def open(self, blob: bytes, aad: bytes = b"") -> bytes | None:
         """The plaintext, or ``None`` if the blob was not sealed by this key with this aad."""
         if len(blob) < NONCE_BYTES + 16:

@@ -20,10 +20,10 @@ import threading
 from collections.abc import Sequence
 
 from ..errors import KeyProviderError
-from .aead import Sealer, derive, derive_message, new_key
+from .aead import KEY_BYTES, Sealer, derive, derive_message, new_key
 from .provider import KeyProvider
 
-__all__ = ["KeyChain", "content_key", "lineage_key"]
+__all__ = ["KeyChain", "content_key", "content_key_of", "group_part", "lineage_key"]
 
 _WRAP_AAD = b"cenotaph-dek/1"
 LINEAGE_CACHE_LIMIT = 65_536
@@ -47,6 +47,21 @@ def content_key(
     return hmac.digest(seed, message, "sha256")
 
 
+_CONTENT_LABEL = b"content" + KEY_BYTES.to_bytes(2, "big")
+
+
+def group_part(scope_keys: Sequence[bytes], subject_keys: Sequence[bytes]) -> bytes:
+    """What :func:`content_key` MACs after the lineage key: the same for every record of one
+    scope and subject set (a *group*), so it is framed once per group and cached."""
+    return derive_message(b"", *scope_keys) + _SEPARATOR + derive_message(b"", *subject_keys)
+
+
+def content_key_of(seed: bytes, lineage: bytes, group: bytes) -> bytes:
+    """``content_key(seed, lineage, scope_keys, subject_keys)`` from its group's
+    :func:`group_part` (``lineage`` is always a 32-byte key)."""
+    return hmac.digest(seed, _CONTENT_LABEL + lineage + group, "sha256")
+
+
 class KeyChain:
     """Wraps and unwraps data keys under KEK epochs and caches what it unwrapped.
 
@@ -62,6 +77,8 @@ class KeyChain:
         self.scope_keys: dict[bytes, bytes] = {}
         self.subject_keys: dict[bytes, bytes] = {}
         self.lineage_keys: dict[str, bytes] = {}
+        # scope token + subject tokens -> group_part of their keys; dropped with the keys
+        self.groups: dict[bytes, bytes] = {}
 
     @property
     def epoch(self) -> int:
@@ -85,9 +102,14 @@ class KeyChain:
         key = new_key()
         return key, self._sealer(self._epoch).seal(key, _WRAP_AAD), self._epoch
 
-    def wrap(self, key: bytes, epoch: int | None = None) -> tuple[bytes, int]:
+    def wrap(self, key: bytes, epoch: int | None = None, nonce: bytes | None = None) -> tuple[bytes, int]:
+        """``key`` wrapped under ``epoch`` (default: the current one); ``nonce``: fresh random
+        bytes the caller drew (see :meth:`Sealer.seal_with`)."""
         epoch = self._epoch if epoch is None else epoch
-        return self._sealer(epoch).seal(key, _WRAP_AAD), epoch
+        sealer = self._sealer(epoch)
+        if nonce is None:
+            return sealer.seal(key, _WRAP_AAD), epoch
+        return sealer.seal_with(nonce, key, _WRAP_AAD), epoch
 
     def unwrap(self, wrapped: bytes | None, epoch: int | None) -> bytes | None:
         """The data key, or ``None`` if it or its epoch was destroyed."""
@@ -117,8 +139,15 @@ class KeyChain:
             self.lineage_keys.clear()
         self.lineage_keys[record_id] = key
 
+    def remember_group(self, tokens: bytes, part: bytes) -> None:
+        """Cache a group's :func:`group_part`; bounded like the lineage keys."""
+        if len(self.groups) >= LINEAGE_CACHE_LIMIT:
+            self.groups.clear()
+        self.groups[tokens] = part
+
     def clear(self) -> None:
         with self._lock:
             self.scope_keys.clear()
             self.subject_keys.clear()
             self.lineage_keys.clear()
+            self.groups.clear()

@@ -24,10 +24,11 @@ and each reads the cursor inside its own transaction, so two appliers share the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from ..backends.base import Backend, LineageRow, Txn, dump_layers
 from ..faults import fault_point
+from ..memory import StoreMemory
 from ..model import ErasureState
 from .authority import LedgerView
 from .forget import ForgetPlan, apply_records
@@ -39,10 +40,10 @@ __all__ = ["PlanApplier"]
 
 
 class PlanApplier:
-    def __init__(self, backend: Backend, view: LedgerView, on_applied: Callable[[ForgetPlan], None]) -> None:
+    def __init__(self, backend: Backend, view: LedgerView, memory: StoreMemory) -> None:
         self._backend = backend
         self._view = view  # plans come from the ledger: the request row is only a cache of one
-        self._on_applied = on_applied  # drops what memory holds of the plan's records
+        self._memory = memory  # what this process holds of the plan's records is dropped there
 
     def pending(self) -> list[str]:
         """Ids of the requests whose plan is not applied whole yet, oldest first."""
@@ -97,7 +98,7 @@ class PlanApplier:
             txn.update_erasure(plan.request_id, state=state, layers=dump_layers(initial_layers(plan)))
             txn.set_applied(plan.request_id, None)
             txn.bump_forget_epoch()  # other processes drop cached keys of what was just destroyed
-            txn.after_commit(lambda: self._on_applied(plan))
+            txn.after_commit(self._memory.forget_all)
         fault_point("forget.chunk")
         return True
 

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ..backends.base import Backend
 from ..crypto.provider import KeyProvider
 from ..errors import StorageError
+from ..memory import StoreMemory
 from .audit import AuditEntry, entry_from_dict, verify_chain
-from .ledger import AUDIT_CHAIN, all_anchors, all_intents
+from .ledger import AUDIT_CHAIN, Ledger, all_anchors, all_intents
 
 __all__ = ["AuditCheck", "check_tail_announced"]
 
@@ -24,13 +25,13 @@ class AuditCheck:
         self,
         backend: Backend,
         provider: KeyProvider,
-        sync: Callable[[], None],
-        flush_anchors: Callable[[], None],
+        memory: StoreMemory,
+        ledger: Ledger,
     ) -> None:
         self._backend = backend
         self._provider = provider
-        self._sync = sync
-        self._flush_anchors = flush_anchors  # anchors appended later (ledger)
+        self._memory = memory
+        self._ledger = ledger
         self._vouched_cache: tuple[tuple[int, int], frozenset[str]] | None = None
 
     def summary(self) -> dict[str, Any]:
@@ -44,7 +45,7 @@ class AuditCheck:
         The log and the ledger cannot be read in one snapshot, and another process's operation
         appends to the ledger before its COMMIT and after it. A failed check is therefore retried
         after a pause and a sync: an honest race resolves, tampering does not."""
-        self._flush_anchors()
+        self._ledger.flush_anchors()  # anchors appended later
         for attempt in range(3):
             try:
                 return self._check_once()
@@ -52,7 +53,7 @@ class AuditCheck:
                 if attempt == 2:
                     raise
                 time.sleep(0.05 * (attempt + 1))
-                self._sync()
+                self._memory.sync()
         raise AssertionError("unreachable")
 
     def _check_once(self) -> tuple[list[AuditEntry], str, int]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from ..crypto.keys import KeyChain
 from ..crypto.provider import KeyProvider
 from ..durable import fsync, write_atomically
 from ..errors import InvalidValueError, NotFoundError, StorageError
+from ..memory import StoreMemory
 from ..model import BackupInfo
 from .ledger import anchor_audit
 
@@ -25,16 +25,14 @@ BACKUP_MANIFEST = "cenotaph-backup.json"
 
 
 class Backups:
-    def __init__(
-        self, backend: Backend, provider: KeyProvider, keys: KeyChain, sync: Callable[[], None]
-    ) -> None:
+    def __init__(self, backend: Backend, provider: KeyProvider, keys: KeyChain, memory: StoreMemory) -> None:
         self._backend = backend
         self._provider = provider
         self._keys = keys
-        self._sync = sync
+        self._memory = memory
 
     def backup(self, dest: Path) -> BackupInfo:
-        self._sync()
+        self._memory.sync()
         try:
             if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
                 raise InvalidValueError("the backup destination must be a new or empty directory")

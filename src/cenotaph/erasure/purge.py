@@ -12,6 +12,7 @@ from typing import Any
 from ..backends.base import Backend, LayerEntry, Txn, dump_layers, parse_layers
 from ..crypto.provider import KeyProvider
 from ..faults import fault_point
+from ..memory import StoreMemory
 from ..model import ErasureState, Layer, LayerState, Mode, PurgeReport
 from .forget import ForgetPlan
 from .ledger import anchor_audit, chunk_records, pause_between_chunks
@@ -41,14 +42,12 @@ class Purger:
         backend: Backend,
         provider: KeyProvider,
         verifier: Verifier,
-        clear_memory: Callable[[list[str]], int],
-        sync: Callable[[], None],
+        memory: StoreMemory,
     ) -> None:
         self._backend = backend
         self._provider = provider
         self._verifier = verifier
-        self._clear_memory = clear_memory  # drops caches and index entries; returns entries left
-        self._sync = sync
+        self._memory = memory
 
     def pending(self, retry_stuck: bool = False) -> bool:
         """Is a compliance request waiting for a purge (shredded, or purged and not verified,
@@ -75,11 +74,11 @@ class Purger:
         """``check_stop``: called at every step boundary; raising there ends the purge as a crash
         would (every step resumes on the next purge). ``retry_stuck``: scan stuck requests again
         too (a background pass for other requests does not; see ``Verifier.worth_scanning``)."""
-        self._sync()
+        self._memory.sync()
         stop = check_stop or (lambda: None)
         reclaimed, cleared = self._remove_rows(stop)
         fault_point("purge.rows")
-        left = self._clear_memory(cleared)
+        left = self._memory.forget(cleared)  # caches and index entries; returns entries left
         wal_done, wal_left = self._backend.checkpoint_truncate()
         fault_point("purge.wal")
         requests: dict[str, str] = {}

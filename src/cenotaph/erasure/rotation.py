@@ -3,12 +3,11 @@ nothing holds (``erasure.horizon`` names the holders), which is what brings hori
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from ..backends.base import Backend
 from ..crypto.keys import KeyChain
 from ..crypto.provider import KeyProvider
 from ..errors import StorageError
+from ..memory import StoreMemory
 from ..model import RotationReport
 from .horizon import Horizons
 from .ledger import KEK_EPOCH, anchor_audit
@@ -24,16 +23,16 @@ class Rotation:
         provider: KeyProvider,
         keys: KeyChain,
         horizons: Horizons,
-        sync: Callable[[], None],
+        memory: StoreMemory,
     ) -> None:
         self._backend = backend
         self._provider = provider
         self._keys = keys
         self._horizons = horizons
-        self._sync = sync
+        self._memory = memory
 
     def rotate(self, progress: Progress | None = None) -> RotationReport:
-        self._sync()
+        self._memory.sync()
         new_epoch = self._provider.new_epoch()
         with self._backend.write() as txn:
             self._keys.refresh_epoch()

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from ..backends.base import Backend, ErasureRow
 from ..backends.sqlite.backend import busy_timeout_ms
 from ..errors import ErasureNotProvableError, NotFoundError
+from ..memory import StoreMemory
 from ..model import ErasureState, ErasureStatus, Layer, LayerState, LayerStatus, Mode, Retention
 from ..validation import check_token_text
 from .audit_check import AuditCheck
@@ -41,20 +42,20 @@ class RequestStatus:
         backend: Backend,
         horizons: Horizons,
         audit: AuditCheck,
-        sync: Callable[[], None],
+        memory: StoreMemory,
         advance: Callable[[float | None], object],
     ) -> None:
         self._backend = backend
         self._horizons = horizons
         self._audit = audit
-        self._sync = sync
+        self._memory = memory
         # what wait() does to move requests forward once (timeout in seconds): purge here, or
         # ask the store's background worker for a pass and wait for it (erasure.background)
         self._advance = advance
 
     def row(self, request_id: object) -> ErasureRow:
         checked = check_token_text(request_id, "request_id must be the id returned by store.forget()")
-        self._sync()
+        self._memory.sync()
         with self._backend.read() as txn:
             row = txn.erasure(checked)
         if row is None:

@@ -105,22 +105,34 @@ _RECORD_COLS = (
 )
 if RecordRow._fields != tuple(c.strip() for c in _RECORD_COLS.split(",")):
     raise RuntimeError("RecordRow's fields must follow _RECORD_COLS (rows are inserted as they are)")
+_R_COLS = ", ".join(f"r.{c.strip()}" for c in _RECORD_COLS.split(","))
 _LINEAGE_COLS = (
     "record_id, scope_token, key_token, version, wrapped, epoch, subject_tokens, subjects, sources, "
     "destroyed_version, forgotten_version"
 )
+
+
 # a key's rows in a few scopes with their lineage rows, and the snapshot's data version (one row
 # of NULLs when no scope holds the key): a read learns whether another connection committed from
 # the statement that reads its rows
+# A slot's record row, if any, is its newest lineage version's (a write replaces the row it
+# finds, so an older version never keeps one): one probe of lineage_slot per scope, newest first.
+def _newest(n: int) -> str:
+    return (
+        f"(SELECT version FROM lineage WHERE scope_token=?{n} AND key_token=?1 ORDER BY version DESC LIMIT 1)"
+    )
+
+
 _SLOT_SELECT = (
     "SELECT d.data_version, "
     + ", ".join(f"r.{c.strip()}" for c in _RECORD_COLS.split(","))
     + ", "
     + ", ".join(f"l.{c.strip()}" for c in _LINEAGE_COLS.split(","))
-    + " FROM pragma_data_version d LEFT JOIN records r ON r.key_token = ? AND r.scope_token IN "
+    + " FROM pragma_data_version d LEFT JOIN records r ON r.version IN "
 )
 _SLOT_SQL = {
-    n: f"{_SLOT_SELECT}({','.join('?' * n)}) LEFT JOIN lineage l ON l.record_id = r.id" for n in range(1, 65)
+    n: f"{_SLOT_SELECT}({','.join(_newest(i) for i in range(2, n + 2))}) LEFT JOIN lineage l ON l.version = r.version"
+    for n in range(1, 65)
 }
 _ERASURE_COLS = (
     "id, mode, target_kind, target, version, requested_at, state, layers, plan, probes, horizon, "
@@ -132,7 +144,12 @@ _ERASURE_SELECT = (
     + ", ".join(f"e.{c.strip()}" for c in _ERASURE_COLS.split(","))
     + ", p.applied FROM erasures e LEFT JOIN erasure_progress p ON p.request_id = e.id"
 )
-_WRAPPED_TABLES = (("records", "id"), ("lineage", "record_id"), ("scopes", "token"), ("subjects", "token"))
+_WRAPPED_TABLES = (
+    ("records", "version"),
+    ("lineage", "record_id"),
+    ("scopes", "token"),
+    ("subjects", "token"),
+)
 _CHUNK = 500  # bound on host parameters per statement
 _POLL_FIRST_S = 0.0005  # a writer waiting for the write lock tries again after this,
 _POLL_MAX_S = 0.002  # doubling up to this (see SQLiteBackend._begin)
@@ -157,6 +174,12 @@ _PLAIN_COLUMNS = (
     ("meta", "name"),
     ("sqlite_master", "sql"),
 )
+
+
+def _by_ids(n: int) -> str:
+    """The records rows of ``n`` record ids, found through their lineage rows (schema 8: records
+    are keyed by version alone, the id is indexed once, in lineage)."""
+    return f"version IN (SELECT version FROM lineage WHERE record_id IN ({_marks(n)}))"
 
 
 def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
@@ -325,7 +348,7 @@ class SQLiteTxn:
     def unhidden(self, ids: Sequence[str]) -> list[str]:
         found: list[str] = []
         for part in _chunks(list(ids)):
-            sql = f"SELECT id FROM records WHERE hidden_version IS NULL AND id IN ({_marks(len(part))})"
+            sql = f"SELECT id FROM records WHERE hidden_version IS NULL AND {_by_ids(len(part))}"
             found.extend(r[0] for r in self._c.execute(sql, part))
         return found
 
@@ -334,7 +357,7 @@ class SQLiteTxn:
         for part in _chunks(list(ids)):
             marks = _marks(len(part))
             for sql in (
-                f"SELECT id FROM records WHERE wrapped IS NOT NULL AND id IN ({marks})",
+                f"SELECT id FROM records WHERE wrapped IS NOT NULL AND {_by_ids(len(part))}",
                 f"SELECT record_id FROM lineage WHERE wrapped IS NOT NULL AND record_id IN ({marks})",
             ):
                 found.update(r[0] for r in self._c.execute(sql, part))
@@ -387,7 +410,10 @@ class SQLiteTxn:
     # -- records ---------------------------------------------------------------------
     def records_in_slots(self, slots: Sequence[tuple[bytes, bytes]]) -> list[RecordRow]:
         if len(slots) == 1:
-            sql = f"SELECT {_RECORD_COLS} FROM records WHERE scope_token=? AND key_token=?"
+            sql = (
+                f"SELECT {_RECORD_COLS} FROM records WHERE version = (SELECT version FROM lineage "
+                "WHERE scope_token=? AND key_token=? ORDER BY version DESC LIMIT 1)"
+            )
             row = self._c.execute(sql, slots[0]).fetchone()
             return [] if row is None else [_record(row)]
         # one statement per scope, its keys in an IN list: one index probe per slot (an IN list of
@@ -399,8 +425,8 @@ class SQLiteTxn:
         for scope_token, keys in by_scope.items():
             for part in _chunks(sorted(keys)):
                 sql = (
-                    f"SELECT {_RECORD_COLS} FROM records WHERE scope_token=? "
-                    f"AND key_token IN ({_marks(len(part))})"
+                    f"SELECT {_RECORD_COLS} FROM records WHERE version IN (SELECT max(version) FROM "
+                    f"lineage WHERE scope_token=? AND key_token IN ({_marks(len(part))}) GROUP BY key_token)"
                 )
                 rows.extend(_record(row) for row in self._c.execute(sql, (scope_token, *part)))
         return rows
@@ -418,13 +444,18 @@ class SQLiteTxn:
         return int(rows[0][0]), found
 
     def record(self, record_id: str) -> RecordRow | None:
-        row = self._c.execute(f"SELECT {_RECORD_COLS} FROM records WHERE id=?", (record_id,)).fetchone()
+        row = self._c.execute(
+            f"SELECT {_RECORD_COLS} FROM records WHERE {_by_ids(1)}", (record_id,)
+        ).fetchone()
         return None if row is None else _record(row)
 
     def records_in_scopes(self, scope_tokens: Sequence[bytes]) -> list[RecordRow]:
         rows: list[RecordRow] = []
         for part in _chunks(list(scope_tokens)):
-            sql = f"SELECT {_RECORD_COLS} FROM records WHERE scope_token IN ({_marks(len(part))})"
+            sql = (
+                f"SELECT {_R_COLS} FROM lineage l JOIN records r ON r.version = l.version "
+                f"WHERE l.scope_token IN ({_marks(len(part))})"
+            )
             rows.extend(_record(r) for r in self._c.execute(sql, part))
         return rows
 
@@ -493,7 +524,7 @@ class SQLiteTxn:
 
     def delete_records(self, ids: Sequence[str]) -> None:
         if ids:
-            self._c.executemany("DELETE FROM records WHERE id=?", [(i,) for i in ids])
+            self._c.executemany(f"DELETE FROM records WHERE {_by_ids(1)}", [(i,) for i in ids])
 
     def lineage(self, ids: Sequence[str]) -> dict[str, LineageRow]:
         found: dict[str, LineageRow] = {}
@@ -567,18 +598,23 @@ class SQLiteTxn:
         self, scope_tokens: Sequence[bytes], key_token: bytes | None, before: int, *, compliance: bool
     ) -> list[str]:
         found: set[str] = set()
-        kept = "destroyed_version IS NULL" if compliance else "forgotten_version IS NULL"
-        shown = "(hidden_version IS NULL OR wrapped IS NOT NULL)" if compliance else "hidden_version IS NULL"
+        kept = "l.destroyed_version IS NULL" if compliance else "l.forgotten_version IS NULL"
+        shown = (
+            "(r.hidden_version IS NULL OR r.wrapped IS NOT NULL)"
+            if compliance
+            else "r.hidden_version IS NULL"
+        )
         for part in _chunks(list(scope_tokens)):
             marks = _marks(len(part))
             key_sql, args = (
                 ("", [*part, before])
                 if key_token is None
-                else (" AND key_token=?", [*part, key_token, before])
+                else (" AND l.key_token=?", [*part, key_token, before])
             )
+            where = f"l.scope_token IN ({marks}){key_sql} AND l.version < ?"
             for sql in (
-                f"SELECT record_id FROM lineage WHERE scope_token IN ({marks}){key_sql} AND version < ? AND {kept}",
-                f"SELECT id FROM records WHERE scope_token IN ({marks}){key_sql} AND version < ? AND {shown}",
+                f"SELECT l.record_id FROM lineage l WHERE {where} AND {kept}",
+                f"SELECT r.id FROM lineage l JOIN records r ON r.version = l.version WHERE {where} AND {shown}",
             ):
                 found.update(r[0] for r in self._c.execute(sql, args))
         return sorted(found)
@@ -595,7 +631,8 @@ class SQLiteTxn:
             for sql in (
                 "SELECT l.record_id FROM record_subjects rs JOIN lineage l ON l.record_id = rs.record_id "
                 f"WHERE rs.subject_token=? AND l.version < ? AND {kept}",
-                "SELECT r.id FROM record_subjects rs JOIN records r ON r.id = rs.record_id "
+                "SELECT r.id FROM record_subjects rs JOIN lineage l ON l.record_id = rs.record_id "
+                "JOIN records r ON r.version = l.version "
                 f"WHERE rs.subject_token=? AND r.version < ? AND {shown}",
             )
             for r in self._c.execute(sql, (subject_token, before))
@@ -613,7 +650,7 @@ class SQLiteTxn:
                 (version, *part),
             )
             hidden += self._c.execute(
-                f"UPDATE records SET hidden_version=?, hidden_mode=? WHERE hidden_version IS NULL AND id IN ({marks})",
+                f"UPDATE records SET hidden_version=?, hidden_mode=? WHERE hidden_version IS NULL AND {_by_ids(len(part))}",
                 (version, mode, *part),
             ).rowcount
         return hidden
@@ -623,7 +660,7 @@ class SQLiteTxn:
             marks = _marks(len(part))
             self._c.execute(
                 "UPDATE records SET wrapped=NULL, epoch=NULL, hidden_version=coalesce(hidden_version, ?), "
-                f"hidden_mode='compliance' WHERE id IN ({marks})",
+                f"hidden_mode='compliance' WHERE {_by_ids(len(part))}",
                 (version, *part),
             )
             self._c.execute(
@@ -682,7 +719,7 @@ class SQLiteTxn:
         """Which of ``ids`` still have a row in ``records`` (ciphertext)."""
         found: set[str] = set()
         for part in _chunks(list(ids)):
-            sql = f"SELECT id FROM records WHERE id IN ({_marks(len(part))})"
+            sql = f"SELECT id FROM records WHERE {_by_ids(len(part))}"
             found.update(str(r[0]) for r in self._c.execute(sql, part))
         return found
 
@@ -709,7 +746,7 @@ class SQLiteTxn:
             )
             removed += self._deleted("DELETE FROM derivations WHERE source_id=? AND derived_id=?", sources)
             for sql in (
-                f"DELETE FROM records WHERE id IN ({marks})",
+                f"DELETE FROM records WHERE {_by_ids(len(part))}",  # before their lineage rows
                 f"DELETE FROM lineage WHERE record_id IN ({marks})",
                 f"DELETE FROM derivations WHERE source_id IN ({marks})",
             ):
@@ -735,7 +772,7 @@ class SQLiteTxn:
         """Reclaim rows hidden by an operational forget (their lineage stays, W3)."""
         removed = 0
         for part in _chunks(list(ids)):
-            sql = f"DELETE FROM records WHERE hidden_version IS NOT NULL AND id IN ({_marks(len(part))})"
+            sql = f"DELETE FROM records WHERE hidden_version IS NOT NULL AND {_by_ids(len(part))}"
             removed += self._c.execute(sql, part).rowcount
         return removed
 

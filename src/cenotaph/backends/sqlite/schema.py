@@ -162,4 +162,49 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         ) WITHOUT ROWID;
         """,
     ),
+    (
+        8,
+        """
+        -- the lean record layout: every row of records and lineage keyed by its version, in the
+        -- order it was written (an insert appends; no random-order B-tree holds a whole row); a
+        -- record id is indexed once (lineage.record_id, which outlives the record row) and a name
+        -- once (lineage_slot): a records row is found through its lineage row, and a slot's record
+        -- row is its newest lineage version's (a write replaces the row it finds)
+        CREATE TABLE records_v8 (
+            version INTEGER PRIMARY KEY, id TEXT NOT NULL, scope_token BLOB NOT NULL,
+            key_token BLOB NOT NULL, expires_at REAL, hidden_version INTEGER, hidden_mode TEXT,
+            wrapped BLOB, epoch INTEGER, ciphertext BLOB, vector BLOB
+        );
+        INSERT INTO records_v8 (version, id, scope_token, key_token, expires_at, hidden_version, hidden_mode,
+            wrapped, epoch, ciphertext, vector)
+            SELECT version, id, scope_token, key_token, expires_at, hidden_version, hidden_mode, wrapped,
+            epoch, ciphertext, vector FROM records ORDER BY version;
+        DROP TABLE records;
+        ALTER TABLE records_v8 RENAME TO records;
+        CREATE INDEX records_expiry ON records(expires_at) WHERE expires_at IS NOT NULL;
+        CREATE INDEX records_hidden ON records(hidden_version) WHERE hidden_version IS NOT NULL;
+        CREATE TRIGGER vectors_follow_delete AFTER DELETE ON records
+        BEGIN
+            DELETE FROM vectors WHERE version = OLD.version;
+        END;
+        CREATE TRIGGER vectors_follow_forget AFTER UPDATE OF wrapped, hidden_version ON records
+        WHEN NEW.wrapped IS NULL OR NEW.hidden_version IS NOT NULL
+        BEGIN
+            DELETE FROM vectors WHERE version = OLD.version;
+        END;
+
+        CREATE TABLE lineage_v8 (
+            version INTEGER PRIMARY KEY, record_id TEXT NOT NULL UNIQUE, scope_token BLOB NOT NULL,
+            key_token BLOB NOT NULL, wrapped BLOB, epoch INTEGER, subject_tokens BLOB NOT NULL,
+            subjects BLOB, sources TEXT NOT NULL, destroyed_version INTEGER, forgotten_version INTEGER
+        );
+        INSERT INTO lineage_v8 (version, record_id, scope_token, key_token, wrapped, epoch, subject_tokens,
+            subjects, sources, destroyed_version, forgotten_version)
+            SELECT version, record_id, scope_token, key_token, wrapped, epoch, subject_tokens, subjects,
+            sources, destroyed_version, forgotten_version FROM lineage ORDER BY version;
+        DROP TABLE lineage;
+        ALTER TABLE lineage_v8 RENAME TO lineage;
+        CREATE INDEX lineage_slot ON lineage(scope_token, key_token);
+        """,
+    ),
 )

@@ -1,0 +1,54 @@
+"""Which way the erasure side and the store's memory may import.
+
+The store holds the erasure service, and both hold one ``StoreMemory``: nothing under
+``cenotaph.erasure`` may import the store (it would be a way to call back into it), and the
+memory may import nothing of ``cenotaph.erasure`` (it sits below the erasure side, which holds
+it). Read from the source files' own import statements.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import cenotaph
+
+PACKAGE = Path(cenotaph.__file__).parent
+
+
+def _imports(path: Path) -> set[str]:
+    """The absolute names of the ``cenotaph`` modules ``path`` imports (relative imports resolved)."""
+    module = ".".join(("cenotaph", *path.relative_to(PACKAGE).with_suffix("").parts))
+    package = module.rsplit(".", 1)[0] if path.name != "__init__.py" else module.removesuffix(".__init__")
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                head = parts[: len(parts) - node.level + 1]
+                base = ".".join([*head, base] if base else head)
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return {name for name in found if name == "cenotaph" or name.startswith("cenotaph.")}
+
+
+def test_the_imports_are_read_as_written() -> None:
+    """The reader itself: the store's own imports name the erasure service and the memory."""
+    found = _imports(PACKAGE / "store.py")
+    assert "cenotaph.erasure.service" in found and "cenotaph.memory" in found
+
+
+def test_nothing_in_erasure_imports_the_store() -> None:
+    offenders = {
+        path.name: sorted(n for n in _imports(path) if n in ("cenotaph.store", "cenotaph.session"))
+        for path in sorted((PACKAGE / "erasure").glob("*.py"))
+    }
+    assert not {name: found for name, found in offenders.items() if found}
+
+
+def test_the_memory_imports_nothing_of_erasure() -> None:
+    found = sorted(n for n in _imports(PACKAGE / "memory.py") if n.startswith("cenotaph.erasure"))
+    assert not found
