@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from .backends.base import Backend, LineageRow, RecordRow, Txn
 from .backends.sqlite.backend import SQLiteBackend
+from .crypto.aead import derive
 from .crypto.keys import KeyChain
 from .crypto.provider import KeyProvider, keyring_from_env
 from .crypto.tokens import TokenMaker
@@ -383,6 +384,12 @@ class Store:
         lifts = view.lift_versions(targets.lift_targets()) if tombstones else {}
         general, subjects = blocking(targets, tombstones, lifts)
         return sorted({*general, *subjects.values()})
+
+    def service_key(self, purpose: str) -> bytes:
+        """A 32-byte key for ``purpose``, derived from the key provider's erasure secret: for what
+        a service keeps beside the store (the HTTP server seals its API keys' bindings under one).
+        The data directory alone does not give it; the same provider always gives the same key."""
+        return service_key(self._provider, purpose)
 
     # -- reads ---------------------------------------------------------------------------
     def read(self, scope: str, key: str, *, fallthrough: bool = True) -> Record | None:
@@ -820,6 +827,13 @@ class Store:
         """The raw Ed25519 public key that signs this store's certificates, as 64 hex characters."""
         self._check_open()
         return self._erasure.signer().public_key_hex
+
+
+def service_key(provider: KeyProvider, purpose: str) -> bytes:
+    """What :meth:`Store.service_key` answers, from the key provider alone (no store opened)."""
+    if not isinstance(purpose, str) or not purpose:
+        raise InvalidValueError("purpose must be a non-empty string naming what the key is for")
+    return derive(provider.erasure_secret(), b"cenotaph-service-key\0" + purpose.encode())
 
 
 def open_store(

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import json
 import secrets
+import shutil
 import stat
 from pathlib import Path
 
 import pytest
 
+from cenotaph.erasure.scanner import ResidueScanner, text_probes
 from cenotaph.errors import InvalidValueError, NotFoundError, StorageError
+from cenotaph.scope import Scope
 from cenotaph.service.apikeys import ApiKey, ApiKeyRing, Role
 
 
@@ -23,6 +27,10 @@ def ring(tmp_path: Path) -> ApiKeyRing:
 
 def _keys_file(tmp_path: Path) -> Path:
     return tmp_path / "api-keys" / "keys.json"
+
+
+def _pepper(tmp_path: Path) -> bytes:
+    return (tmp_path / "api-keys" / "pepper").read_bytes()
 
 
 def _edit(tmp_path: Path, key_id: str, **changes: object) -> None:
@@ -131,10 +139,12 @@ def test_a_key_created_elsewhere_authenticates_at_once(tmp_path: Path, ring: Api
 @pytest.mark.parametrize(
     "changes",
     [
-        {"role": "operator"},
-        {"prefix": "tenant:acme"},
-        {"tenant": "globex", "prefix": "tenant:globex"},
         {"created_at": "2000-01-01T00:00:00+00:00"},
+        {"id": "ak_" + "2" * 16},
+        {"binding": ""},
+        {"binding": None},
+        {"binding": "not base64!"},
+        {"erased_at": "2000-01-01T00:00:00+00:00"},
     ],
 )
 def test_an_edited_entry_authenticates_nobody(
@@ -143,9 +153,64 @@ def test_an_edited_entry_authenticates_nobody(
     key, secret = ring.create(tenant="acme", prefix="tenant:acme/user:alice", role="agent")
     _edit(tmp_path, key.id, **changes)
     assert ring.authenticate(secret) is None
-    with pytest.raises(StorageError, match=key.id) as info:
+    with pytest.raises(StorageError, match=key.id if "id" not in changes else "edited") as info:
         ring.list()
     assert secret not in str(info.value)
+
+
+def test_a_flipped_bit_in_the_binding_authenticates_nobody(tmp_path: Path, ring: ApiKeyRing) -> None:
+    key, secret = ring.create(tenant="acme", prefix="tenant:acme/user:alice", role="agent")
+    doc = json.loads(_keys_file(tmp_path).read_text())
+    sealed = bytearray(base64.urlsafe_b64decode(doc["keys"][0]["binding"]))
+    sealed[20] ^= 1
+    _edit(tmp_path, key.id, binding=base64.urlsafe_b64encode(bytes(sealed)).decode())
+    assert ring.authenticate(secret) is None
+
+
+def test_clear_fields_added_by_hand_change_nothing(tmp_path: Path, ring: ApiKeyRing) -> None:
+    """The binding is sealed: a role or prefix written beside it in clear is not read at all."""
+    key, secret = ring.create(tenant="acme", prefix="tenant:acme/user:alice", role="agent")
+    _edit(tmp_path, key.id, role="operator", prefix="tenant:acme", tenant="globex")
+    assert ring.authenticate(secret) == key
+
+
+def test_the_file_holds_no_scope_id_in_clear(tmp_path: Path, ring: ApiKeyRing) -> None:
+    ring.create(tenant="acme7f3a9c21", prefix="tenant:acme7f3a9c21/user:alice-0123456789", role="agent")
+    ring.create(tenant="acme7f3a9c21", role="operator")
+    scanner = ResidueScanner(
+        [
+            *text_probes("tenant:acme7f3a9c21"),
+            *text_probes("acme7f3a9c21/"),
+            *text_probes("user:alice-0123456789"),
+            *text_probes('"acme7f3a9c21"'),
+        ]
+    )
+    result = scanner.scan(tmp_path / "api-keys")
+    assert result.files >= 2 and result.positive_control
+    assert result.matches == 0, result.matched_files
+
+
+def test_the_data_directory_alone_does_not_open_the_keys(tmp_path: Path, ring: ApiKeyRing) -> None:
+    """A copy of the data directory's api-keys/ beside another keyring: nothing opens, nothing
+    authenticates (the bindings are sealed under the store's key provider, kept elsewhere)."""
+    key, secret = ring.create(tenant="acme", prefix="tenant:acme/user:alice", role="agent")
+    elsewhere = tmp_path / "copy"
+    shutil.copytree(tmp_path / "api-keys", elsewhere / "api-keys")
+    copy = ApiKeyRing(elsewhere)  # the same pepper, another keyring (copy/keyring)
+    assert copy.authenticate(secret) is None
+    assert copy.get(key.id) is None
+    with pytest.raises(StorageError, match=key.id):
+        copy.list()
+
+
+def test_swapping_bindings_between_entries_authenticates_nobody(tmp_path: Path, ring: ApiKeyRing) -> None:
+    agent, agent_secret = ring.create(tenant="acme", prefix="tenant:acme/user:a", role="agent")
+    operator, _ = ring.create(tenant="acme", role="operator")
+    doc = json.loads(_keys_file(tmp_path).read_text())
+    by_id = {e["id"]: e for e in doc["keys"]}
+    by_id[agent.id]["binding"] = by_id[operator.id]["binding"]  # the operator's binding on the agent
+    _keys_file(tmp_path).write_text(json.dumps(doc))
+    assert ring.authenticate(agent_secret) is None
 
 
 def test_removing_a_revocation_does_not_bring_the_key_back(tmp_path: Path, ring: ApiKeyRing) -> None:
@@ -171,8 +236,10 @@ def test_a_planted_entry_authenticates_nobody(tmp_path: Path, ring: ApiKeyRing) 
     ring.create(tenant="acme", role="agent")
     secret = "cnk_" + "1" * 16 + "_" + secrets.token_urlsafe(32)
     doc = json.loads(_keys_file(tmp_path).read_text())
-    planted = dict(doc["keys"][0], id="ak_" + "1" * 16, role="operator")
-    planted["hash"] = hashlib.sha256(secret.encode()).hexdigest()
+    planted = dict(doc["keys"][0], id="ak_" + "1" * 16)  # another key's sealed binding
+    planted["hash"] = hmac.new(
+        _pepper(tmp_path), b"cenotaph-api-key\0" + secret.encode(), "sha256"
+    ).hexdigest()
     doc["keys"].append(planted)
     _keys_file(tmp_path).write_text(json.dumps(doc))
     assert ring.authenticate(secret) is None
@@ -221,3 +288,120 @@ def test_bad_prefix_syntax_is_refused(ring: ApiKeyRing) -> None:
 def test_revoking_an_unknown_key(ring: ApiKeyRing) -> None:
     with pytest.raises(NotFoundError):
         ring.revoke("ak_0000000000000000")
+
+
+# -- files written before bindings were sealed -----------------------------------------------------
+# tests/data/api-keys-v1 was written by the previous format's code: alice's agent key, a tenant
+# operator key, bob's key revoked, and carol's entry edited by hand (role raised to operator).
+V1 = Path(__file__).parent.parent / "data" / "api-keys-v1"
+V1_SECRETS = {
+    "alice": ("ak_36199cfb70697ee6", "cnk_36199cfb70697ee6_6RifcgCVL4o-RDBwqpap4OmW3K7TYbb7G9PSwMVXM38"),
+    "operator": ("ak_a08f1ebb4eec8302", "cnk_a08f1ebb4eec8302_Rdren0_Y5CdVDYZohpMIVRBkLQ2UIvvGNDt1txtQB8A"),
+    "revoked": ("ak_8b4d85a56df0ea7d", "cnk_8b4d85a56df0ea7d_9Pm8iBpQ2QvnVQFo_-wXuxsk91_lcDvtHOL61s_bshw"),
+    "edited": ("ak_ec1f102fd4e926cf", "cnk_ec1f102fd4e926cf_J3gDdIuC0yST0tc3P66vNzIaY8dAD7X-5GWf1orrS1M"),
+}
+
+
+def _legacy(tmp_path: Path) -> Path:
+    shutil.copytree(V1, tmp_path / "api-keys")
+    assert b"alice-v1canary" in _keys_file(tmp_path).read_bytes()
+    return tmp_path
+
+
+def test_a_format_1_file_is_sealed_when_first_opened(tmp_path: Path) -> None:
+    ring = ApiKeyRing(_legacy(tmp_path))
+    doc = json.loads(_keys_file(tmp_path).read_text())
+    assert doc["format"] == "cenotaph-api-keys/2"
+    probes = [*text_probes("user:alice-v1canary"), *text_probes("user:bob-v1canary")]
+    scan = ResidueScanner([*probes, *text_probes("user:carol-v1canary")]).scan(tmp_path / "api-keys")
+    assert scan.matches == 0 and scan.positive_control  # no scope id left in clear
+    assert b"v1canary" not in _keys_file(tmp_path).read_bytes()
+    alice = ring.authenticate(V1_SECRETS["alice"][1])
+    assert alice is not None and (alice.id, alice.tenant, alice.prefix, alice.role) == (
+        V1_SECRETS["alice"][0],
+        "acme",
+        "tenant:acme/user:alice-v1canary",
+        Role.AGENT,
+    )
+    operator = ring.authenticate(V1_SECRETS["operator"][1])
+    assert operator is not None and operator.role == Role.OPERATOR and operator.prefix == "tenant:acme"
+    assert ring.authenticate(V1_SECRETS["revoked"][1]) is None
+    revoked = ring.get(V1_SECRETS["revoked"][0])
+    assert revoked is not None and revoked.revoked_at is not None
+
+
+def test_an_entry_edited_before_the_migration_stays_refused(tmp_path: Path) -> None:
+    ring = ApiKeyRing(_legacy(tmp_path))
+    edited_id, edited_secret = V1_SECRETS["edited"]
+    assert ring.authenticate(edited_secret) is None  # its HMAC did not match: no binding kept
+    assert ring.get(edited_id) is None
+    assert b"carol" not in _keys_file(tmp_path).read_bytes()
+    with pytest.raises(StorageError, match=edited_id):
+        ring.list()
+    ring.revoke(edited_id)  # still revocable; still authenticates nobody
+    assert ring.authenticate(edited_secret) is None
+
+
+def test_a_format_1_file_put_back_later_is_read_and_sealed_again(tmp_path: Path) -> None:
+    ring = ApiKeyRing(_legacy(tmp_path))
+    ring.create(tenant="acme", role="agent")
+    shutil.copy(V1 / "keys.json", _keys_file(tmp_path))  # an older cenotaph rewrote it meanwhile
+    assert ring.authenticate(V1_SECRETS["alice"][1]) is not None
+    ApiKeyRing(tmp_path)
+    assert b"v1canary" not in _keys_file(tmp_path).read_bytes()
+
+
+# -- subject erasure -------------------------------------------------------------------------------
+def test_a_subject_erasure_revokes_the_keys_bound_inside_it(tmp_path: Path, ring: ApiKeyRing) -> None:
+    subject = "tenant:acme/user:alice-7f3a9c21"
+    inside, inside_secret = ring.create(tenant="acme", prefix=subject, role="agent")
+    deeper, deeper_secret = ring.create(tenant="acme", prefix=f"{subject}/session:s1", role="operator")
+    revoked, _ = ring.create(tenant="acme", prefix=subject, role="agent")
+    ring.revoke(revoked.id)
+    revoked_at = ring.list()[-1].revoked_at
+    above, above_secret = ring.create(tenant="acme", role="operator")
+    sibling, sibling_secret = ring.create(
+        tenant="acme", prefix="tenant:acme/user:alice-7f3a9c2", role="agent"
+    )
+    before = _keys_file(tmp_path).read_bytes()
+    sealed = [
+        base64.urlsafe_b64decode(e["binding"])
+        for e in json.loads(before)["keys"]
+        if e["id"] in (inside.id, deeper.id, revoked.id)
+    ]
+
+    assert sorted(ring.erase_subject(subject)) == sorted([inside.id, deeper.id, revoked.id])
+
+    assert ring.authenticate(inside_secret) is None and ring.authenticate(deeper_secret) is None
+    assert ring.authenticate(above_secret) == above and ring.authenticate(sibling_secret) == sibling
+    listed = {k.id: k for k in ring.list()}
+    for key_id in (inside.id, deeper.id, revoked.id):
+        key = listed[key_id]
+        assert key.erased_at is not None and key.revoked_at is not None
+        assert (key.tenant, key.prefix) == ("acme", "tenant:acme")  # the scope just above the subject
+    assert revoked_at is not None and listed[revoked.id].revoked_at == revoked_at  # kept as it was
+    # nothing of the subject is left in api-keys/: not in clear, not even its old sealed bindings
+    probes = [*text_probes(subject), *text_probes("alice-7f3a9c21/")]
+    for blob in sealed:
+        probes += [blob[i : i + 16] for i in range(0, len(blob) - 16, 8)]
+    result = ResidueScanner(probes).scan(tmp_path / "api-keys")
+    assert result.positive_control and result.matches == 0, result.matched_files
+
+
+def test_erasing_the_tenant_itself_keeps_no_binding(ring: ApiKeyRing) -> None:
+    key, secret = ring.create(tenant="acme", prefix="tenant:acme/user:alice", role="agent")
+    other, other_secret = ring.create(tenant="globex", role="operator")
+    assert ring.erase_subject("tenant:acme") == [key.id]
+    assert ring.authenticate(secret) is None and ring.authenticate(other_secret) == other
+    erased = ring.get(key.id)
+    assert erased is not None and (erased.tenant, erased.prefix) == ("", "")
+    assert erased.to_dict()["tenant"] is None and not erased.covers(Scope.parse("tenant:acme"))
+
+
+@pytest.mark.parametrize(
+    "subject", ["idp:42", "tenant:acme/user:bob", "tenant:acme/user:alic", "tenant:globex"]
+)
+def test_an_erasure_of_another_subject_leaves_the_key_alone(ring: ApiKeyRing, subject: str) -> None:
+    key, secret = ring.create(tenant="acme", prefix="tenant:acme/user:alice", role="agent")
+    assert ring.erase_subject(subject) == []
+    assert ring.authenticate(secret) == key

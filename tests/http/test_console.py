@@ -160,9 +160,10 @@ def test_the_erasure_flow_end_to_end(page: object, site: Site, shots: Path, tmp_
     p.click("button.danger")  # type: ignore[attr-defined]
     assert "/console/erasures/er_" in p.url  # type: ignore[attr-defined]
     request_id = p.url.rsplit("/", 1)[1]  # type: ignore[attr-defined]
-    assert (
-        site.api("GET", "/v1/memories", site.agent, params={"scope": ALICE, "key": "diet"}).status_code == 404
-    )
+    # the records are gone, and alice's agent key (bound inside the erased subject) with them
+    gone = site.api("GET", "/v1/memories", site.operator, params={"scope": ALICE, "key": "diet"})
+    assert gone.status_code == 404
+    assert site.api("GET", "/v1/key", site.agent).status_code == 401
     deadline = time.monotonic() + 60
     while p.text_content("#state") != "verified":  # type: ignore[attr-defined]
         assert time.monotonic() < deadline, "the erasure did not verify"
@@ -245,3 +246,26 @@ def test_sign_out(page: object, site: Site) -> None:
     assert p.url.endswith("/console/login")  # type: ignore[attr-defined]
     p.goto(site.url + "/console/")  # type: ignore[attr-defined]
     assert p.url.endswith("/console/login")  # type: ignore[attr-defined]
+
+
+def test_a_bad_submission_shows_the_page_again_with_what_was_typed(page: object, site: Site) -> None:
+    p = page
+    _sign_in(p, site, site.operator)
+    p.click("text=Subjects")  # type: ignore[attr-defined]
+    p.fill("#erase-subject", "tenant:globex/user:bob")  # type: ignore[attr-defined]
+    p.click("text=Review erasure…")  # type: ignore[attr-defined]
+    assert "no such subject inside tenant:acme" in p.text_content("[role=alert]")  # type: ignore[attr-defined]
+    assert p.input_value("#erase-subject") == "tenant:globex/user:bob"  # type: ignore[attr-defined]
+    assert "application/json" not in p.content()  # type: ignore[attr-defined]
+    p.fill("#export-subject", "tenant:acme//bad")  # type: ignore[attr-defined]
+    p.click("text=Download export")  # type: ignore[attr-defined]
+    assert p.locator("[role=alert]").count() == 1  # type: ignore[attr-defined]
+    assert p.input_value("#export-subject") == "tenant:acme//bad"  # type: ignore[attr-defined]
+    # a pasted certificate without its public key: the page again, the paste kept
+    p.click("text=Verify a certificate")  # type: ignore[attr-defined]
+    p.fill("#public_key", "")  # type: ignore[attr-defined]
+    p.fill("#certificate", '{"kept": true}')  # type: ignore[attr-defined]
+    p.evaluate("document.querySelector('#public_key').removeAttribute('required')")  # type: ignore[attr-defined]
+    p.click("form.card button[type=submit]")  # type: ignore[attr-defined]
+    assert "Give the public key" in p.text_content("#verdict")  # type: ignore[attr-defined]
+    assert p.input_value("#certificate") == '{"kept": true}'  # type: ignore[attr-defined]

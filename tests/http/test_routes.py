@@ -251,7 +251,7 @@ def test_scope_closure_names_only_ancestors_inside_the_prefix(
     assert r.status_code == 202
 
 
-def test_subject_erasure_and_export(api: httpx.Client, tenant: Tenant) -> None:
+def test_subject_erasure_and_export(api: httpx.Client, tenant: Tenant, world: World) -> None:
     _write(api, tenant, tenant.alice, "diet", "vegetarian")
     _write(api, tenant, f"{tenant.alice}/session:s1", "note", "tuesday")
     ho = tenant.auth(tenant.operator)
@@ -269,25 +269,26 @@ def test_subject_erasure_and_export(api: httpx.Client, tenant: Tenant) -> None:
     wait_verified(api, r.json()["status_url"], tenant.operator)
     after = api.get(f"/v1/subjects/{tenant.alice}/export", headers=ho).json()
     assert after["records"] == [] and [e["id"] for e in after["erasure_requests"]] == [r.json()["request_id"]]
+    # alice's own keys went with her: her agent key and her operator key authenticate nobody
+    assert api.get("/v1/key", headers=tenant.auth(tenant.agent)).status_code == 401
+    assert api.get("/v1/key", headers=tenant.auth(tenant.alice_operator)).status_code == 401
     # the subject's erasure blocks writes until an operator lifts it
+    agent = world.keys.create(tenant=tenant.id, prefix=tenant.alice, role="agent")[1]  # a new key
     blocked = api.post(
         "/v1/memories",
         json={"scope": tenant.alice, "key": "diet", "value": "v"},
-        headers=tenant.auth(tenant.agent),
+        headers=tenant.auth(agent),
     )
     assert blocked.status_code == 409
-    refused = api.post(
-        "/v1/reauthorizations",
-        json={"scope": tenant.alice, "subject": tenant.alice},
-        headers=tenant.auth(tenant.agent),
-    )
-    assert refused.status_code == 403
+    for body in ({"scope": tenant.alice, "subject": tenant.alice}, {"scope": tenant.alice, "key": "diet"}):
+        refused = api.post("/v1/reauthorizations", json=body, headers=tenant.auth(agent))
+        assert refused.status_code == 403 and "operator key" in refused.json()["message"]
     token = api.post(
         "/v1/reauthorizations",
         json={"scope": tenant.alice, "key": "diet", "subject": tenant.alice},
         headers=ho,
     ).json()["token"]
-    _write(api, tenant, tenant.alice, "diet", "v", reauthorization=token)
+    _write(api, tenant, tenant.alice, "diet", "v", agent, reauthorization=token)
 
 
 def test_backups_epochs_rotation_and_purge(api: httpx.Client, tenant: Tenant) -> None:

@@ -19,6 +19,7 @@ import cenotaph
 from cenotaph.crypto.provider import keyring_from_env
 from cenotaph.errors import ErasureNotProvableError
 from cenotaph.model import Mode
+from cenotaph.service.apikeys import KEYS_DIR, ApiKeyRing
 
 from .interrupts import held, on_interrupt
 from .options import data_option, keyring_location, open_existing_store
@@ -134,10 +135,14 @@ def forget_subject(subject: str, no_wait: bool, data: Path, table: bool) -> None
     """Forget everything about a data subject.
 
     Every record carrying SUBJECT, and every record derived from one, always in compliance mode.
-    Waits until the erasure is verified (--no-wait: until its keys are destroyed).
+    API keys bound inside SUBJECT's scope are revoked. Waits until the erasure is verified
+    (--no-wait: until its keys are destroyed).
     """
     with open_existing_store(data) as store:
-        emit_forgotten(store, committed_forget(store, lambda: store.forget_subject(subject)), no_wait, table)
+        request = committed_forget(store, lambda: store.forget_subject(subject))
+        if (data / KEYS_DIR).is_dir():  # API keys bound inside the subject go with it
+            ApiKeyRing(store).erase_subject(subject)
+        emit_forgotten(store, request, no_wait, table)
 
 
 @click.command()

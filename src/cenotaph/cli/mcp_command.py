@@ -134,7 +134,7 @@ def _serve(
         if transport == "stdio":
             serve_stdio(server)
             return
-        ring = ApiKeyRing(store.path) if keyed and store.path is not None else None
+        ring = ApiKeyRing(store) if keyed and store.path is not None else None
         serve_http(
             server,
             host,

@@ -65,7 +65,7 @@ def serve(
         store.auto_purge = False  # forgets answer once durable; the app purges in the background
         app = create_app(
             store,
-            ApiKeyRing(data),
+            ApiKeyRing(store),
             backup_dir=backup_dir.resolve() if backup_dir else None,
             console=not no_console,
             secure_cookies=not insecure_cookies,

@@ -49,6 +49,11 @@ UNREADABLE = (
 access_log = logging.getLogger("cenotaph.http.access")
 log = logging.getLogger("cenotaph.http")
 
+# Loggers of libraries the server runs that put request bytes in their messages: python-multipart
+# (the form parser) logs a byte of a malformed body in its warnings, and debug lines as it parses.
+# They are silenced outright, whatever the embedding application configures for the root logger.
+QUIET_LOGGERS = ("python_multipart", "multipart")
+
 DESCRIPTION = """\
 cenotaph over HTTP: write, read, search and forget memories inside the scope prefix your API key
 is bound to. Send `Authorization: Bearer <key>` (keys come from `cenotaph api-keys create`).
@@ -72,6 +77,8 @@ def create_app(
     """The HTTP API (and the operator console at ``/console``) over an open ``store``. The caller
     keeps ownership of the store; open it with ``auto_purge=False``: the app purges in the
     background so forgets answer as soon as they are durable."""
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
     service = Service(store, keys, backup_dir)
 
     @asynccontextmanager
@@ -105,12 +112,19 @@ def _json(status: int, body: dict[str, Any], headers: dict[str, str] | None = No
     return JSONResponse(body, status_code=status, headers=headers)
 
 
+def _console_page(request: Request) -> Any:
+    """The console's error page maker, if the console is on and the request is for one of its pages."""
+    page = getattr(request.app.state, "console_error_page", None)
+    path = request.url.path
+    return page if page is not None and (path == "/console" or path.startswith("/console/")) else None
+
+
 def _answer(
     request: Request, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
 ) -> Response:
     """JSON for the API; an error page for the console's pages."""
-    page = getattr(request.app.state, "console_error_page", None)
-    if page is not None and request.url.path.startswith("/console/"):
+    page = _console_page(request)
+    if page is not None:
         response: Response = page(request, status, body["message"], body.get("gaps"))
         return response
     return _json(status, body, headers)
@@ -134,12 +148,14 @@ def _install_error_handlers(app: FastAPI) -> None:
         return _answer(request, 422, {"error": "invalid_input", "message": validation_message(exc)})
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         status, code, message = {
             404: (404, "not_found", "no such route; the routes are listed at /docs"),
             405: (405, "method_not_allowed", "this route does not take that method; see /docs"),
             413: (413, "too_large", TOO_LARGE),
         }.get(exc.status_code, (422, "invalid_input", UNREADABLE))
+        if _console_page(request) is not None:
+            return request.app.state.console_http_error(request, status)  # type: ignore[no-any-return]
         return _json(status, {"error": code, "message": message}, dict(exc.headers or {}))
 
     @app.exception_handler(Exception)
@@ -229,7 +245,13 @@ class BodyLimit:
             return
         declared = dict(scope.get("headers") or ()).get(b"content-length", b"0")
         if not declared.isdigit() or int(declared) > MAX_BODY_BYTES:
-            response = _json(413, {"error": "too_large", "message": TOO_LARGE}, {"Connection": "close"})
+            request = Request(scope, receive)
+            response: Response
+            if _console_page(request) is not None:
+                response = request.app.state.console_http_error(request, 413)
+            else:
+                response = _json(413, {"error": "too_large", "message": TOO_LARGE})
+            response.headers["Connection"] = "close"
             await response(scope, receive, send)
             return
         seen = 0

@@ -16,14 +16,17 @@ import json
 import secrets
 import threading
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Form, Request, UploadFile
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ...erasure.certificate import verify_certificate
 from ...errors import CenotaphError
@@ -38,6 +41,7 @@ from .operations import (
     forget_subject_for,
     visible_erasure,
 )
+from .problems import ApiError, problem_for
 
 __all__ = ["install_console"]
 
@@ -46,6 +50,7 @@ COOKIE = "cenotaph_console"
 LOGIN_CSRF_COOKIE = "cenotaph_console_login"
 SESSION_SECONDS = 8 * 3600
 MAX_CERTIFICATE_BYTES = 256 << 10
+MAX_FORM_FIELDS = 16
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
     "frame-ancestors 'none'; base-uri 'none'",
@@ -124,6 +129,61 @@ class CsrfError(Exception):
     """A form came back without the token of the page that showed it."""
 
 
+FORM_UNREADABLE = (
+    "The form could not be read (is the page out of date?); nothing was done. Check the fields and "
+    "send it again."
+)
+FORM_TOO_LARGE = (
+    f"The form is too large (a certificate may be at most {MAX_CERTIFICATE_BYTES >> 10} KiB); "
+    "nothing was done."
+)
+
+
+@dataclass
+class Submitted:
+    """A console form as it came: its text fields and files, or why it could not be read.
+
+    Handlers read fields from here rather than declaring them, so that a bad submission (a field
+    missing or malformed, a body that does not parse) answers the console's own page with the error
+    shown and what was typed kept, never the API's JSON 422; and the CSRF token is checked before
+    any field is looked at."""
+
+    fields: dict[str, str]
+    files: dict[str, UploadFile]
+    unreadable: str | None = None
+
+    def text(self, name: str) -> str:
+        return self.fields.get(name, "")
+
+    def check(self, expected: str) -> None:
+        """Refuse the form unless it carries ``expected`` (a form that could not be read carries
+        nothing: its handler does nothing and only shows the page again)."""
+        if self.unreadable is None:
+            _check_csrf(expected, self.text("csrf"))
+
+
+async def _submitted(request: Request) -> AsyncIterator[Submitted]:
+    try:
+        form = await request.form(max_files=1, max_fields=MAX_FORM_FIELDS)
+    except StarletteHTTPException as exc:  # unparseable, too many parts, or over the body limit
+        yield Submitted({}, {}, FORM_TOO_LARGE if exc.status_code == 413 else FORM_UNREADABLE)
+        return
+    fields: dict[str, str] = {}
+    files: dict[str, UploadFile] = {}
+    for name, value in form.multi_items():
+        if isinstance(value, str):
+            fields.setdefault(name, value)
+        else:
+            files.setdefault(name, value)
+    try:
+        yield Submitted(fields, files)
+    finally:
+        await form.close()  # uploads spooled to temporary files
+
+
+FormDep = Annotated[Submitted, Depends(_submitted)]
+
+
 def _page(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
     response = templates.TemplateResponse(request, name, context, status_code=status)
     response.headers.update(HEADERS)
@@ -153,13 +213,16 @@ def login_form(request: Request) -> HTMLResponse:
 
 
 @router.post("/login")
-def login(request: Request, api_key: Annotated[str, Form()], csrf: Annotated[str, Form()]) -> Response:
-    _check_csrf(request.cookies.get(LOGIN_CSRF_COOKIE, ""), csrf)
-    key = service_of(request).keys.authenticate(api_key.strip())
+def login(request: Request, form: FormDep) -> Response:
+    form.check(request.cookies.get(LOGIN_CSRF_COOKIE, ""))
+    secret = form.text("api_key").strip()
+    error = form.unreadable or (None if secret else "Enter an operator API key.")
+    key = None if error else service_of(request).keys.authenticate(secret)
     if key is None or key.role != Role.OPERATOR:
         token = secrets.token_urlsafe(32)
+        status = 401 if error is None else 422
         response: Response = _page(
-            request, "login.html", 401, csrf=token, error="That is not a live operator key."
+            request, "login.html", status, csrf=token, error=error or "That is not a live operator key."
         )
         _set_cookie(request, response, LOGIN_CSRF_COOKIE, token, SESSION_SECONDS)
         return response
@@ -171,8 +234,8 @@ def login(request: Request, api_key: Annotated[str, Form()], csrf: Annotated[str
 
 
 @router.post("/logout")
-def logout(request: Request, op: OperatorDep, csrf: Annotated[str, Form()]) -> Response:
-    _check_csrf(op.csrf, csrf)
+def logout(request: Request, op: OperatorDep, form: FormDep) -> Response:
+    _check_csrf(op.csrf, form.text("csrf"))
     request.app.state.console_sessions.close(request.cookies.get(COOKIE))
     response = _see("/console/login")
     response.delete_cookie(COOKIE, path="/console")
@@ -214,81 +277,137 @@ def certificate(op: OperatorDep, request_id: str) -> Response:
 
 
 # -- subjects -----------------------------------------------------------------------------------
+NO_SUBJECT = "Enter a subject: a scope path inside {prefix}, e.g. {prefix}/user:alice."
+NOT_VISIBLE = (
+    "There is no such subject inside {prefix}: a subject is a scope path inside it, e.g. {prefix}/user:alice."
+)
+
+
 @router.get("/subjects")
 def subjects(request: Request, op: OperatorDep) -> HTMLResponse:
-    return _page(request, "subjects.html", op=op, error=None)
+    return _subjects(request, op)
 
 
-@router.get("/subjects/export")
-def export(op: OperatorDep, subject: str) -> Response:
-    doc = export_for(op.svc, op.key, subject)
+def _subjects(
+    request: Request, op: Operator, status: int = 200, error: str | None = None, **typed: str
+) -> HTMLResponse:
+    """The subjects page; after a bad submission, with the error and what was typed."""
+    values = {"export": "", "erase": "", **typed}
+    return _page(request, "subjects.html", status, op=op, error=error, values=values)
+
+
+def _refusal(request: Request, op: Operator, exc: CenotaphError | ApiError, **typed: str) -> HTMLResponse:
+    """A subject the store or the key's reach refused, on the subjects page."""
+    status, message = (exc.status, exc.message) if isinstance(exc, ApiError) else _problem(exc)
+    message = NOT_VISIBLE if status == 404 else message.replace("{", "{{").replace("}", "}}")
+    return _subjects(request, op, status, message.format(prefix=op.key.prefix), **typed)
+
+
+def _problem(exc: CenotaphError) -> tuple[int, str]:
+    status, body = problem_for(exc)
+    return status, str(body["message"])
+
+
+@router.post("/subjects/export")
+def export(request: Request, op: OperatorDep, form: FormDep) -> Response:
+    """A subject access export, as a download (a POST: the subject never sits in a URL, where
+    browser history and proxies would keep it)."""
+    form.check(op.csrf)
+    subject = form.text("subject")
+    if form.unreadable or not subject.strip():
+        error = form.unreadable or NO_SUBJECT.format(prefix=op.key.prefix)
+        return _subjects(request, op, 422, error, export=subject)
+    try:
+        doc = export_for(op.svc, op.key, subject.strip())
+    except (CenotaphError, ApiError) as exc:
+        return _refusal(request, op, exc, export=subject)
     return _download(doc, "subject-export.json")
 
 
 @router.post("/subjects/erase")
-def erase_confirm(
-    request: Request, op: OperatorDep, subject: Annotated[str, Form()], csrf: Annotated[str, Form()]
-) -> HTMLResponse:
+def erase_confirm(request: Request, op: OperatorDep, form: FormDep) -> HTMLResponse:
     """Step one: show what will be erased and ask for the subject again."""
-    _check_csrf(op.csrf, csrf)
-    return _confirmation(request, op, subject, 200, None)
+    form.check(op.csrf)
+    subject = form.text("subject").strip()
+    if form.unreadable or not subject:
+        error = form.unreadable or NO_SUBJECT.format(prefix=op.key.prefix)
+        return _subjects(request, op, 413 if error == FORM_TOO_LARGE else 422, error, erase=subject)
+    try:
+        return _confirmation(request, op, subject, 200, None)
+    except (CenotaphError, ApiError) as exc:
+        return _refusal(request, op, exc, erase=subject)
 
 
 def _confirmation(
-    request: Request, op: Operator, subject: str, status: int, error: str | None
+    request: Request, op: Operator, subject: str, status: int, error: str | None, typed: str = ""
 ) -> HTMLResponse:
     """The confirmation page: what erasing ``subject`` removes (what its export holds)."""
     doc = export_for(op.svc, op.key, subject)
     counts = {"records": len(doc["records"]), "derived": len(doc["derived_records"])}
-    return _page(request, "confirm.html", status, op=op, subject=doc["subject"], counts=counts, error=error)
+    return _page(
+        request,
+        "confirm.html",
+        status,
+        op=op,
+        subject=doc["subject"],
+        counts=counts,
+        error=error,
+        typed=typed,
+    )
 
 
 @router.post("/subjects/erase/confirm")
-def erase(
-    request: Request,
-    op: OperatorDep,
-    subject: Annotated[str, Form()],
-    confirmation: Annotated[str, Form()],
-    csrf: Annotated[str, Form()],
-) -> Response:
+def erase(request: Request, op: OperatorDep, form: FormDep) -> Response:
     """Step two: the subject typed again matches; erase it and show the request."""
-    _check_csrf(op.csrf, csrf)
-    if confirmation.strip() != subject:
-        return _confirmation(
-            request, op, subject, 422, "The confirmation does not match the subject; nothing was erased."
-        )
-    handle = forget_subject_for(op.svc, op.key, subject)
+    form.check(op.csrf)
+    subject, typed = form.text("subject").strip(), form.text("confirmation")
+    try:
+        if form.unreadable or not subject:
+            error = form.unreadable or NO_SUBJECT.format(prefix=op.key.prefix)
+            return _subjects(request, op, 422, error, erase=subject)
+        if typed.strip() != subject:
+            message = "The confirmation does not match the subject; nothing was erased."
+            return _confirmation(request, op, subject, 422, message, typed)
+        handle = forget_subject_for(op.svc, op.key, subject)
+    except (CenotaphError, ApiError) as exc:
+        return _refusal(request, op, exc, erase=subject)
     return _see(f"/console/erasures/{handle.id}")
 
 
 # -- certificates -------------------------------------------------------------------------------
 @router.get("/verify")
 def verify_form(request: Request, op: OperatorDep) -> HTMLResponse:
-    return _page(request, "verify.html", op=op, result=None, public_key=op.svc.store.public_key)
+    return _page(request, "verify.html", op=op, result=None, public_key=op.svc.store.public_key, pasted="")
 
 
 @router.post("/verify")
-async def verify(
-    request: Request,
-    op: OperatorDep,
-    csrf: Annotated[str, Form()],
-    public_key: Annotated[str, Form()],
-    certificate: Annotated[str, Form()] = "",
-    upload: UploadFile | None = None,
-) -> HTMLResponse:
+def verify(request: Request, op: OperatorDep, form: FormDep) -> HTMLResponse:
     """Check a certificate (pasted or uploaded) against a public key alone."""
-    _check_csrf(op.csrf, csrf)
-    text = certificate
-    if upload is not None and upload.filename:
-        raw = await upload.read(MAX_CERTIFICATE_BYTES + 1)
-        text = raw.decode("utf-8", errors="replace") if len(raw) <= MAX_CERTIFICATE_BYTES else ""
+    form.check(op.csrf)
+    public_key, text = form.text("public_key").strip(), form.text("certificate")
+    upload = form.files.get("upload")
     result: dict[str, Any]
+    if form.unreadable:
+        result = {"valid": False, "reason": form.unreadable}
+        return _page(request, "verify.html", 422, op=op, result=result, public_key=public_key, pasted=text)
+    if upload is not None and upload.filename:
+        raw = upload.file.read(MAX_CERTIFICATE_BYTES + 1)
+        if len(raw) > MAX_CERTIFICATE_BYTES:
+            result = {"valid": False, "reason": FORM_TOO_LARGE}
+            return _page(
+                request, "verify.html", 413, op=op, result=result, public_key=public_key, pasted=text
+            )
+        text = raw.decode("utf-8", errors="replace")
+    if not text.strip() or not public_key:
+        missing = "a certificate (paste it or upload its file)" if not text.strip() else "the public key"
+        result = {"valid": False, "reason": f"Give {missing}; nothing was checked."}
+        return _page(request, "verify.html", 422, op=op, result=result, public_key=public_key, pasted=text)
     try:
-        checked = verify_certificate(text.strip(), public_key.strip())
+        checked = verify_certificate(text.strip(), public_key)
         result = {"valid": True, "fields": {k: v for k, v in checked.fields.items() if k != "signature"}}
     except CenotaphError as exc:  # CertificateError, or a malformed public key
         result = {"valid": False, "reason": str(exc)}
-    return _page(request, "verify.html", op=op, result=result, public_key=public_key.strip())
+    return _page(request, "verify.html", op=op, result=result, public_key=public_key, pasted=text)
 
 
 # -- keys and backups ---------------------------------------------------------------------------
@@ -317,8 +436,21 @@ def install_console(app: FastAPI, *, secure_cookies: bool = True) -> None:
         )
 
     app.state.console_error_page = error_page
+    app.state.console_http_error = http_error_page
 
 
 def error_page(request: Request, status: int, message: str, gaps: list[str] | None = None) -> HTMLResponse:
     """A refusal on a console page, as a page (the API answers the same refusal as JSON)."""
     return _page(request, "error.html", status, message=message, gaps=gaps)
+
+
+HTTP_ERRORS = {
+    404: "There is no such page in the console.",
+    405: "This page cannot be reached that way; use the console's own links and forms.",
+    413: FORM_TOO_LARGE,
+}
+
+
+def http_error_page(request: Request, status: int) -> HTMLResponse:
+    """A request the router or the body limit refused, as a console page (never the API's JSON)."""
+    return error_page(request, status, HTTP_ERRORS.get(status, FORM_UNREADABLE))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from fastapi import Request
 
+from ...errors import CenotaphError
 from ...store import Store
 from ..apikeys import ApiKeyRing
 from .ownership import Ownership
@@ -31,10 +32,16 @@ class Service:
     _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
-        self.owners = Ownership(self.keys)
+        self.owners = Ownership(self.keys, self._version_of)
         self.sessions = Sessions(self.store)
         self.pager = Pager(self.keys)
         self.purger = Purger(self.store)
+
+    def _version_of(self, request_id: str) -> int | None:
+        try:
+            return self.store.erasure(request_id).version
+        except CenotaphError:
+            return None
 
     def start(self) -> None:
         """Start the background purge (once, however many servers run this app's lifespan)."""

@@ -26,14 +26,19 @@ __all__ = [
 
 def accept_erasure(svc: Service, key: ApiKey, handle: ErasureRequest) -> None:
     """A forget made through the server: remember who made it, and purge it in the background."""
-    svc.owners.record("erasure", handle.id, key)
+    svc.owners.record("erasure", handle.id, key, handle.version)
     if handle.mode == "compliance":
         svc.purger.kick()
 
 
 def forget_subject_for(svc: Service, key: ApiKey, subject: str) -> ErasureRequest:
-    handle = svc.store.forget_subject(subject_inside(key, subject))
+    """Erase a subject inside the key's prefix; every API key bound inside that subject's scope
+    is revoked and keeps no trace of it (the caller's own key too, if it is bound to exactly
+    that subject: follow such a request with a key bound above it)."""
+    checked = subject_inside(key, subject)
+    handle = svc.store.forget_subject(checked)
     accept_erasure(svc, key, handle)
+    svc.keys.erase_subject(checked)
     return handle
 
 

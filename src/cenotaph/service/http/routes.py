@@ -28,6 +28,7 @@ from .operations import (
     erasure_doc,
     erasures_for,
     export_for,
+    forget_subject_for,
     visible_erasure,
 )
 from .problems import ApiError, NotVisible
@@ -254,10 +255,8 @@ def close_session(session_id: Annotated[str, Path(max_length=128)], svc: SvcDep,
 
 
 # -- forgetting ---------------------------------------------------------------------------------
-def _accepted(
-    svc: Service, key: ApiKey, request: Request, response: Response, handle: ErasureRequest
-) -> dict[str, Any]:
-    accept_erasure(svc, key, handle)
+def _accepted(request: Request, response: Response, handle: ErasureRequest) -> dict[str, Any]:
+    """The 202 of a forget already accepted (``accept_erasure``)."""
     url = str(request.url_for("erasure_status", request_id=handle.id).path)
     response.headers["Location"] = url
     return {
@@ -294,7 +293,8 @@ def forget(body: s.ForgetIn, svc: SvcDep, key: Agent, request: Request, response
         if len(mine) < len(exc.ancestors):
             raise ScopeClosureError(OUTSIDE_ANCESTOR, mine) from None
         raise
-    return _accepted(svc, key, request, response, handle)
+    accept_erasure(svc, key, handle)
+    return _accepted(request, response, handle)
 
 
 @router.post(
@@ -314,22 +314,43 @@ def forget_subject(
     response: Response,
 ) -> dict[str, Any]:
     """Compliance-forget everything about a subject, including records derived from it."""
-    return _accepted(svc, key, request, response, svc.store.forget_subject(subject_inside(key, subject)))
+    return _accepted(request, response, forget_subject_for(svc, key, subject))
 
 
 @router.post(
     "/reauthorizations", status_code=201, response_model=s.ReauthorizeOut, responses=WRITE, tags=["erasure"]
 )
 def reauthorize(body: s.ReauthorizeIn, svc: SvcDep, key: Agent) -> dict[str, Any]:
-    """A one-time token that lets the next write to a forgotten target land. Lifting a subject's
-    erasure (``subject``) needs an operator key."""
+    """A one-time token that lets the next write to a forgotten target land. An operator key
+    lifts any forget inside its prefix; an agent key only a key (``key``) that it forgot itself
+    (every forget blocking that key's write made by this very API key), never a whole scope or a
+    subject's erasure: those need an operator key (403)."""
     parsed = inside(key, body.scope)
-    subject = None
+    if key.role == Role.OPERATOR:
+        subject = None if body.subject is None else subject_inside(key, body.subject)
+        return {"token": svc.store.reauthorize(parsed.path, body.key, subject=subject)}
     if body.subject is not None:
-        if key.role != Role.OPERATOR:
-            raise ApiError(403, "forbidden", "lifting a subject's erasure needs an operator key")
-        subject = subject_inside(key, body.subject)
-    return {"token": svc.store.reauthorize(parsed.path, body.key, subject=subject)}
+        raise ApiError(403, "forbidden", AGENT_LIFTS_SUBJECT)
+    if body.key is None:
+        raise ApiError(403, "forbidden", AGENT_LIFTS_SCOPE)
+    # the token first, then the forgets it would lift: every forget older than the token is seen
+    # here, and one committed after it is newer than the token and refuses its write anyway
+    token = svc.store.reauthorize(parsed.path, body.key)
+    blocking = svc.store.forgets_blocking(parsed.path, body.key)
+    if any(svc.owners.forget_owner(version) != key.id for version in blocking):
+        raise ApiError(403, "forbidden", AGENT_LIFTS_OTHERS)  # the token is never shown: unusable
+    return {"token": token}
+
+
+AGENT_LIFTS_SUBJECT = "lifting a subject's erasure needs an operator key; an agent key may not do it"
+AGENT_LIFTS_SCOPE = (
+    "an agent key may reauthorize only a key it forgot itself (send 'key'); reauthorizing a whole "
+    "scope needs an operator key"
+)
+AGENT_LIFTS_OTHERS = (
+    "this target was forgotten by an operator or another API key; an agent key may lift only its "
+    "own forgets: an operator key is needed to reauthorize it"
+)
 
 
 @router.get("/erasures", response_model=s.ErasureList, responses=READ, tags=["erasure"])

@@ -160,7 +160,9 @@ class ForgetIn(_In):
 
 class ReauthorizeIn(_In):
     scope: str
-    key: str | None = None
+    key: str | None = Field(
+        None, description="the key to reopen; an agent key must name one, and must have made its forgets"
+    )
     subject: str | None = Field(None, description="also lift this subject's erasure (operator keys only)")
 
 
