@@ -67,7 +67,7 @@ class Tenant:
 class World:
     def __init__(self, base: Path) -> None:
         self.data = base / "data"
-        self.store = cenotaph.open(self.data, auto_purge=False)
+        self.store = cenotaph.open(self.data)
         self.keys = ApiKeyRing(self.data)
         self.backup_dir = base / "backups"
         self.app = create_app(self.store, self.keys, backup_dir=self.backup_dir, secure_cookies=False)
@@ -75,7 +75,7 @@ class World:
         self.server = UvicornThread(self.app)
 
     def __enter__(self) -> World:
-        self.asgi.__enter__()  # runs the lifespan (the background purger) for the ASGI transport
+        self.asgi.__enter__()  # runs the lifespan for the ASGI transport
         self.server.__enter__()  # and uvicorn runs it again for its own app instance's lifespan
         self.http = httpx.Client(base_url=self.server.url, timeout=30)
         return self

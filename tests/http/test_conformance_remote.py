@@ -95,7 +95,7 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[cenotaph.
     monkeypatch.delenv("CENOTAPH_KEYRING", raising=False)
     monkeypatch.delenv("CENOTAPH_MASTER_KEY", raising=False)
     data = tmp_path / "data"
-    backing = cenotaph.open(data, auto_purge=False)
+    backing = cenotaph.open(data)
     keys = ApiKeyRing(data)
     secret = keys.create(tenant="t", role="operator")[1]
     app = create_app(backing, keys, console=False)

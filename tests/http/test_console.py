@@ -47,7 +47,7 @@ if not Path(CHROMIUM).exists():  # pragma: no cover - .ci/run installs it
 class Site:
     def __init__(self, base: Path) -> None:
         data = base / "data"
-        self.store = cenotaph.open(data, auto_purge=False)
+        self.store = cenotaph.open(data)
         self.keys = ApiKeyRing(data)
         self.app = create_app(
             self.store, self.keys, backup_dir=base / "backups"

@@ -22,7 +22,7 @@ SUBJECT = "tenant:acme/user:alice-7f3a9c21"
 
 class Console:
     def __init__(self, data: Path) -> None:
-        self.store = cenotaph.open(data, auto_purge=False)
+        self.store = cenotaph.open(data)
         self.keys = ApiKeyRing(self.store)
         self.operator = self.keys.create(tenant="acme", role="operator")[1]
         self.store.write(SUBJECT, "diet", "vegetarian")

@@ -43,7 +43,7 @@ class Fuzzed:
     def __init__(self) -> None:
         self.base = Path(tempfile.mkdtemp(prefix="cenotaph-fuzz-"))
         data = self.base / "data"
-        self.store = cenotaph.open(data, auto_purge=False)
+        self.store = cenotaph.open(data)
         keys = ApiKeyRing(data)
         self.app = create_app(self.store, keys, backup_dir=self.base / "backups", secure_cookies=False)
         # data the generated requests can land on: the schema's example scope is inside the prefix

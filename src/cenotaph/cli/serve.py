@@ -62,7 +62,6 @@ def serve(
     with open_existing_store(data) as store:
         sock = _bind(host, port)
         _configure_logging(quiet)
-        store.auto_purge = False  # forgets answer once durable; the app purges in the background
         app = create_app(
             store,
             ApiKeyRing(store),

@@ -3,7 +3,7 @@
 >>> import cenotaph, tempfile
 >>> from cenotaph.service.apikeys import ApiKeyRing
 >>> data = tempfile.mkdtemp()
->>> app = create_app(cenotaph.open(data, auto_purge=False), ApiKeyRing(data))
+>>> app = create_app(cenotaph.open(data), ApiKeyRing(data))
 >>> sorted(r for r in app.openapi()["paths"] if r.startswith("/v1/memories"))
 ['/v1/memories', '/v1/memories/batch', '/v1/memories/list', '/v1/memories/{record_id}']
 """
@@ -75,8 +75,9 @@ def create_app(
     secure_cookies: bool = True,
 ) -> FastAPI:
     """The HTTP API (and the operator console at ``/console``) over an open ``store``. The caller
-    keeps ownership of the store; open it with ``auto_purge=False``: the app purges in the
-    background so forgets answer as soon as they are durable."""
+    keeps ownership of the store. Forgets answer as soon as they are durable; the store's own
+    background purge (its default ``auto_purge``) carries them to ``verified``. A store opened
+    with ``auto_purge="off"`` leaves that to its owner (``POST /v1/purge`` runs one)."""
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
     service = Service(store, keys, backup_dir)

@@ -13,7 +13,6 @@ from ...store import Store
 from ..apikeys import ApiKeyRing
 from .ownership import Ownership
 from .paging import Pager
-from .purger import Purger
 from .sessions import Sessions
 
 __all__ = ["Service", "service_dependency", "service_of"]
@@ -27,7 +26,6 @@ class Service:
     owners: Ownership = field(init=False)
     sessions: Sessions = field(init=False)
     pager: Pager = field(init=False)
-    purger: Purger = field(init=False)
     _running: int = field(init=False, default=0)
     _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
 
@@ -35,7 +33,6 @@ class Service:
         self.owners = Ownership(self.keys, self._version_of)
         self.sessions = Sessions(self.store)
         self.pager = Pager(self.keys)
-        self.purger = Purger(self.store)
 
     def _version_of(self, request_id: str) -> int | None:
         try:
@@ -44,19 +41,16 @@ class Service:
             return None
 
     def start(self) -> None:
-        """Start the background purge (once, however many servers run this app's lifespan)."""
+        """A server runs this app's lifespan (however many do, sessions end with the last)."""
         with self._lock:
             self._running += 1
-            if self._running == 1:
-                self.purger.start()
 
     def stop(self) -> None:
-        """When the last server stops: finish the purge under way and end every session (the
-        store stays open: its owner closes it)."""
+        """When the last server stops: end every session (the store stays open, and its
+        background purge with it: its owner closes it)."""
         with self._lock:
             self._running -= 1
             if self._running == 0:
-                self.purger.stop()
                 self.sessions.close_all()
 
 

@@ -25,10 +25,9 @@ __all__ = [
 
 
 def accept_erasure(svc: Service, key: ApiKey, handle: ErasureRequest) -> None:
-    """A forget made through the server: remember who made it, and purge it in the background."""
+    """A forget made through the server: remember who made it (the store's background purge
+    carries it to verified)."""
     svc.owners.record("erasure", handle.id, key, handle.version)
-    if handle.mode == "compliance":
-        svc.purger.kick()
 
 
 def forget_subject_for(svc: Service, key: ApiKey, subject: str) -> ErasureRequest:
