@@ -9,6 +9,7 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ..backends import ops
 from ..backends.base import Backend
 from ..backends.sqlite.backend import DB_NAME
 from ..crypto.keys import KeyChain
@@ -75,7 +76,7 @@ class Backups:
         uses, then check none of it was destroyed before that registration (else copy again)."""
         for _ in range(3):
             with self._backend.read() as txn:
-                epochs = txn.epochs_in_use() | {self._keys.refresh_epoch()}
+                epochs = txn.run(ops.EpochsInUse()) | {self._keys.refresh_epoch()}
             self._provider.register_backup(backup_id, sorted(epochs))
             target.unlink(missing_ok=True)
             epochs |= self._backend.vacuum_into(target)

@@ -15,6 +15,7 @@ from typing import Any
 
 from ...errors import StorageError
 from ..base import ErasureRow, LineageRow, RecordRow, ScopeKeyRow
+from ..ops import OpRunner
 from .schema import MIGRATIONS, statements
 
 __all__ = ["SQLiteBackend", "SQLITE_SETTINGS", "DB_NAME", "read_only", "unwritable"]
@@ -237,12 +238,13 @@ def _epochs_in_use(conn: sqlite3.Connection) -> set[int]:
     return found
 
 
-class SQLiteTxn:
-    """A transaction on one connection. Every method is plain SQL over tokens and ciphertext."""
+class SQLiteTxn(OpRunner):
+    """A transaction on one connection. Every handler is plain SQL over tokens and ciphertext."""
 
     def __init__(self, conn: sqlite3.Connection, *, commits: bool = True) -> None:
         self._c = conn
         self._commits = commits
+        self._accept_writes(commits)
         self._after: list[Callable[[], None]] = []
 
     def after_commit(self, action: Callable[[], None]) -> None:
