@@ -13,8 +13,12 @@ from pathlib import Path
 
 import pytest
 
+import cenotaph
 from cenotaph.backends import ops
 from cenotaph.backends.sqlite.backend import SQLiteBackend, SQLiteTxn
+from cenotaph.errors import StorageError
+
+SCOPE = "tenant:acme/user:alice"
 
 
 @pytest.fixture
@@ -77,3 +81,46 @@ def test_keyword_only_and_mapping_fields_reach_their_handlers(backend: SQLiteBac
 def test_an_unknown_operation_is_a_type_error(backend: SQLiteBackend) -> None:
     with backend.read() as txn, pytest.raises(TypeError, match="not an operation"):
         txn.run(object())  # type: ignore[arg-type]
+
+
+# -- read snapshots -------------------------------------------------------------------------
+
+
+def test_a_read_block_is_one_snapshot(tmp_path: Path) -> None:
+    """A write another store commits between two reads of one block is not seen by the second."""
+    with cenotaph.open(tmp_path) as reader, cenotaph.open(tmp_path) as writer:
+        reader.write(SCOPE, "before", "x")
+        with reader._backend.read() as txn:
+            clock = txn.run(ops.Clock())
+            rows = len(list(txn.run(ops.LiveRecords())))
+            writer.write(SCOPE, "during", "y")  # another connection commits meanwhile
+            assert txn.run(ops.Clock()) == clock, "the second read saw a later commit"
+            assert len(list(txn.run(ops.LiveRecords()))) == rows
+        with reader._backend.read() as txn:  # the next block is a new snapshot
+            assert txn.run(ops.Clock()) > clock
+            assert len(list(txn.run(ops.LiveRecords()))) == rows + 1
+
+
+def test_a_read_block_ends_its_snapshot(tmp_path: Path) -> None:
+    """No reader outlives its block: a TRUNCATE checkpoint right after it empties the WAL, and
+    one while another connection's block is open cannot."""
+    first, second = SQLiteBackend(tmp_path), SQLiteBackend(tmp_path)
+    try:
+        with first.write() as txn:
+            txn.run(ops.SetMeta("probe", 1))
+        with first.read() as txn:
+            assert txn.run(ops.Meta("probe")) == 1
+            assert second.checkpoint_truncate(attempts=2)[0] is False, "the open snapshot let it truncate"
+        assert not first._conn.in_transaction
+        assert second.checkpoint_truncate(attempts=2) == (True, 0)
+        assert first.checkpoint_truncate(attempts=2) == (True, 0)
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_write_inside_a_read_block_is_refused(backend: SQLiteBackend) -> None:
+    with backend.read(), pytest.raises(StorageError, match="already inside a transaction"), backend.write():
+        pass
+    with backend.write() as txn:  # and the refused one left nothing open
+        txn.run(ops.SetMeta("probe", 1))

@@ -1089,12 +1089,28 @@ class SQLiteBackend:
 
     @contextlib.contextmanager
     def read(self) -> Iterator[SQLiteTxn]:
-        """Autocommit reads: each statement sees a committed snapshot and holds no lock after it."""
+        """One snapshot for the whole block: a deferred ``BEGIN`` (in WAL mode a reader takes no
+        write lock and blocks no writer; its snapshot starts at its first statement) ended by
+        ``COMMIT``. A block opened inside a transaction of this thread (a callback) reads in that
+        transaction. Writing operations are refused either way."""
         with self._lock:
+            txn = SQLiteTxn(self._conn, commits=False)
+            if self._conn.in_transaction:
+                yield txn
+                return
             try:
-                yield SQLiteTxn(self._conn, commits=False)
+                self._conn.execute("BEGIN")
             except sqlite3.Error as exc:
                 raise translate(exc, self.path) from exc
+            try:
+                yield txn
+                self._conn.execute("COMMIT")  # ends the snapshot: a reader must not outlive its block
+            except sqlite3.Error as exc:
+                self._rollback()
+                raise translate(exc, self.path) from exc
+            except BaseException:
+                self._rollback()
+                raise
 
     def _read_data_version(self) -> int:
         # one cursor kept for it (under the lock): this runs before every cache hit
