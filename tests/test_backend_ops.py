@@ -7,6 +7,7 @@ a read transaction refuses an operation that writes (and the rows stay as they w
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
@@ -43,7 +44,7 @@ def test_the_handler_name_is_the_snake_case_of_the_operation() -> None:
 
 
 def test_a_runner_missing_a_handler_is_refused_when_defined() -> None:
-    with pytest.raises(TypeError, match="no handler clock"):
+    with pytest.raises(TypeError, match="Partial has no handler"):
 
         class Partial(ops.OpRunner):  # no handlers at all
             pass
@@ -124,3 +125,94 @@ def test_a_write_inside_a_read_block_is_refused(backend: SQLiteBackend) -> None:
         pass
     with backend.write() as txn:  # and the refused one left nothing open
         txn.run(ops.SetMeta("probe", 1))
+
+
+# -- the change marker ----------------------------------------------------------------------
+
+
+def test_the_marker_moves_for_another_connections_commit_and_not_for_ones_own(tmp_path: Path) -> None:
+    first, second = SQLiteBackend(tmp_path), SQLiteBackend(tmp_path)
+    try:
+        before = first.marker()
+        with first.write() as txn:
+            txn.run(ops.SetMeta("probe", 1))
+        assert first.marker() == before, "one's own commit moved the marker"
+        with second.write() as txn:
+            txn.run(ops.SetMeta("probe", 2))
+        after = first.marker()
+        assert after != before
+        with first.read() as txn:
+            assert txn.run(ops.Marker()) == after
+            assert txn.run(ops.KeyRecords([b"\0" * 32], b"\0" * 32))[0] == after
+    finally:
+        first.close()
+        second.close()
+
+
+def test_the_marker_read_in_a_transaction_is_its_snapshots(tmp_path: Path) -> None:
+    first, second = SQLiteBackend(tmp_path), SQLiteBackend(tmp_path)
+    try:
+        with first.read() as txn:
+            inside = txn.run(ops.Marker())
+            with second.write() as other:
+                other.run(ops.SetMeta("probe", 1))
+            assert txn.run(ops.Marker()) == inside
+            assert txn.run(ops.Meta("probe")) is None, "reading the marker did not begin the snapshot"
+        assert first.marker() != inside
+    finally:
+        first.close()
+        second.close()
+
+
+def test_the_store_decides_what_changed_from_the_markers_it_saw(tmp_path: Path) -> None:
+    with cenotaph.open(tmp_path) as store, cenotaph.open(tmp_path) as other:
+        memory, backend = store._memory, store._backend
+        with backend.serial():
+            memory.saw(backend.marker())
+            store.write(SCOPE, "own", "x")
+            assert not memory.saw(backend.marker()), "its own write counted as another's"
+            other.write(SCOPE, "theirs", "y")
+            assert memory.saw(backend.marker())
+            assert not memory.saw(backend.marker()), "a change is seen once"
+
+
+# -- the store's own lock ---------------------------------------------------------------------
+
+
+def test_the_store_knows_which_thread_is_inside_its_transactions(tmp_path: Path) -> None:
+    with cenotaph.open(tmp_path) as store:
+        backend = store._backend
+        assert not backend.held_here()
+        with backend.serial():
+            assert backend.held_here() and not backend.in_transaction()
+        seen: dict[str, bool] = {}
+        with backend.read():
+            assert backend.held_here() and backend.in_transaction()
+            probe = threading.Thread(target=lambda: seen.update(held=backend.held_here()))
+            probe.start()
+            probe.join(10)
+        assert seen == {"held": False}, "another thread was told it holds the lock"
+        with backend.write() as txn:
+            assert backend.in_transaction()
+            txn.after_commit(lambda: seen.update(after=backend.held_here() and backend.in_transaction()))
+        assert seen["after"], "post-commit actions must run under the store's lock"
+        assert not backend.held_here() and not backend.in_transaction()
+
+
+def test_a_transaction_waits_for_another_threads(tmp_path: Path) -> None:
+    with cenotaph.open(tmp_path) as store:
+        entered, order = threading.Event(), []
+
+        def other() -> None:
+            entered.set()
+            with store._backend.read():
+                order.append("other")
+
+        with store._backend.read():
+            thread = threading.Thread(target=other)
+            thread.start()
+            assert entered.wait(10)
+            thread.join(0.2)
+            order.append("first")
+        thread.join(10)
+        assert order == ["first", "other"]
