@@ -52,3 +52,19 @@ def test_nothing_in_erasure_imports_the_store() -> None:
 def test_the_memory_imports_nothing_of_erasure() -> None:
     found = sorted(n for n in _imports(PACKAGE / "memory.py") if n.startswith("cenotaph.erasure"))
     assert not found
+
+
+def _backend_packages() -> set[str]:
+    """Every backend's package under ``cenotaph.backends`` (PostgreSQL's even before it exists)."""
+    found = {p.name for p in (PACKAGE / "backends").iterdir() if (p / "__init__.py").is_file()}
+    return found | {"postgres"}
+
+
+def test_the_store_imports_no_backend() -> None:
+    """The store opens its backend through ``cenotaph.backends`` (``locate``, ``open_backend``)
+    and speaks to it through ``backends.base``'s protocol: it imports no backend's package."""
+    found = _imports(PACKAGE / "store.py")
+    assert {"cenotaph.backends.locate", "cenotaph.backends.base"} <= found  # the reader sees them
+    assert "sqlite" in _backend_packages()
+    named = {n.split(".")[2] for n in found if n.startswith("cenotaph.backends.")}
+    assert not named & _backend_packages(), sorted(named & _backend_packages())
