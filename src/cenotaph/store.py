@@ -874,7 +874,7 @@ def _default_provider(directory: Path | None) -> KeyProvider:
     if directory is None:
         raise InvalidValueError(
             "a postgresql:// store has no data directory to keep its keyring in; pass "
-            "key_provider=LocalKeyring(<keyring directory>)"
+            "key_provider=LocalKeyring(<keyring dir>)"
         )
     return keyring_from_env(directory)
 
