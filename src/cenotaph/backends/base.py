@@ -14,9 +14,12 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from ..model import LayerState
+
+if TYPE_CHECKING:
+    from .physical import Physical
 
 __all__ = [
     "Backend",
@@ -349,11 +352,9 @@ class Backend(Protocol):
         may take around backend calls without a lock-order deadlock."""
         ...
 
-    def checkpoint_truncate(self, attempts: int = 20) -> tuple[bool, int]: ...
-    def rewrite(self) -> bool:
-        """Rewrite the whole database so no free space keeps stale bytes; whether it completed."""
+    @property
+    def physical(self) -> Physical:
+        """What this backend does to bytes after rows are deleted (``backends.physical``)."""
         ...
 
-    def vacuum_into(self, target: Path) -> set[int]: ...
-    def owned_files(self) -> list[Path]: ...
     def close(self) -> None: ...
