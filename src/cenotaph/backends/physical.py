@@ -131,6 +131,11 @@ class DirectoryFormat(Protocol):
         """The engine's version(s), for the doctor's report."""
         ...
 
+    def tombstone_targets(self, directory: Path) -> list[bytes]:
+        """Every tombstone's target as the store's files hold it, read straight from them, as
+        anyone who copied the directory would (``cenotaph demo`` shows each is an HMAC token)."""
+        ...
+
 
 class Physical(Protocol):
     """One open backend's physical erasure (``backend.physical``)."""

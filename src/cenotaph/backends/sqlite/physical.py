@@ -98,6 +98,13 @@ class SQLiteFormat:
     def version_checks(self) -> list[Check]:
         return [Check("sqlite version", "ok", sqlite3.sqlite_version)]
 
+    def tombstone_targets(self, directory: Path) -> list[bytes]:
+        conn = SQLiteBackend.connect(directory / DB_NAME)
+        try:
+            return [bytes(row[0]) for row in conn.execute("SELECT target FROM tombstones")]
+        finally:
+            conn.close()
+
 
 SQLITE_FORMAT = SQLiteFormat()
 
