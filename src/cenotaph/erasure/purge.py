@@ -1,6 +1,8 @@
-"""The purge (S3): remove the rows of every applied plan in bounded chunks, truncate the WAL,
-clear what memory holds, then hand every request whose purge layers are all done to the
-verifying scan (``erasure.verification``). Every step resumes on the next purge."""
+"""The purge (S3): remove the rows of every applied plan in bounded chunks, have the backend
+reclaim the space they held (``backend.physical.reclaim()``; SQLite truncates the WAL), clear
+what memory holds, then hand every request whose purge layers (every layer the backend proves
+but the scan) are all done to the verifying scan (``erasure.verification``). Every step resumes
+on the next purge."""
 
 from __future__ import annotations
 
