@@ -82,14 +82,13 @@ class Purger:
         reclaimed, cleared = self._remove_rows(stop)
         fault_point("purge.rows")
         left = self._memory.forget(cleared)  # caches and index entries; returns entries left
-        reclaimed_space = self._backend.physical.reclaim()
-        wal_done = reclaimed_space.done
+        space = self._backend.physical.reclaim()  # the freed bytes made unreachable (SQLite: the WAL)
         fault_point("purge.wal")
         requests: dict[str, str] = {}
         scan: dict[str, Any] = {"files": 0, "bytes": 0, "probes": 0, "matches": 0, "positive_control": False}
         with self._backend.write() as txn:
             for row in txn.erasures(PENDING_STATES):
-                layers = {**row.layer_entries, **reclaimed_space.layers}
+                layers = {**row.layer_entries, **space.layers}
                 layers[Layer.INDEX] = (
                     _done(entries_left_in_memory=0, on_disk_snapshots=0)
                     if left == 0
@@ -111,11 +110,11 @@ class Purger:
         with self._backend.read() as txn:
             for row in txn.erasures():
                 requests[row.id] = row.state
-            anchor = {"request_count": len(requests), "reclaimed": reclaimed, "wal_truncated": wal_done}
+            anchor = {"request_count": len(requests), "reclaimed": reclaimed, "wal_truncated": space.done}
         with self._backend.write() as txn:
             anchor_audit(self._provider, txn, "purge", anchor)
         fault_point("purge.done")
-        return PurgeReport(requests=requests, reclaimed=reclaimed, wal_truncated=wal_done, scan=scan)
+        return PurgeReport(requests=requests, reclaimed=reclaimed, wal_truncated=space.done, scan=scan)
 
     def _purge_layers_done(self, layers: Mapping[str, LayerEntry]) -> bool:
         return all(layers[name].done for name in self._purge_layers)

@@ -97,9 +97,9 @@ class Verifier:
         untried = any(not _scan_evidence(r).get("rewritten") for r in rows)
         rewritten = in_database and untried and physical.rewrite()
         if rewritten:
-            # secure_delete zeroes what is deleted, but a page SQLite reorganized earlier can keep
-            # a stale fragment of a cell in its unallocated space; rewriting the whole database
-            # (VACUUM, then a TRUNCATE checkpoint) leaves none. Costs the store's size, only then.
+            # residue in the database's own files can sit in free space no deletion zeroes (SQLite:
+            # a page reorganized earlier keeps a stale fragment of a cell); rebuilding the database
+            # from its live rows leaves none. Costs the store's size, only then.
             combined = self._scan(every, progress)
         # attribute residue by the probes found: only a request whose own probes matched is
         # scanned again, alone, to learn its files (a scan per pending request, every purge, was
@@ -116,7 +116,7 @@ class Verifier:
                 dropped = 0 if sample is None else len(sample.probes) - len(probes[row.id])
                 audited.append(self._conclude(txn, row, results[row.id], scanned, rewritten, dropped))
             anchor_audit_many(self._provider, txn, audited)
-        # the sealed probes were just deleted: push that out of the WAL too
+        # the sealed probes were just deleted: make their bytes unreachable too (SQLite: the WAL)
         physical.reclaim()
         return combined.to_dict()
 
