@@ -1,5 +1,10 @@
 """Storage backends. Each implements :class:`cenotaph.backends.base.Backend`; the store holds the policy.
 
+What a backend does to bytes is its ``physical`` part (:mod:`cenotaph.backends.physical`). A data
+directory (a path location) holds the embedded SQLite backend: :func:`directory_format` is how its
+files are laid out and checked, for the code that works on a directory without opening a store
+(restore, the command line), which so never imports a backend module itself.
+
 This module is the one place a location becomes a backend: a ``postgresql://`` (or
 ``postgres://``) URL is a PostgreSQL database (``backends.postgres``), anything else is the data
 directory of the embedded SQLite backend (``backends.sqlite``). Each backend is imported only
@@ -28,8 +33,17 @@ if TYPE_CHECKING:
     from types import ModuleType
 
     from .base import Backend
+    from .physical import DirectoryFormat
 
-__all__ = ["POSTGRES_SCHEMES", "Location", "is_postgres_url", "locate", "open_backend"]
+__all__ = [
+    "POSTGRES_SCHEMES",
+    "Location",
+    "directory_format",
+    "is_postgres_url",
+    "locate",
+    "looks_like_store",
+    "open_backend",
+]
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 _DRIVERS = ("psycopg", "psycopg_pool")  # what cenotaph[postgres] installs
@@ -126,3 +140,15 @@ def _unavailable(exc: ModuleNotFoundError) -> ModuleNotFoundError | InvalidValue
             "pip install 'cenotaph[postgres]'"
         )
     return ModuleNotFoundError(str(exc), name=exc.name)
+
+
+def directory_format() -> DirectoryFormat:
+    """How a data directory's files are laid out and checked (SQLite's)."""
+    from .sqlite.physical import SQLITE_FORMAT  # on first use: importing the package loads no engine
+
+    return SQLITE_FORMAT
+
+
+def looks_like_store(path: Path) -> bool:
+    """Does the directory ``path`` hold a store (its database, not merely a keyring)?"""
+    return directory_format().holds_store(path)

@@ -10,13 +10,18 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import StorageError
 from ..base import ErasureRow, LineageRow, RecordRow, ScopeKeyRow
+from ..ops import OpRunner
 from .errors import busy_error, is_busy, translate
 from .schema import MIGRATIONS, statements
+
+if TYPE_CHECKING:
+    from .physical import SQLitePhysical
 
 __all__ = ["SQLiteBackend", "SQLITE_SETTINGS", "DB_NAME", "read_only", "unwritable"]
 
@@ -203,12 +208,13 @@ def _epochs_in_use(conn: sqlite3.Connection) -> set[int]:
     return found
 
 
-class SQLiteTxn:
-    """A transaction on one connection. Every method is plain SQL over tokens and ciphertext."""
+class SQLiteTxn(OpRunner):
+    """A transaction on one connection. Every handler is plain SQL over tokens and ciphertext."""
 
     def __init__(self, conn: sqlite3.Connection, *, commits: bool = True) -> None:
         self._c = conn
         self._commits = commits
+        self._accept_writes(commits)
         self._after: list[Callable[[], None]] = []
 
     def after_commit(self, action: Callable[[], None]) -> None:
@@ -1087,49 +1093,12 @@ class SQLiteBackend:
             self._data_version = current
             return changed
 
-    def checkpoint_truncate(self, attempts: int = 20) -> tuple[bool, int]:
-        """``wal_checkpoint(TRUNCATE)`` until it succeeds; (done, wal bytes left). An open reader
-        anywhere keeps it busy, and then the WAL layer stays pending."""
-        wal = self.path.with_name(self.path.name + "-wal")
-        for attempt in range(attempts):
-            with self._lock:
-                try:
-                    # TRUNCATE would wait out busy_timeout for every reader; poll without waiting
-                    self._conn.execute("PRAGMA busy_timeout=0")
-                    busy = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
-                except sqlite3.Error as exc:
-                    raise translate(exc, self.path) from exc
-                finally:
-                    self._conn.execute(f"PRAGMA busy_timeout={busy_timeout_ms()}")
-            if busy == 0:  # the WAL was emptied (later commits append only new frames)
-                return True, 0
-            time.sleep(min(0.005 * (attempt + 1), 0.05))
-        return False, wal.stat().st_size if wal.exists() else 0
+    @cached_property
+    def physical(self) -> SQLitePhysical:
+        """What this backend does to bytes: WAL truncation, VACUUM, VACUUM INTO, its files."""
+        from .physical import SQLitePhysical  # it builds on this module
 
-    def rewrite(self) -> bool:
-        """``VACUUM`` (every page rebuilt from live cells only), then a TRUNCATE checkpoint so the
-        old pages leave the WAL too. False if an open reader keeps the WAL."""
-        with self._lock:
-            try:
-                self._conn.execute("VACUUM")
-            except sqlite3.Error as exc:
-                raise translate(exc, self.path) from exc
-        return self.checkpoint_truncate()[0]
-
-    def vacuum_into(self, target: Path) -> set[int]:
-        """A consistent, compact copy with no freelist residue (HINTS); returns the KEK epochs
-        the copy's wrapped keys use (read from the copy itself: a rotation may have committed
-        since anyone last looked)."""
-        with self._lock:
-            try:
-                self._conn.execute("VACUUM INTO ?", (str(target),))
-                with contextlib.closing(sqlite3.connect(f"{target.as_uri()}?mode=ro", uri=True)) as copy:
-                    return _epochs_in_use(copy)
-            except sqlite3.Error as exc:
-                raise translate(exc, self.path) from exc
-
-    def owned_files(self) -> list[Path]:
-        return sorted(p for p in self.directory.rglob("*") if p.is_file())
+        return SQLitePhysical(self)
 
     def close(self) -> None:
         with self._lock:
