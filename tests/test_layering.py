@@ -46,10 +46,11 @@ SQLITE = "cenotaph.backends.sqlite"
 
 def test_the_imports_are_read_as_written() -> None:
     """The reader itself: the store's own imports name the erasure service and the memory, and
-    the SQLite backend it opens (so a module importing it would be caught)."""
+    the backends package's opener imports the SQLite backend (so a module importing it would be
+    caught)."""
     found = _imports(PACKAGE / "store.py")
     assert "cenotaph.erasure.service" in found and "cenotaph.memory" in found
-    assert _sqlite_imports(PACKAGE / "store.py")
+    assert _sqlite_imports(PACKAGE / "backends" / "__init__.py")
 
 
 def test_nothing_in_erasure_imports_the_store() -> None:
@@ -81,3 +82,19 @@ def test_the_backend_contract_is_engine_free() -> None:
     """The protocols a backend implements import no backend of their own."""
     for name in ("base.py", "physical.py"):
         assert not _sqlite_imports(PACKAGE / "backends" / name), name
+
+
+def _backend_packages() -> set[str]:
+    """Every backend's package under ``cenotaph.backends`` (PostgreSQL's even before it exists)."""
+    found = {p.name for p in (PACKAGE / "backends").iterdir() if (p / "__init__.py").is_file()}
+    return found | {"postgres"}
+
+
+def test_the_store_imports_no_backend() -> None:
+    """The store opens its backend through ``cenotaph.backends`` (``locate``, ``open_backend``)
+    and speaks to it through ``backends.base``'s protocol: it imports no backend's package."""
+    found = _imports(PACKAGE / "store.py")
+    assert {"cenotaph.backends.locate", "cenotaph.backends.base"} <= found  # the reader sees them
+    assert "sqlite" in _backend_packages()
+    named = {n.split(".")[2] for n in found if n.startswith("cenotaph.backends.")}
+    assert not named & _backend_packages(), sorted(named & _backend_packages())

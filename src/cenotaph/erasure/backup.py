@@ -9,6 +9,7 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ..backends import ops
 from ..backends.base import Backend
 from ..crypto.keys import KeyChain
 from ..crypto.provider import KeyProvider
@@ -76,7 +77,7 @@ class Backups:
         uses, then check none of it was destroyed before that registration (else copy again)."""
         for _ in range(3):
             with self._backend.read() as txn:
-                epochs = txn.epochs_in_use() | {self._keys.refresh_epoch()}
+                epochs = txn.run(ops.EpochsInUse()) | {self._keys.refresh_epoch()}
             self._provider.register_backup(backup_id, sorted(epochs))
             epochs |= self._backend.physical.snapshot(dest)  # replaces an earlier attempt's copy
             self._provider.register_backup(backup_id, sorted(epochs))  # no rotation destroys these now

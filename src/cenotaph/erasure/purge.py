@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..backends import ops
 from ..backends.base import Backend, LayerEntry, Txn, dump_layers, parse_layers
 from ..crypto.provider import KeyProvider
 from ..faults import fault_point
@@ -56,7 +57,7 @@ class Purger:
         """Is a compliance request waiting for a purge (shredded, or purged and not verified,
         and -- if stuck -- worth scanning again, see ``Verifier.worth_scanning``)?"""
         with self._backend.read() as txn:
-            rows = [r for r in txn.erasures(PENDING_STATES) if r.mode == Mode.COMPLIANCE]
+            rows = [r for r in txn.run(ops.Erasures(PENDING_STATES)) if r.mode == Mode.COMPLIANCE]
         return any(
             r.state == ErasureState.SHREDDED or self._verifier.worth_scanning(r, retry_stuck) for r in rows
         )
@@ -87,7 +88,7 @@ class Purger:
         requests: dict[str, str] = {}
         scan: dict[str, Any] = {"files": 0, "bytes": 0, "probes": 0, "matches": 0, "positive_control": False}
         with self._backend.write() as txn:
-            for row in txn.erasures(PENDING_STATES):
+            for row in txn.run(ops.Erasures(PENDING_STATES)):
                 layers = {**row.layer_entries, **space.layers}
                 layers[Layer.INDEX] = (
                     _done(entries_left_in_memory=0, on_disk_snapshots=0)
@@ -95,20 +96,20 @@ class Purger:
                     else _pending(entries_left_in_memory=left, gap="vectors are still in the in-memory index")
                 )
                 state = ErasureState.PURGED if self._purge_layers_done(layers) else row.state
-                txn.update_erasure(row.id, layers=dump_layers(layers), state=state)
+                txn.run(ops.UpdateErasure(row.id, {"layers": dump_layers(layers), "state": state}))
         with self._backend.read() as txn:
             # a request purged earlier is verified only while every purge layer is done now (a
             # reader may block this purge's WAL truncation): no certificate over a pending layer
             to_verify = [
                 r
-                for r in txn.erasures([ErasureState.PURGED])
+                for r in txn.run(ops.Erasures([ErasureState.PURGED]))
                 if self._purge_layers_done(r.layer_entries) and self._verifier.worth_scanning(r, retry_stuck)
             ]
         stop()
         if to_verify:
             scan = self._verifier.verify(to_verify, _with_stop(progress, stop))
         with self._backend.read() as txn:
-            for row in txn.erasures():
+            for row in txn.run(ops.Erasures()):
                 requests[row.id] = row.state
             anchor = {"request_count": len(requests), "reclaimed": reclaimed, "wal_truncated": space.done}
         with self._backend.write() as txn:
@@ -126,7 +127,11 @@ class Purger:
         so a large request never holds the write lock long and resumes where it stopped.
         Returns the rows removed and the record ids whose in-memory copies must go."""
         with self._backend.read() as txn:
-            rows = [r for r in txn.erasures([ErasureState.TOMBSTONED, *PENDING_STATES]) if r.applied is None]
+            rows = [
+                r
+                for r in txn.run(ops.Erasures([ErasureState.TOMBSTONED, *PENDING_STATES]))
+                if r.applied is None
+            ]
         work: list[_RowRemoval] = []
         cleared: list[str] = []
         for row in rows:
@@ -150,7 +155,7 @@ class Purger:
                 pause_between_chunks()
         while True:
             with self._backend.write() as txn:
-                swept = txn.sweep_expired(time.time(), chunk_records())
+                swept = txn.run(ops.SweepExpired(time.time(), chunk_records()))
             reclaimed += swept
             if swept < chunk_records():
                 return reclaimed, cleared
@@ -182,24 +187,24 @@ class _RowRemoval:
         done, whether the request's rows are all gone). The cursor is read and advanced in
         ``txn``; the request's layers are written once, when its rows are all gone."""
         name = _ROWS_LAYER[self.plan.mode]
-        text = txn.erasure_layers(self.request_id)
+        text = txn.run(ops.ErasureLayers(self.request_id))
         layers = {} if text is None else parse_layers(text)
         if text is None or layers[name].done:
             return 0, 0, True  # another process finished it
-        done, total = txn.purge_progress(self.request_id)
+        done, total = txn.run(ops.PurgeProgress(self.request_id))
         part = self.ids[done : done + budget]
         finished = done + len(part) >= len(self.ids)
         if self.plan.compliance:
             scopes, subjects = self.keys if finished else ([], [])
-            removed = txn.purge_erased(part, scopes, subjects, self.plan.version)
+            removed = txn.run(ops.PurgeErased(part, scopes, subjects, self.plan.version))
         else:
-            removed = txn.delete_hidden(part)
+            removed = txn.run(ops.DeleteHidden(part))
         if finished:
             layers[name] = _done(rows_removed=total + removed, records=len(self.ids))
-            txn.update_erasure(self.request_id, layers=dump_layers(layers))
-            txn.set_purge_progress(self.request_id, None)
+            txn.run(ops.UpdateErasure(self.request_id, {"layers": dump_layers(layers)}))
+            txn.run(ops.SetPurgeProgress(self.request_id, None))
         else:
-            txn.set_purge_progress(self.request_id, done + len(part), total + removed)
+            txn.run(ops.SetPurgeProgress(self.request_id, done + len(part), total + removed))
         return removed, len(part), finished
 
 

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..backends import directory_format, looks_like_store
+from ..backends import directory_format, looks_like_store, ops
 from ..backends.base import Txn
 from ..durable import fsync
 from ..errors import InvalidValueError, StorageError
@@ -150,7 +150,7 @@ def audited_forgets(txn: Txn, ledger: list[dict[str, Any]], logged: set[str]) ->
     ledgered. The copy may end anywhere (it is a prefix of the source's history), but a copy
     whose log was edited is refused before it serves anything (S9)."""
     try:
-        entries = [entry_from_dict(json.loads(e)) for e in txn.audit_entries()]
+        entries = [entry_from_dict(json.loads(e)) for e in txn.run(ops.AuditEntries())]
     except ValueError:
         raise StorageError(_ALTERED_BACKUP.format("an audit entry is not valid JSON")) from None
     try:
@@ -159,14 +159,14 @@ def audited_forgets(txn: Txn, ledger: list[dict[str, Any]], logged: set[str]) ->
         raise StorageError(_ALTERED_BACKUP.format("its audit log's hash chain is broken")) from exc
     last = max((e.seq for e in entries), default=0)
     heads = {e.seq: e.head for e in entries}
-    anchors = all_anchors(ledger, txn.meta(AUDIT_CHAIN))
+    anchors = all_anchors(ledger, txn.run(ops.Meta(AUDIT_CHAIN)))
     if anchors is None and entries:
         raise StorageError(_ALTERED_BACKUP.format("its audit chain id is not in the key provider's ledger"))
     held = {seq: found for seq, found in (anchors or {}).items() if seq <= last}
     if any(len(found) > 1 or heads.get(seq) not in found for seq, found in held.items()):
         raise StorageError(_ALTERED_BACKUP.format("an audit entry differs from its anchor in the ledger"))
     try:
-        check_tail_announced(entries, held, all_intents(ledger, txn.meta(AUDIT_CHAIN)))
+        check_tail_announced(entries, held, all_intents(ledger, txn.run(ops.Meta(AUDIT_CHAIN))))
     except StorageError as exc:
         raise StorageError(_ALTERED_BACKUP.format("its audit log holds an entry never announced")) from exc
     forgets = {str(e.fields.get("request_id")) for e in entries if e.event == "forget"}

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from ..backends import ops
 from ..backends.base import Backend, ErasureRow
 from ..model import ErasureState, Layer, LayerState, Mode
 from .probes import ProbeSample
@@ -170,7 +171,7 @@ def standing_in(backend: Backend, row: ErasureRow) -> Standing:
 
     def lookup(request_id: str) -> ErasureRow | None:
         with backend.read() as txn:
-            return txn.erasure(request_id)
+            return txn.run(ops.Erasure(request_id))
 
     return standing_of(row, lookup)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from ..backends import ops
 from ..backends.base import Backend, ErasureRow
 from ..errors import ErasureNotProvableError, NotFoundError
 from ..memory import StoreMemory
@@ -56,7 +57,7 @@ class RequestStatus:
         checked = check_token_text(request_id, "request_id must be the id returned by store.forget()")
         self._memory.sync()
         with self._backend.read() as txn:
-            row = txn.erasure(checked)
+            row = txn.run(ops.Erasure(checked))
         if row is None:
             raise NotFoundError("no erasure request with that id; list them with store.erasures()")
         return row

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ..backends import ops
 from ..backends.base import Backend, ErasureRow, LayerEntry, Txn, dump_layers
 from ..crypto.keys import KeyChain
 from ..crypto.provider import KeyProvider, LocalKeyring
@@ -160,10 +161,10 @@ class Verifier:
             json.dumps(e, sort_keys=True, separators=(",", ":")).encode() for e in self._provider.ledger()
         )
         with self._backend.read() as txn:
-            return {p for p in matched if p in ledger or txn.plaintext_holds(p)}
+            return {p for p in matched if p in ledger or txn.run(ops.PlaintextHolds(p))}
 
     def _open_probes(self, txn: Txn, row: ErasureRow) -> ProbeSample | None:
-        wrapped = txn.probe_key(row.id)
+        wrapped = txn.run(ops.ProbeKey(row.id))
         if wrapped is None:  # sealed before probe keys existed
             key = legacy_probe_key(self._provider.erasure_secret(), row.id)
             return open_probes(key, row.id, row.probes, legacy=True)
@@ -174,7 +175,7 @@ class Verifier:
         found nothing to erase proves nothing about data one of them still has to remove."""
         return [
             r.id
-            for r in txn.erasures(PENDING_STATES)
+            for r in txn.run(ops.Erasures(PENDING_STATES))
             if r.version < row.version
             and r.mode == Mode.COMPLIANCE
             and (r.target_kind, bytes(r.target)) == (row.target_kind, bytes(row.target))
@@ -233,12 +234,12 @@ class Verifier:
         verified_at = None if gap else now_iso()
         if gap is None:
             fields |= {"state": ErasureState.VERIFIED, "verified_at": verified_at, "probes": None}
-            txn.delete_probe_key(row.id)
+            txn.run(ops.DeleteProbeKey(row.id))
             # stored once reached; until then the reason is whatever holds an epoch now (status)
             horizon, reason = self._horizon(row)
             if horizon is not None:
                 fields |= {"horizon": horizon.isoformat(), "horizon_reason": reason}
-        txn.update_erasure(row.id, **fields)
+        txn.run(ops.UpdateErasure(row.id, fields))
         return (
             "verify",
             {

@@ -23,7 +23,8 @@ from ...errors import CenotaphError
 from ...model import Layer, LayerState
 from ..base import LayerEntry
 from ..physical import Check, LayerProof, Reclaimed, ScanSources
-from .backend import DB_NAME, SQLiteBackend, _epochs_in_use, busy_timeout_ms, read_only, translate, unwritable
+from .backend import DB_NAME, SQLiteBackend, _epochs_in_use, busy_timeout_ms, read_only, unwritable
+from .errors import translate
 
 __all__ = ["SQLITE_FORMAT", "SQLiteFormat", "SQLitePhysical"]
 
