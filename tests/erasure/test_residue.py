@@ -94,7 +94,7 @@ def test_a_subject_erasure_leaves_no_byte_of_it_in_any_file(
     store = cenotaph.open(data, auto_purge="sync")
     try:
         # the store switched secure_delete ON on its own connection, whatever the default was
-        assert store._backend._conn.execute("PRAGMA secure_delete").fetchone()[0] == 1  # type: ignore[attr-defined]
+        assert store._backend.inner._conn.execute("PRAGMA secure_delete").fetchone()[0] == 1  # type: ignore[attr-defined]
         a = populate(store, A, "A", short=12, long=3)
         b = populate(store, B, "B", short=12, long=3)
         a_cells = cells(data / DB, a.ids)
