@@ -7,7 +7,7 @@ directory holds a's canary (plain, hex, HEX, UTF-16-LE) nor any 32-byte window o
 cells; b is still fully readable. The same again with SQLite's ``secure_delete`` default forced
 OFF on every new connection: the store must switch it ON itself (S3: never the build default).
 
-The byte oracle (``_erasure_kit.residue``) is independent of cenotaph's scanner and is checked
+The byte oracle (``tests.kit.oracle.residue``) is independent of cenotaph's scanner and is checked
 against planted residue here first.
 """
 
@@ -19,10 +19,22 @@ import time
 from pathlib import Path
 
 import pytest
-from _erasure_data import DB, A, B, assert_gone, assert_readable, assert_write_refused, cells, populate
-from _erasure_kit import WINDOW, copy_file, forms, residue, sql, write_sql
+from tests.erasure._erasure_data import (
+    DB,
+    A,
+    B,
+    assert_gone,
+    assert_readable,
+    assert_write_refused,
+    cells,
+    populate,
+)
+from tests.kit.oracle import WINDOW, copy_file, forms, residue, sql, write_sql
 
 import cenotaph
+
+# about SQLite's files and rows (tests/kit/stores.py)
+pytestmark = pytest.mark.sqlite_only
 
 
 # -- the oracle has teeth ---------------------------------------------------------------------
