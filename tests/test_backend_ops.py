@@ -119,10 +119,12 @@ def test_a_read_block_ends_its_snapshot(tmp_path: Path) -> None:
             txn.run(ops.SetMeta("probe", 1))
         with first.read() as txn:
             assert txn.run(ops.Meta("probe")) == 1
-            assert second.checkpoint_truncate(attempts=2)[0] is False, "the open snapshot let it truncate"
+            assert second.physical.checkpoint_truncate(attempts=2)[0] is False, (
+                "the open snapshot let it truncate"
+            )
         assert not first._conn.in_transaction
-        assert second.checkpoint_truncate(attempts=2) == (True, 0)
-        assert first.checkpoint_truncate(attempts=2) == (True, 0)
+        assert second.physical.checkpoint_truncate(attempts=2) == (True, 0)
+        assert first.physical.checkpoint_truncate(attempts=2) == (True, 0)
     finally:
         first.close()
         second.close()

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .backends.base import Backend, Txn
+from .backends.physical import Physical
 
 __all__ = ["LockedBackend"]
 
@@ -71,17 +72,9 @@ class LockedBackend:
     def location(self) -> Path | None:
         return self.inner.location
 
-    def checkpoint_truncate(self, attempts: int = 20) -> tuple[bool, int]:
-        return self.inner.checkpoint_truncate(attempts)
-
-    def rewrite(self) -> bool:
-        return self.inner.rewrite()
-
-    def vacuum_into(self, target: Path) -> set[int]:
-        return self.inner.vacuum_into(target)
-
-    def owned_files(self) -> list[Path]:
-        return self.inner.owned_files()
+    @property
+    def physical(self) -> Physical:
+        return self.inner.physical
 
     def close(self) -> None:
         self.inner.close()

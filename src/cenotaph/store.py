@@ -14,9 +14,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from .backends import ops
+from .backends import locate, open_backend, ops
 from .backends.base import Backend, LineageRow, RecordRow, Txn
-from .backends.sqlite.backend import SQLiteBackend
 from .crypto.aead import derive
 from .crypto.keys import KeyChain
 from .crypto.provider import KeyProvider, keyring_from_env
@@ -859,31 +858,27 @@ def open_store(
     - ``"off"`` (or ``False``): nothing is purged until you call :meth:`Store.purge` (or
       ``wait()``).
     """
-    if isinstance(location, str) and location.startswith(("postgresql://", "postgres://")):
-        raise InvalidValueError(
-            "the PostgreSQL backend is not available in this version; use a data directory"
-        )
-    directory = check_path(location, "the location (a data directory path or a postgresql:// URL)")
     purge_mode(auto_purge)
     if key_provider is not None and not isinstance(key_provider, KeyProvider):
         raise InvalidValueError("key_provider must implement cenotaph.KeyProvider (e.g. LocalKeyring)")
     if embedder is not None and not isinstance(embedder, Embedder):
         raise InvalidValueError("embedder must implement cenotaph.Embedder (embed(texts) -> matrix)")
-    try:
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError as exc:
+    place = locate(location)  # checked (a data directory is created), nothing opened yet
+    if place.directory is not None:
+        check_not_restoring(place.directory)
+    # the provider before the backend: the default keyring tells a new store from one whose
+    # keyring is missing by whether the database file exists yet
+    provider = key_provider if key_provider is not None else _default_provider(place.directory)
+    return Store(place.open(), provider, auto_purge=auto_purge, embedder=embedder)
+
+
+def _default_provider(directory: Path | None) -> KeyProvider:
+    if directory is None:
         raise InvalidValueError(
-            f"cannot create the data directory ({exc.strerror}); choose a writable path"
-        ) from exc
-    if not directory.is_dir():
-        raise InvalidValueError("the data location exists and is not a directory; choose another path")
-    if not os.access(directory, os.R_OK | os.X_OK):
-        raise StorageError(
-            f"cannot read the data directory {directory} (permission denied); check its owner and mode"
+            "a postgresql:// store has no data directory to keep its keyring in; pass "
+            "key_provider=LocalKeyring(<keyring dir>)"
         )
-    check_not_restoring(directory)
-    provider = key_provider if key_provider is not None else keyring_from_env(directory)
-    return Store(SQLiteBackend(directory), provider, auto_purge=auto_purge, embedder=embedder)
+    return keyring_from_env(directory)
 
 
 def restore(
@@ -910,9 +905,11 @@ def restore(
             "restore needs the source store's key provider: pass key_provider=LocalKeyring(<keyring dir>)"
         )
     check_callback(progress, "progress")
-    with restoring(check_path(src, "the backup"), check_path(target, "the restore target")):
+    backup = check_path(src, "the backup")
+    target_path = check_path(target, "the restore target")  # a Path: never read as a URL
+    with restoring(backup, target_path):
         # committed in its constructor: its own chain id, the ledger replayed; then it may serve
-        store = Store(SQLiteBackend(Path(target)), key_provider, restored=True)
+        store = Store(open_backend(target_path), key_provider, restored=True)
         try:
             store.verify_audit()  # before its first read: an altered copy is removed, not served
         except BaseException:

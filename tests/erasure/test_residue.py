@@ -7,7 +7,7 @@ directory holds a's canary (plain, hex, HEX, UTF-16-LE) nor any 32-byte window o
 cells; b is still fully readable. The same again with SQLite's ``secure_delete`` default forced
 OFF on every new connection: the store must switch it ON itself (S3: never the build default).
 
-The byte oracle (``_erasure_kit.residue``) is independent of cenotaph's scanner and is checked
+The byte oracle (``tests.kit.oracle.residue``) is independent of cenotaph's scanner and is checked
 against planted residue here first.
 """
 
@@ -19,10 +19,22 @@ import time
 from pathlib import Path
 
 import pytest
-from _erasure_data import DB, A, B, assert_gone, assert_readable, assert_write_refused, cells, populate
-from _erasure_kit import WINDOW, copy_file, forms, residue, sql, write_sql
+from tests.erasure._erasure_data import (
+    DB,
+    A,
+    B,
+    assert_gone,
+    assert_readable,
+    assert_write_refused,
+    cells,
+    populate,
+)
+from tests.kit.oracle import WINDOW, copy_file, forms, residue, sql, write_sql
 
 import cenotaph
+
+# about SQLite's files and rows (tests/kit/stores.py)
+pytestmark = pytest.mark.sqlite_only
 
 
 # -- the oracle has teeth ---------------------------------------------------------------------
@@ -254,13 +266,13 @@ def test_a_match_in_live_data_costs_one_rewrite_not_one_per_purge(
     write_sql(data / DB, [("CREATE TABLE junk(t TEXT)", []), ("INSERT INTO junk VALUES (?)", [text])])
     with cenotaph.open(data, auto_purge="sync") as store:
         rewrites = []
-        real = store._backend.rewrite
+        real = store._backend.physical.rewrite
 
         def counted() -> bool:
             rewrites.append(1)
             return real()
 
-        monkeypatch.setattr(store._backend, "rewrite", counted)
+        monkeypatch.setattr(store._backend.physical, "rewrite", counted)
         request = store.forget_subject(A)
         for _ in range(4):
             store.purge()

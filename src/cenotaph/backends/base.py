@@ -21,6 +21,7 @@ from ..model import LayerState
 
 if TYPE_CHECKING:
     from .ops import Op
+    from .physical import Physical
 
 __all__ = [
     "Backend",
@@ -171,11 +172,9 @@ class Backend(Protocol):
         ``data_version``). ``ops.Marker`` reads it as of a transaction's snapshot."""
         ...
 
-    def checkpoint_truncate(self, attempts: int = 20) -> tuple[bool, int]: ...
-    def rewrite(self) -> bool:
-        """Rewrite the whole database so no free space keeps stale bytes; whether it completed."""
+    @property
+    def physical(self) -> Physical:
+        """What this backend does to bytes after rows are deleted (``backends.physical``)."""
         ...
 
-    def vacuum_into(self, target: Path) -> set[int]: ...
-    def owned_files(self) -> list[Path]: ...
     def close(self) -> None: ...

@@ -1,6 +1,8 @@
-"""The purge (S3): remove the rows of every applied plan in bounded chunks, truncate the WAL,
-clear what memory holds, then hand every request whose purge layers are all done to the
-verifying scan (``erasure.verification``). Every step resumes on the next purge."""
+"""The purge (S3): remove the rows of every applied plan in bounded chunks, have the backend
+reclaim the space they held (``backend.physical.reclaim()``; SQLite truncates the WAL), clear
+what memory holds, then hand every request whose purge layers (every layer the backend proves
+but the scan) are all done to the verifying scan (``erasure.verification``). Every step resumes
+on the next purge."""
 
 from __future__ import annotations
 
@@ -20,9 +22,8 @@ from .ledger import anchor_audit, chunk_records, pause_between_chunks
 from .unshared import dead_key_rows
 from .verification import PENDING_STATES, Progress, Verifier
 
-__all__ = ["PURGE_LAYERS", "Purger"]
+__all__ = ["Purger"]
 
-PURGE_LAYERS = (Layer.ROWS, Layer.WAL, Layer.INDEX)
 _ROWS_LAYER: dict[str, Layer] = {
     Mode.COMPLIANCE: Layer.ROWS,
     Mode.OPERATIONAL: Layer.RECLAIM,
@@ -49,6 +50,8 @@ class Purger:
         self._provider = provider
         self._verifier = verifier
         self._memory = memory
+        # every layer the backend proves but the scan: all done before a request is scanned
+        self._purge_layers = tuple(p.layer for p in backend.physical.layers if p.layer != Layer.SCAN)
 
     def pending(self, retry_stuck: bool = False) -> bool:
         """Is a compliance request waiting for a purge (shredded, or purged and not verified,
@@ -80,27 +83,19 @@ class Purger:
         reclaimed, cleared = self._remove_rows(stop)
         fault_point("purge.rows")
         left = self._memory.forget(cleared)  # caches and index entries; returns entries left
-        wal_done, wal_left = self._backend.checkpoint_truncate()
+        space = self._backend.physical.reclaim()  # the freed bytes made unreachable (SQLite: the WAL)
         fault_point("purge.wal")
         requests: dict[str, str] = {}
         scan: dict[str, Any] = {"files": 0, "bytes": 0, "probes": 0, "matches": 0, "positive_control": False}
         with self._backend.write() as txn:
             for row in txn.run(ops.Erasures(PENDING_STATES)):
-                layers = dict(row.layer_entries)
-                layers[Layer.WAL] = (
-                    _done(wal_bytes=0)
-                    if wal_done
-                    else _pending(
-                        wal_bytes=wal_left,
-                        gap="an open reader blocks wal_checkpoint(TRUNCATE); close it and purge again",
-                    )
-                )
+                layers = {**row.layer_entries, **space.layers}
                 layers[Layer.INDEX] = (
                     _done(entries_left_in_memory=0, on_disk_snapshots=0)
                     if left == 0
                     else _pending(entries_left_in_memory=left, gap="vectors are still in the in-memory index")
                 )
-                state = ErasureState.PURGED if _purge_layers_done(layers) else row.state
+                state = ErasureState.PURGED if self._purge_layers_done(layers) else row.state
                 txn.run(ops.UpdateErasure(row.id, {"layers": dump_layers(layers), "state": state}))
         with self._backend.read() as txn:
             # a request purged earlier is verified only while every purge layer is done now (a
@@ -108,7 +103,7 @@ class Purger:
             to_verify = [
                 r
                 for r in txn.run(ops.Erasures([ErasureState.PURGED]))
-                if _purge_layers_done(r.layer_entries) and self._verifier.worth_scanning(r, retry_stuck)
+                if self._purge_layers_done(r.layer_entries) and self._verifier.worth_scanning(r, retry_stuck)
             ]
         stop()
         if to_verify:
@@ -116,11 +111,14 @@ class Purger:
         with self._backend.read() as txn:
             for row in txn.run(ops.Erasures()):
                 requests[row.id] = row.state
-            anchor = {"request_count": len(requests), "reclaimed": reclaimed, "wal_truncated": wal_done}
+            anchor = {"request_count": len(requests), "reclaimed": reclaimed, "wal_truncated": space.done}
         with self._backend.write() as txn:
             anchor_audit(self._provider, txn, "purge", anchor)
         fault_point("purge.done")
-        return PurgeReport(requests=requests, reclaimed=reclaimed, wal_truncated=wal_done, scan=scan)
+        return PurgeReport(requests=requests, reclaimed=reclaimed, wal_truncated=space.done, scan=scan)
+
+    def _purge_layers_done(self, layers: Mapping[str, LayerEntry]) -> bool:
+        return all(layers[name].done for name in self._purge_layers)
 
     def _remove_rows(self, check_stop: Callable[[], None]) -> tuple[int, list[str]]:
         """Delete the rows of every request whose plan is applied (operational: reclaim its hidden
@@ -219,7 +217,3 @@ def _with_stop(progress: Progress | None, stop: Callable[[], None]) -> Progress:
             progress(done, total)
 
     return report
-
-
-def _purge_layers_done(layers: Mapping[str, LayerEntry]) -> bool:
-    return all(layers[name].done for name in PURGE_LAYERS)

@@ -17,14 +17,12 @@ import contextlib
 import fcntl
 import json
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..backends import ops
+from ..backends import directory_format, looks_like_store, ops
 from ..backends.base import Txn
-from ..backends.sqlite.backend import DB_NAME
 from ..durable import fsync
 from ..errors import InvalidValueError, StorageError
 from ..faults import fault_point
@@ -45,9 +43,7 @@ __all__ = [
 RESTORE_MARKER = ".restore-incomplete"
 KEYRING_DIR = "keyring"  # a target may hold the source's keyring directory, and keeps it
 # what an interrupted restore may have left in its target, replaced when it runs again
-_LEFT_BY_A_CRASH = frozenset(
-    {RESTORE_MARKER, DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", f"{DB_NAME}-journal"}
-)
+_LEFT_BY_A_CRASH = frozenset({RESTORE_MARKER, *directory_format().restored_files})
 
 
 def check_not_restoring(directory: Path) -> None:
@@ -62,13 +58,13 @@ def check_not_restoring(directory: Path) -> None:
 def check_outside_stores(path: Path, what: str) -> None:
     """Refuse a backup or restore target inside a data directory: its copy of the database would
     be a file that store owns, and every later erasure scan there would find its bytes."""
-    if any((parent / DB_NAME).exists() for parent in path.resolve().parents):
+    if any(looks_like_store(parent) for parent in path.resolve().parents):
         raise InvalidValueError(f"{what} is inside a store's data directory; choose a directory outside it")
 
 
 def restore_committed(target: Path) -> bool:
     """Whether ``target`` holds a restored store that committed (it may serve; keep it)."""
-    return (target / DB_NAME).exists() and not (target / RESTORE_MARKER).exists()
+    return looks_like_store(target) and not (target / RESTORE_MARKER).exists()
 
 
 @contextlib.contextmanager
@@ -114,7 +110,7 @@ def _remove_copy(target: Path, created: bool) -> None:
 
 def _manifest(src: Path) -> dict[str, Any]:
     manifest_path = src / BACKUP_MANIFEST
-    if not manifest_path.is_file() or not (src / DB_NAME).is_file():
+    if not manifest_path.is_file() or not directory_format().holds_snapshot(src):
         raise InvalidValueError(
             "the source is not a cenotaph backup (no manifest); pass a directory made by store.backup()"
         )
@@ -136,8 +132,7 @@ def _copy(src: Path, target: Path) -> None:
     fsync(target)
     for name in _LEFT_BY_A_CRASH - {RESTORE_MARKER}:
         (target / name).unlink(missing_ok=True)
-    shutil.copyfile(src / DB_NAME, target / DB_NAME)
-    fsync(target / DB_NAME)
+    directory_format().install_snapshot(src, target)
     fsync(target)
     fault_point("restore.copied")
 

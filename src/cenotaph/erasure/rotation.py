@@ -52,8 +52,8 @@ class Rotation:
             txn.run(ops.Rewrap(rewrapped))
             txn.run(ops.SetMeta(KEK_EPOCH, new_epoch))
             anchor_audit(self._provider, txn, "rotate", {"epoch": new_epoch, "rewrapped": len(rewrapped)})
-        # old wrapped bytes must leave the WAL before old epochs can be said to be gone
-        self._backend.checkpoint_truncate()
+        # old wrapped bytes must be unreachable (SQLite: out of the WAL) before old epochs can be said to be gone
+        self._backend.physical.reclaim()
         with self._backend.read() as txn:
             probing = txn.run(ops.ProbeKeyEpochs())  # pending requests' probes: kept until they verify
         destroyed = [
