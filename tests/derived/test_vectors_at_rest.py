@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import secrets
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -45,7 +47,7 @@ def _ids(hits: list[cenotaph.SearchHit]) -> list[str]:
     return [h.record.id for h in hits]
 
 
-def _opened(store: Store, entries: list[tuple]) -> list[int]:
+def _opened(store: Store, entries: list[tuple[Any, ...]]) -> list[int]:
     """Which of these (id, version, scope token, wrapped, epoch, cell) entries the store can open now."""
     cells = VectorCells(store._crypto, embedder_id(store._search.embedder) or "", store._search.dim)
     out = np.zeros((len(entries), store._search.dim), dtype=np.float32)
@@ -53,7 +55,7 @@ def _opened(store: Store, entries: list[tuple]) -> list[int]:
         return sorted(cells.open(txn, entries, out))
 
 
-def _entry(store: Store, record: cenotaph.Record) -> tuple:
+def _entry(store: Store, record: cenotaph.Record) -> tuple[Any, ...]:
     with store._backend.read() as txn:
         row = txn.record(record.id)
         assert row is not None
@@ -138,7 +140,12 @@ def test_a_cell_opens_only_for_its_own_record_and_version(store_factory: StoreFa
 
 def _other_embedder(ident: str | None) -> CallableEmbedder:
     hashing = HashingEmbedder(dim=64)
-    return CallableEmbedder(lambda texts: hashing.embed(list(texts))[:, ::-1], dim=64, embedder_id=ident)
+
+    def reversed_rows(texts: Sequence[str]) -> Sequence[Sequence[float]]:
+        # an ndarray of rows, which CallableEmbedder takes (its annotation says sequences)
+        return cast(Sequence[Sequence[float]], hashing.embed(list(texts))[:, ::-1])
+
+    return CallableEmbedder(reversed_rows, dim=64, embedder_id=ident)
 
 
 @pytest.mark.sqlite_only
