@@ -216,7 +216,7 @@ def test_purge_and_forget_statements_use_an_index_on_every_large_table(
     populate(store, A, "A", short=10, long=0)
     populate(store, B, "B", short=10, long=0)
     _derived(store, populate(store, "tenant:t/user:d", "D", short=2, long=0))
-    conn = store._backend._conn  # type: ignore[attr-defined]
+    conn = store._backend.inner._conn  # type: ignore[attr-defined]
     statements: list[str] = []
     conn.set_trace_callback(statements.append)
     try:

@@ -107,7 +107,7 @@ def test_a_subject_erasure_leaves_no_byte_of_it_in_any_file(
     store = cenotaph.open(data, auto_purge="sync")
     try:
         # the store switched secure_delete ON on its own connection, whatever the default was
-        assert store._backend._conn.execute("PRAGMA secure_delete").fetchone()[0] == 1  # type: ignore[attr-defined]
+        assert store._backend.inner._conn.execute("PRAGMA secure_delete").fetchone()[0] == 1  # type: ignore[attr-defined]
         a = populate(store, A, "A", short=12, long=3)
         b = populate(store, B, "B", short=12, long=3)
         a_cells = cells(data / DB, a.ids)
@@ -267,13 +267,13 @@ def test_a_match_in_live_data_costs_one_rewrite_not_one_per_purge(
     write_sql(data / DB, [("CREATE TABLE junk(t TEXT)", []), ("INSERT INTO junk VALUES (?)", [text])])
     with cenotaph.open(data, auto_purge="sync") as store:
         rewrites = []
-        real = store._backend.rewrite
+        real = store._backend.physical.rewrite
 
         def counted() -> bool:
             rewrites.append(1)
             return real()
 
-        monkeypatch.setattr(store._backend, "rewrite", counted)
+        monkeypatch.setattr(store._backend.physical, "rewrite", counted)
         request = store.forget_subject(A)
         for _ in range(4):
             store.purge()
