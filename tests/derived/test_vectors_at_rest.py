@@ -17,6 +17,7 @@ from tests.kit.stores import StoreFactory
 
 import cenotaph
 from cenotaph import Store
+from cenotaph.backends import ops
 from cenotaph.backends.sqlite.backend import DB_NAME
 from cenotaph.backends.sqlite.schema import MIGRATIONS
 from cenotaph.erasure.forget import ForgetPlan
@@ -57,9 +58,9 @@ def _opened(store: Store, entries: list[tuple[Any, ...]]) -> list[int]:
 
 def _entry(store: Store, record: cenotaph.Record) -> tuple[Any, ...]:
     with store._backend.read() as txn:
-        row = txn.record(record.id)
+        row = txn.run(ops.Record(record.id))
         assert row is not None
-        cell = txn.vector_cell(row.version)
+        cell = txn.run(ops.VectorCell(row.version))
     assert cell is not None, "the record's vector should be at rest"
     return (row.id, row.version, row.scope_token, row.wrapped, row.epoch, cell)
 
@@ -223,8 +224,8 @@ def test_a_forget_shreds_the_vector_even_in_an_old_copy_of_its_row(
     else:
         store.forget(USER, "src")  # the summary is derived from it
     with store._backend.read() as txn:
-        assert txn.vector_cell(old[1]) is None  # the live cell is deleted in the forget's statement
-        row = txn.record(target.id)
+        assert txn.run(ops.VectorCell(old[1])) is None  # the live cell is deleted in the forget's statement
+        row = txn.run(ops.Record(target.id))
     assert row is None or row.wrapped is None
     assert _opened(store, [(*old[:3], None, None, old[5]), kept]) == [1]  # the seed is gone
     if how == "key":
@@ -325,11 +326,15 @@ def test_store_vectors_keeps_only_cells_of_live_unchanged_records(store_factory:
     store = store_factory()
     a, b, c = _fill(store, 3)
     with store._backend.write() as txn:
-        stored = txn.store_vectors(
-            [(b"cell-a", a.id, a.version), (b"cell-b", b.id, b.version + 1), (b"cell-c", a.id, c.version)]
+        stored = txn.run(
+            ops.StoreVectors(
+                [(b"cell-a", a.id, a.version), (b"cell-b", b.id, b.version + 1), (b"cell-c", a.id, c.version)]
+            )
         )
     assert stored == 1 and _cells(store) == {a.version: b"cell-a"}  # wrong version, wrong id: refused
     store.forget(USER, "note0", mode="operational")
     assert _cells(store) == {}  # hiding the record deleted its cell
     with store._backend.write() as txn:
-        assert txn.store_vectors([(b"cell-a", a.id, a.version)]) == 0  # and a hidden record takes none
+        assert (
+            txn.run(ops.StoreVectors([(b"cell-a", a.id, a.version)])) == 0
+        )  # and a hidden record takes none
