@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from _scopes import U, V
+from tests.conformance._scopes import U, V
 
 from cenotaph import Store
 from cenotaph.errors import DerivedFromForgottenError, ForgottenError

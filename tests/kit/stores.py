@@ -26,15 +26,16 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.kit.locations import Location, open_location
 
-import cenotaph
 from cenotaph import Store
+
+__all__ = ["BACKENDS", "SQLITE_ONLY", "Location", "StoreFactory", "open_location", "skip_or_fail_postgres"]
 
 BACKENDS = ("sqlite", "postgres")
 SQLITE_ONLY = "sqlite_only"  # the marker of a test about SQLite's files or rows
@@ -68,28 +69,6 @@ def skip_or_fail_postgres() -> None:
     if not POSTGRES_BACKEND_BUILT:
         # Acceptable under CENOTAPH_CI for now (the backend does not exist); see above.
         pytest.skip("PostgreSQL backend not built yet (issue pending)")
-
-
-@dataclass(frozen=True)
-class Location:
-    """Where a store lives: ``cenotaph.open(target, **options)`` opens it (JSON-able, so a child
-    process can open it too)."""
-
-    target: str
-    options: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"target": self.target, "options": dict(self.options)}
-
-
-def open_location(location: Location | Mapping[str, Any] | str, **options: Any) -> Store:
-    """Open a store at ``location`` (a :class:`Location`, its ``to_json()`` or a bare target such
-    as a data directory), with ``options``."""
-    if isinstance(location, str):
-        location = Location(location)
-    elif not isinstance(location, Location):
-        location = Location(str(location["target"]), dict(location["options"]))
-    return cenotaph.open(location.target, **{**location.options, **options})
 
 
 class StoreFactory:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.kit.checks import present
 
 import cenotaph
 from cenotaph.errors import ErasureNotProvableError, ForgottenError, StorageError
@@ -310,5 +311,5 @@ def test_an_untouched_store_verifies(setup: Setup, tmp_path: Path) -> None:
     doctor = setup.cli("doctor")
     assert doctor.exit_code == 0, doctor.output
     with cenotaph.restore(backup.path, tmp_path / "restored", key_provider=setup.provider()) as restored:
-        assert restored.read(SCOPE, "gone").value == "again"
+        assert present(restored.read(SCOPE, "gone")).value == "again"
         restored.verify_audit()
