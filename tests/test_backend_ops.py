@@ -54,7 +54,7 @@ def test_a_handler_taking_other_parameters_is_refused_when_defined() -> None:
     with pytest.raises(TypeError, match=r"Wrong.meta\(\) must take Meta's fields \['name'\]"):
 
         class Wrong(SQLiteTxn):
-            def meta(self, key: str) -> int | None:  # type: ignore[override]
+            def meta(self, key: str) -> int | None:
                 return None
 
 
