@@ -1,0 +1,304 @@
+"""PostgreSQL backend: a small connection pool, the store's schema, serialised write transactions
+and one-snapshot read transactions. Every statement is :class:`PostgresTxn`'s; every driver error
+becomes a StorageError in ``errors``.
+
+- A write transaction takes ``pg_advisory_xact_lock(key of the schema)`` first (SQLite's ``BEGIN
+  IMMEDIATE``: writers of every process and server are serialised, which the store's dominance
+  check W1 relies on), then runs READ COMMITTED, so each statement sees every commit before it.
+- A read transaction is REPEATABLE READ, READ ONLY: one snapshot for all its statements.
+- Every write transaction bumps ``change_marker``; :meth:`PostgresBackend.changed` reads it (one
+  statement) to learn that another process or server committed, as SQLite's ``data_version`` does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from ...errors import InvalidValueError, StorageError
+from ..sqlite.backend import busy_timeout_ms
+from .errors import Endpoint, endpoint, translate, translate_connect
+from .schema import LATEST, MIGRATIONS, MIGRATIONS_TABLE, create_schema, set_search_path
+from .txn import Connection, PostgresTxn
+
+__all__ = ["PostgresBackend", "advisory_key", "POOL_MIN", "POOL_MAX", "CONNECT_TIMEOUT_S"]
+
+POOL_MIN = 1
+POOL_MAX = 4  # transactions of one backend are serialised; the spares serve a read inside a read
+CONNECT_TIMEOUT_S = 10  # unless the address sets connect_timeout
+_MAX_IDENTIFIER = 63  # PostgreSQL truncates longer names: two stores could end up in one schema
+
+
+def advisory_key(schema: str) -> int:
+    """The advisory lock key of a store's schema (a signed 64-bit int, the same in every process)."""
+    digest = hashlib.blake2b(f"cenotaph:{schema}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _checked_schema(schema: str) -> str:
+    if not isinstance(schema, str) or not schema or "\x00" in schema:
+        raise InvalidValueError("the PostgreSQL schema must be a non-empty name")
+    if len(schema.encode()) > _MAX_IDENTIFIER:
+        raise InvalidValueError(f"the PostgreSQL schema name must be at most {_MAX_IDENTIFIER} bytes")
+    return schema
+
+
+class PostgresBackend:
+    """One store in one PostgreSQL schema; several processes and servers share it."""
+
+    def __init__(self, dsn: str, *, schema: str = "cenotaph", replicas: Sequence[str] = ()) -> None:
+        self.schema = _checked_schema(schema)
+        self.endpoint: Endpoint = endpoint(dsn, self.schema)
+        for replica in replicas:
+            endpoint(replica, self.schema)  # refused now if malformed, not when first confirming
+        self.replicas = tuple(replicas)
+        self.read_only = False
+        self._dsn = dsn
+        self._key = advisory_key(self.schema)
+        self._lock = threading.RLock()
+        self._open: list[tuple[Connection, bool]] = []  # this thread's transactions (under the lock)
+        self._data_version: int | None = None
+        self._connect_kwargs: dict[str, Any] = {"autocommit": True}
+        if "connect_timeout" not in conninfo_to_dict(dsn):
+            self._connect_kwargs["connect_timeout"] = CONNECT_TIMEOUT_S
+        self._migrate()
+        self._pool: ConnectionPool[Connection] = ConnectionPool(
+            dsn,
+            kwargs=self._connect_kwargs,
+            min_size=POOL_MIN,
+            max_size=POOL_MAX,
+            configure=self._configure,
+            open=False,
+            name=f"cenotaph:{self.schema}",
+        )
+        try:
+            self._pool.open(wait=True, timeout=float(self._connect_kwargs.get("connect_timeout", 30)))
+        except PoolTimeout as exc:
+            self._pool.close()
+            raise translate(exc, self.endpoint) from exc
+
+    @property
+    def location(self) -> Path | None:
+        return None  # no file of the store's: the server keeps its files
+
+    # -- connections -------------------------------------------------------------------
+    def _configure(self, conn: Connection) -> None:
+        conn.execute(set_search_path(self.schema))
+
+    def _connect(self) -> Connection:
+        try:
+            return psycopg.connect(self._dsn, **self._connect_kwargs)
+        except psycopg.Error as exc:
+            raise translate_connect(exc, self.endpoint) from exc
+
+    def _migrate(self) -> None:
+        with self._connect() as conn:
+            try:
+                conn.execute("BEGIN")
+                conn.execute(f"SET LOCAL lock_timeout = {self._lock_timeout_ms()}")
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._key,))
+                conn.execute(create_schema(self.schema))
+                conn.execute(set_search_path(self.schema, local=True))
+                row = conn.execute(f"SELECT coalesce(max(version), 0) FROM {MIGRATIONS_TABLE}").fetchone()
+                current = 0 if row is None else int(row[0])
+                if current > LATEST:
+                    # its rows may mean what this code cannot know (a token kind, a column)
+                    raise StorageError(
+                        f"the store in schema {self.schema!r} at {self.endpoint.server} has schema "
+                        f"{current}, newer than this cenotaph knows ({LATEST}); open it with the newer "
+                        "cenotaph that wrote it"
+                    )
+                for number, script in MIGRATIONS:
+                    if number > current:
+                        conn.execute(script)
+                        conn.execute(f"INSERT INTO {MIGRATIONS_TABLE} (version) VALUES (%s)", (number,))
+                conn.execute("COMMIT")
+            except psycopg.Error as exc:
+                _rollback(conn)
+                raise translate(exc, self.endpoint) from exc
+            except BaseException:
+                _rollback(conn)
+                raise
+
+    @staticmethod
+    def _lock_timeout_ms() -> int:
+        return max(1, busy_timeout_ms())  # 0 would mean "wait forever" here, "never" to SQLite
+
+    def _begin(self, write: bool) -> tuple[Connection, int | None]:
+        """A pooled connection inside a new transaction, and for a write the change marker it set.
+        A connection found broken (a server restart) is dropped and the next one tried: nothing
+        was sent on it yet."""
+        if write:
+            # one round trip: the transaction, the writers' lock, then the marker
+            begin = (
+                "BEGIN ISOLATION LEVEL READ COMMITTED; "
+                f"SET LOCAL lock_timeout = {self._lock_timeout_ms()}; "
+                f"SELECT pg_advisory_xact_lock({self._key}); "
+                "UPDATE change_marker SET value = value + 1 RETURNING value"
+            )
+        else:
+            begin = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+        attempt = 0
+        while True:
+            conn = self._getconn()
+            try:
+                cursor = conn.execute(begin)
+                while write and cursor.nextset():
+                    pass
+                row = cursor.fetchone() if write else None
+                return conn, None if row is None else int(row[0])
+            except BaseException as exc:
+                broken = conn.broken
+                _rollback(conn)
+                self._pool.putconn(conn)
+                attempt += 1
+                if not isinstance(exc, psycopg.Error):
+                    raise
+                if not broken or attempt > POOL_MAX:
+                    raise translate(exc, self.endpoint) from exc
+
+    def _getconn(self) -> Connection:
+        try:
+            return self._pool.getconn(timeout=max(1.0, busy_timeout_ms() / 1000))
+        except (PoolTimeout, psycopg.Error) as exc:
+            raise translate(exc, self.endpoint) from exc
+
+    # -- transactions --------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _transaction(self, write: bool) -> Iterator[PostgresTxn]:
+        with self._lock:
+            if write and self.in_transaction():
+                raise StorageError(
+                    "this store is already inside a transaction on this thread (a callback, such as "
+                    "rotate_keys' progress, called back into it); make the call after it returns"
+                )
+            if self._open and not write:  # a read inside this thread's transaction reads in it
+                yield PostgresTxn(self._open[-1][0], commits=False)
+                return
+            conn, marker = self._begin(write)
+            txn = PostgresTxn(conn, commits=write)
+            self._open.append((conn, write))
+            try:
+                try:
+                    yield txn
+                    conn.execute("COMMIT")
+                except psycopg.Error as exc:
+                    _rollback(conn)
+                    raise translate(exc, self.endpoint) from exc
+                except BaseException:
+                    _rollback(conn)
+                    raise
+            finally:
+                self._open.pop()
+                self._pool.putconn(conn)
+            if marker is not None and self._data_version == marker - 1:
+                self._data_version = marker  # our own commit alone: not a change by someone else
+            # still under the lock: no other thread of this process may see the commit before
+            # the caches and marks that depend on it are updated; every action runs even if one
+            # fails (the commit happened), and the first failure is raised afterwards
+            failure: BaseException | None = None
+            for action in txn._after:
+                try:
+                    action()
+                except BaseException as exc:  # noqa: BLE001 - re-raised below, after the others ran
+                    failure = failure or exc
+            if failure is not None:
+                raise failure
+
+    def write(self) -> contextlib.AbstractContextManager[PostgresTxn]:
+        return self._transaction(write=True)
+
+    def read(self) -> contextlib.AbstractContextManager[PostgresTxn]:
+        return self._transaction(write=False)
+
+    def held_here(self) -> bool:
+        """Does the calling thread hold this backend's lock (inside one of its transactions or
+        :meth:`serial`)? Such a thread must not wait for another to commit for it."""
+        owned: Callable[[], bool] = self._lock._is_owned  # type: ignore[attr-defined]
+        return owned()
+
+    def in_transaction(self) -> bool:
+        """Inside a write transaction (as SQLite's connection is: its reads are autocommit).
+        Meaningful for the calling thread only while it holds :meth:`serial`."""
+        return any(write for _, write in self._open)
+
+    def serial(self) -> contextlib.AbstractContextManager[Any]:
+        return self._lock
+
+    # -- change detection ----------------------------------------------------------------
+    def _read_marker(self) -> int:
+        conn = self._getconn()
+        try:
+            row = conn.execute("SELECT value FROM change_marker").fetchone()
+        except psycopg.Error as exc:
+            raise translate(exc, self.endpoint) from exc
+        finally:
+            self._pool.putconn(conn)
+        assert row is not None
+        return int(row[0])
+
+    def saw_data_version(self, current: int) -> bool:
+        """Like :meth:`changed`, for a marker the caller read itself (with its rows, under :meth:`serial`)."""
+        changed = current != self._data_version
+        self._data_version = current
+        return changed
+
+    def changed(self) -> bool:
+        """True if another connection committed since the last call (one statement)."""
+        with self._lock:
+            return self.saw_data_version(self._read_marker())
+
+    # -- physical (the server owns the files) -----------------------------------------
+    def checkpoint_truncate(self, attempts: int = 20) -> tuple[bool, int]:
+        """Nothing to do: the WAL is the server's, not a file of the store's."""
+        return True, 0
+
+    def rewrite(self) -> bool:
+        """``VACUUM FULL`` of the store's tables: each is rewritten from its live rows alone."""
+        with self._lock:
+            conn = self._getconn()
+            try:
+                tables = conn.execute(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY tablename", (self.schema,)
+                ).fetchall()
+                for (table,) in tables:
+                    conn.execute(
+                        sql.SQL("VACUUM FULL {}.{}").format(
+                            sql.Identifier(self.schema), sql.Identifier(table)
+                        )
+                    )
+            except psycopg.Error as exc:
+                raise translate(exc, self.endpoint) from exc
+            finally:
+                self._pool.putconn(conn)
+        return True
+
+    def vacuum_into(self, target: Path) -> set[int]:
+        raise StorageError(
+            "cenotaph backup does not copy a PostgreSQL store yet; back the database up with the "
+            "server's own tools (pg_dump, base backups)"
+        )
+
+    def owned_files(self) -> list[Path]:
+        return []
+
+    def close(self) -> None:
+        with self._lock:
+            self._pool.close()
+
+
+def _rollback(conn: Connection) -> None:
+    """Roll back whatever is open on ``conn``; a broken connection has nothing left to roll back."""
+    if conn.broken or conn.closed:
+        return
+    with contextlib.suppress(psycopg.Error):
+        conn.execute("ROLLBACK")
