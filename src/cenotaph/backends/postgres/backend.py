@@ -100,16 +100,28 @@ class PostgresBackend:
         except psycopg.Error as exc:
             raise translate_connect(exc, self.endpoint) from exc
 
+    def _applied(self, conn: Connection) -> int:
+        """The newest migration applied to the schema (0: none, or no schema yet)."""
+        table = sql.Identifier(self.schema, MIGRATIONS_TABLE)
+        exists = conn.execute("SELECT to_regclass(%s)", (table.as_string(conn),)).fetchone()
+        if exists is None or exists[0] is None:
+            return 0
+        row = conn.execute(sql.SQL("SELECT coalesce(max(version), 0) FROM {}").format(table)).fetchone()
+        return 0 if row is None else int(row[0])
+
     def _migrate(self) -> None:
+        """Bring the schema to :data:`LATEST`, under the writers' lock; a schema already there is
+        opened without waiting for a writer."""
         with self._connect() as conn:
             try:
+                if self._applied(conn) == LATEST:
+                    return
                 conn.execute("BEGIN")
                 conn.execute(f"SET LOCAL lock_timeout = {self._lock_timeout_ms()}")
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._key,))
                 conn.execute(create_schema(self.schema))
                 conn.execute(set_search_path(self.schema, local=True))
-                row = conn.execute(f"SELECT coalesce(max(version), 0) FROM {MIGRATIONS_TABLE}").fetchone()
-                current = 0 if row is None else int(row[0])
+                current = self._applied(conn)
                 if current > LATEST:
                     # its rows may mean what this code cannot know (a token kind, a column)
                     raise StorageError(

@@ -92,7 +92,7 @@ def translate(exc: BaseException, where: Endpoint) -> StorageError:
     state = getattr(exc, "sqlstate", None) or ""
     if isinstance(exc, _BUSY):
         return _busy(where)
-    if isinstance(exc, PoolTimeout | _GONE) or state.startswith("08"):
+    if isinstance(exc, (PoolTimeout, *_GONE)) or state.startswith("08"):
         return _unreachable(where)
     if isinstance(exc, psycopg.OperationalError) and not state:  # libpq: the connection broke
         return _unreachable(where, _reason(exc, where))
