@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
+from .backends import ops
 from .backends.base import Backend, Txn
 from .crypto.keys import KeyChain
 from .crypto.provider import KeyProvider
@@ -143,7 +144,7 @@ class StoreMemory:
         if self._ledger.take_replayed() or check:
             self.invalidate_resolved()  # someone committed: a read may now resolve differently
             with self._backend.read() as txn:
-                epoch = txn.forget_epoch()
+                epoch = txn.run(ops.ForgetEpoch())
             if epoch != self.forget_epoch:
                 self.forget(None)
                 self.forget_epoch = epoch

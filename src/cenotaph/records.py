@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from .backends import ops
 from .backends.base import LineageRow, RecordRow, Txn
 from .crypto.aead import KEY_BYTES, NONCE_BYTES, Sealer
 from .crypto.keys import KeyChain, content_key_of, group_part, lineage_key
@@ -212,7 +213,7 @@ class RecordCrypto:
         while current is not None:
             key = self.keys.scope_keys.get(current)
             if key is None or current not in self._parents:
-                row = txn.scope_rows([current]).get(current)
+                row = txn.run(ops.ScopeRows([current])).get(current)
                 if row is None:
                     return None
                 self._parents[current] = None if row.parent is None else bytes(row.parent)
@@ -228,7 +229,7 @@ class RecordCrypto:
     def subject_keys(self, txn: Txn, tokens: Sequence[bytes]) -> list[bytes] | None:
         missing = [t for t in tokens if t not in self.keys.subject_keys]
         if missing:
-            for token, (wrapped, epoch) in txn.subject_rows(missing).items():
+            for token, (wrapped, epoch) in txn.run(ops.SubjectRows(missing)).items():
                 key = self.keys.unwrap(wrapped, epoch)
                 if key is not None:
                     self.keys.subject_keys[token] = key
@@ -239,7 +240,7 @@ class RecordCrypto:
         cached = self.keys.lineage_keys.get(record_id)
         if cached is not None:
             return cached
-        row = txn.lineage([record_id]).get(record_id)
+        row = txn.run(ops.Lineage([record_id])).get(record_id)
         if row is None or _depth > 10_000:
             return None
         return self.lineage_key_of(txn, row, _depth)
@@ -360,7 +361,7 @@ class RecordCrypto:
         if seed is None:
             return None
         if lineage is None:
-            lineage = txn.lineage([row.id]).get(row.id)
+            lineage = txn.run(ops.Lineage([row.id])).get(row.id)
         if lineage is None:
             return None
         lin_key = self.lineage_key_of(txn, lineage)

@@ -14,8 +14,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from .backends import locate, open_backend, ops
 from .backends.base import Backend, LineageRow, RecordRow, Txn
-from .backends.sqlite.backend import SQLiteBackend
 from .crypto.aead import derive
 from .crypto.keys import KeyChain
 from .crypto.provider import KeyProvider, keyring_from_env
@@ -148,8 +148,10 @@ class Store:
             with self._backend.write() as txn:
                 self._check_keyring(txn)
                 audited: set[str] | None = None
-                if restored or txn.meta(AUDIT_CHAIN) is None:
-                    if not restored and (txn.audit_tail() is not None or _ledger_has_history(provider)):
+                if restored or txn.run(ops.Meta(AUDIT_CHAIN)) is None:
+                    if not restored and (
+                        txn.run(ops.AuditTail()) is not None or _ledger_has_history(provider)
+                    ):
                         # a chain id is minted once, for a new store on a new keyring; losing it
                         # would orphan every anchor in the ledger and let any log verify (S7)
                         raise StorageError(
@@ -168,7 +170,7 @@ class Store:
                 # forgets logged but never committed happen now (W7); a restore replays every
                 # forget its copy's audit log does not hold, whatever its request rows say
                 self._ledger.reconcile(txn, audited if restored else None)
-                self._forget_epoch = txn.forget_epoch()
+                self._forget_epoch = txn.run(ops.ForgetEpoch())
             self._erasure.resume()
         except BaseException:
             self._worker.close()
@@ -179,9 +181,9 @@ class Store:
     def _check_keyring(self, txn: Txn) -> None:
         """Refuse a key provider that is not this store's (every read would silently miss)."""
         fingerprint = int.from_bytes(self._tokens.key("\0cenotaph-keyring-check")[:7], "big")
-        stored = txn.meta("keyring_check")
+        stored = txn.run(ops.Meta("keyring_check"))
         if stored is None:
-            txn.set_meta("keyring_check", fingerprint)
+            txn.run(ops.SetMeta("keyring_check", fingerprint))
         elif stored != fingerprint:
             raise KeyProviderError(
                 "this key provider is not the one this data directory was created with; point "
@@ -308,7 +310,7 @@ class Store:
                 view = self._ledger.view
                 if view.refresh(mark):
                     self._keys.clear()  # a forget elsewhere may have destroyed cached keys
-                meta = txn.meta_all()
+                meta = txn.run(ops.MetaAll())
                 if meta["forget_epoch"] != self._forget_epoch:
                     self._keys.clear()  # a forget since our last sync may have destroyed cached keys
                 if meta.get(KEK_EPOCH) != self._kek_seen:  # another process rotated: wrap under the new epoch
@@ -354,10 +356,10 @@ class Store:
         self._sync()
         with self._backend.write() as txn:
             self._ledger.reconcile_if_changed(txn)  # a token must postdate every logged forget
-            version = max(txn.clock(), self._ledger.view.max_version) + 1
+            version = max(txn.run(ops.Clock()), self._ledger.view.max_version) + 1
             digest = self._tokens.reauth(token)
-            txn.insert_reauth(digest, kind, target, version, subject_token)
-            txn.set_clock(version)
+            txn.run(ops.InsertReauth(digest, kind, target, version, subject_token))
+            txn.run(ops.SetClock(version))
             self._ledger.grant(digest, kind, target, version, subject_token)  # a row alone is no token
         return token
 
@@ -410,7 +412,7 @@ class Store:
             # the same snapshot (no statement of its own)
             self._sync_locked(changed=False)
             with self._backend.read() as txn:
-                data_version, found = txn.key_records(tokens, key_token)
+                data_version, found = txn.run(ops.KeyRecords(tokens, key_token))
                 if self._backend.saw_data_version(data_version):
                     self._sync_locked(changed=True)  # drops what that commit made stale, then we go on
                 generation = self._resolved_gen
@@ -442,7 +444,7 @@ class Store:
         self._sync()
         generation = self._resolved_gen
         with self._backend.read() as txn:
-            row = txn.record(record_id)
+            row = txn.run(ops.Record(record_id))
             return None if row is None else self._materialize(txn, row, generation)
 
     def list(self, scope: str, *, include_descendants: bool = False) -> list[Record]:
@@ -453,8 +455,8 @@ class Store:
         generation = self._resolved_gen
         with self._backend.read() as txn:
             token = self._tokens.scope(parsed)
-            tokens = txn.subtree_tokens(token) if include_descendants else [token]
-            found = [self._materialize(txn, row, generation) for row in txn.records_in_scopes(tokens)]
+            tokens = txn.run(ops.SubtreeTokens(token)) if include_descendants else [token]
+            found = [self._materialize(txn, row, generation) for row in txn.run(ops.RecordsInScopes(tokens))]
         # the subtree is found through the scopes table's parent column, which is not sealed: the
         # record's sealed scope decides whether it lies inside (a re-parented scope's does not)
         inside = [r for r in found if r is not None and Scope.parse(r.scope).is_within(parsed)]
@@ -532,10 +534,10 @@ class Store:
             levels = parsed.prefixes() if fallthrough else [parsed]
             tokens = {self._tokens.scope(p) for p in levels}
             if include_descendants:
-                tokens.update(txn.subtree_tokens(self._tokens.scope(parsed)))
+                tokens.update(txn.run(ops.SubtreeTokens(self._tokens.scope(parsed))))
 
             def allow(record_id: str) -> bool:
-                row = txn.record(record_id)
+                row = txn.run(ops.Record(record_id))
                 record = None if row is None else self._materialize(txn, row, generation)
                 if record is None or not matches_filter(record.metadata, conditions):
                     return False
@@ -557,7 +559,7 @@ class Store:
         """Write sealed vectors (a cache: a failure only means they are embedded again after a restart)."""
         try:
             with self._backend.write() as txn:
-                txn.store_vectors(cells)
+                txn.run(ops.StoreVectors(cells))
         except StorageError:
             pass
 
@@ -568,13 +570,12 @@ class Store:
         self._sync()
         generation = self._resolved_gen
         with self._backend.read() as txn:
-            ids = txn.lineage_ids_for_subject(token)
-            records = [
-                r
-                for r in (self._materialize(txn, row, generation) for row in map(txn.record, ids) if row)
-                if r
+            ids = txn.run(ops.LineageIdsForSubject(token))
+            rows = (txn.run(ops.Record(i)) for i in ids)
+            records = [r for r in (self._materialize(txn, row, generation) for row in rows if row) if r]
+            requests = [
+                r for r in txn.run(ops.Erasures()) if r.target_kind == "subject" and r.target == token
             ]
-            requests = [r for r in txn.erasures() if r.target_kind == "subject" and r.target == token]
         records.sort(key=lambda r: (r.scope, r.key))
         return {
             "format": "cenotaph-subject-export/1",
@@ -648,13 +649,13 @@ class Store:
         with self._backend.write() as txn:
             self._ledger.reconcile_if_changed(txn)
             # another process forgot since our last sync: its records are not in our plan
-            others = txn.forget_epoch() != self._forget_epoch or self._ledger.view.refresh() > 0
+            others = txn.run(ops.ForgetEpoch()) != self._forget_epoch or self._ledger.view.refresh() > 0
             request_id = "er_" + os.urandom(12).hex()
-            version = max(txn.clock(), self._ledger.view.max_version) + 1
+            version = max(txn.run(ops.Clock()), self._ledger.view.max_version) + 1
             plan = self._planner.plan(txn, request_id, version, target, survey)
             fault_point("forget.planned")
             whole = self._ledger.commit_plan(txn, plan, check_postcondition, sample)
-            epoch = txn.forget_epoch()
+            epoch = txn.run(ops.ForgetEpoch())
 
             def forgotten() -> None:
                 # under the backend lock, right after COMMIT: no other thread may see the forget
@@ -723,7 +724,7 @@ class Store:
         """Every erasure request this store has, oldest first."""
         self._sync()
         with self._backend.read() as txn:
-            rows = txn.erasures()
+            rows = txn.run(ops.Erasures())
         return [self._handle(r.id, r.version, r.mode, r.target_kind, r.requested_at) for r in rows]
 
     def confirm_erasure(self, request_id: str) -> ErasureStatus:
@@ -774,7 +775,7 @@ class Store:
         by the next :meth:`rotate_keys`."""
         held = self.retention()
         with self._backend.read() as txn:
-            in_use = txn.epochs_in_use()
+            in_use = txn.run(ops.EpochsInUse())
         current = self._provider.current_epoch()
         return {
             epoch: {
@@ -818,7 +819,7 @@ class Store:
         # and the log, the requests and the ledger are read as of one instant
         with self._backend.write() as txn:
             self._ledger.reconcile_if_changed(txn)  # a forget whose process died before COMMIT
-            verified = verified_requests(txn.audit_entries())  # a log verify_audit just checked
+            verified = verified_requests(txn.run(ops.AuditEntries()))  # a log verify_audit just checked
             live = set(self._provider.live_epochs())
             return find_tampering(txn, self._ledger.view, self._crypto.open, verified, live)
 
@@ -856,31 +857,27 @@ def open_store(
     - ``"off"`` (or ``False``): nothing is purged until you call :meth:`Store.purge` (or
       ``wait()``).
     """
-    if isinstance(location, str) and location.startswith(("postgresql://", "postgres://")):
-        raise InvalidValueError(
-            "the PostgreSQL backend is not available in this version; use a data directory"
-        )
-    directory = check_path(location, "the location (a data directory path or a postgresql:// URL)")
     purge_mode(auto_purge)
     if key_provider is not None and not isinstance(key_provider, KeyProvider):
         raise InvalidValueError("key_provider must implement cenotaph.KeyProvider (e.g. LocalKeyring)")
     if embedder is not None and not isinstance(embedder, Embedder):
         raise InvalidValueError("embedder must implement cenotaph.Embedder (embed(texts) -> matrix)")
-    try:
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError as exc:
+    place = locate(location)  # checked (a data directory is created), nothing opened yet
+    if place.directory is not None:
+        check_not_restoring(place.directory)
+    # the provider before the backend: the default keyring tells a new store from one whose
+    # keyring is missing by whether the database file exists yet
+    provider = key_provider if key_provider is not None else _default_provider(place.directory)
+    return Store(place.open(), provider, auto_purge=auto_purge, embedder=embedder)
+
+
+def _default_provider(directory: Path | None) -> KeyProvider:
+    if directory is None:
         raise InvalidValueError(
-            f"cannot create the data directory ({exc.strerror}); choose a writable path"
-        ) from exc
-    if not directory.is_dir():
-        raise InvalidValueError("the data location exists and is not a directory; choose another path")
-    if not os.access(directory, os.R_OK | os.X_OK):
-        raise StorageError(
-            f"cannot read the data directory {directory} (permission denied); check its owner and mode"
+            "a postgresql:// store has no data directory to keep its keyring in; pass "
+            "key_provider=LocalKeyring(<keyring directory>)"
         )
-    check_not_restoring(directory)
-    provider = key_provider if key_provider is not None else keyring_from_env(directory)
-    return Store(SQLiteBackend(directory), provider, auto_purge=auto_purge, embedder=embedder)
+    return keyring_from_env(directory)
 
 
 def restore(
@@ -907,9 +904,11 @@ def restore(
             "restore needs the source store's key provider: pass key_provider=LocalKeyring(<keyring dir>)"
         )
     check_callback(progress, "progress")
-    with restoring(check_path(src, "the backup"), check_path(target, "the restore target")):
+    backup = check_path(src, "the backup")
+    target_path = check_path(target, "the restore target")  # a Path: never read as a URL
+    with restoring(backup, target_path):
         # committed in its constructor: its own chain id, the ledger replayed; then it may serve
-        store = Store(SQLiteBackend(Path(target)), key_provider, restored=True)
+        store = Store(open_backend(target_path), key_provider, restored=True)
         try:
             store.verify_audit()  # before its first read: an altered copy is removed, not served
         except BaseException:

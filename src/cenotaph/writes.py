@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .backends import ops
 from .backends.base import ScopeKeyRow, Txn
 from .crypto.keys import KeyChain, group_part
 from .crypto.tokens import TokenMaker
@@ -140,18 +141,18 @@ class RecordWriter:
         uses: list[TokenUse] = []
         existing = {
             (r.scope_token, r.key_token): r
-            for r in txn.records_in_slots(list({(w.scope_token, w.key_token) for _, w, _, _ in plans}))
+            for r in txn.run(ops.RecordsInSlots(list({(w.scope_token, w.key_token) for _, w, _, _ in plans})))
         }
         for i, (p, targets, _, _) in enumerate(plans, start=version + 1):
             digest = None if p.reauthorization is None else self._tokens.reauth(p.reauthorization)
             reauth = self._reauth(txn, digest, view)
             lifted = decide(targets, tombstones, lifts, p.base_version, reauth)
             if lifted and reauth is not None and digest is not None:
-                txn.consume_reauth(digest, i)
+                txn.run(ops.ConsumeReauth(digest, i))
                 # the lift reaches back to the token's issue, not to its use: a tombstone newer
                 # than the token anywhere in a scope token's subtree stays in force (W1)
                 for lift in lifted:
-                    txn.insert_lift(lift, reauth.issued_version)
+                    txn.run(ops.InsertLift(lift, reauth.issued_version))
                     lifts[lift] = max(lifts.get(lift, 0), reauth.issued_version)
                 uses.append(TokenUse(digest, i, tuple((t, reauth.issued_version) for t in lifted)))
         self._ensure_scope_keys(txn, [p.scope for p in prepared])
@@ -194,9 +195,9 @@ class RecordWriter:
                 key_token=targets.key_token,
                 material=randomness[n * RANDOM_BYTES : (n + 1) * RANDOM_BYTES],
             )
-        txn.delete_records(replaced)
-        txn.insert_records([s.row for s in sealed.values()], [s.lineage for s in sealed.values()])
-        txn.set_clock(version)
+        txn.run(ops.DeleteRecords(replaced))
+        txn.run(ops.InsertRecords([s.row for s in sealed.values()], [s.lineage for s in sealed.values()]))
+        txn.run(ops.SetClock(version))
         for s in sealed.values():
             self._keys.remember_lineage(s.opened.id, s.lineage_key)
         return [sealed[(w.scope_token, w.key_token)] for _, w, _, _ in plans], replaced, uses
@@ -214,13 +215,13 @@ class RecordWriter:
                     "write data derived from forgotten records",
                     view.forgotten[source],
                 )
-        rows = txn.lineage(ids)
-        records = {i: txn.record(i) for i in ids}
+        rows = txn.run(ops.Lineage(ids))
+        records = {i: txn.run(ops.Record(i)) for i in ids}
         found: dict[str, tuple[bytes, list[str]]] = {}
         for source in ids:
             row = rows.get(source)
             if row is None:
-                erased = txn.erased_version(source)
+                erased = txn.run(ops.ErasedVersion(source))
                 if erased is not None:
                     raise DerivedFromForgottenError(
                         f"a derived_from source was erased at version {erased}; do not write data derived "
@@ -255,7 +256,7 @@ class RecordWriter:
         grant = None if digest is None else view.grants.get(digest)
         if grant is None or digest is None:
             return None
-        row = txn.reauth(digest)
+        row = txn.run(ops.Reauth(digest))
         used = view.consumed.get(digest, None if row is None else row[3])
         return Reauth(grant.kind, grant.target, grant.issued_version, used, grant.subject)
 
@@ -264,7 +265,7 @@ class RecordWriter:
         missing = [t for t in wanted if t not in self._keys.scope_keys]
         if not missing:
             return
-        rows = txn.scope_rows(missing)
+        rows = txn.run(ops.ScopeRows(missing))
         new_rows: list[ScopeKeyRow] = []
         for token in missing:
             row = rows.get(token)
@@ -274,7 +275,7 @@ class RecordWriter:
                     # destroyed by a compliance forget: dominance already allowed this write, so the
                     # scope starts a new key generation (old data stays undecryptable)
                     key, wrapped, epoch = self._keys.new_wrapped()
-                    txn.replace_scope_key(token, wrapped, epoch)
+                    txn.run(ops.ReplaceScopeKey(token, wrapped, epoch))
                 self._keys.scope_keys[token] = key
                 continue
             key, wrapped, epoch = self._keys.new_wrapped()
@@ -283,7 +284,7 @@ class RecordWriter:
                 ScopeKeyRow(token, None if parent is None else self._tokens.scope(parent), wrapped, epoch)
             )
             self._keys.scope_keys[token] = key
-        txn.insert_scopes(new_rows)
+        txn.run(ops.InsertScopes(new_rows))
 
     def _group(
         self,
@@ -307,7 +308,7 @@ class RecordWriter:
     def _ensure_subject_keys(self, txn: Txn, tokens: set[bytes]) -> dict[bytes, bytes]:
         missing = [t for t in tokens if t not in self._keys.subject_keys]
         if missing:
-            rows = txn.subject_rows(missing)
+            rows = txn.run(ops.SubjectRows(missing))
             new_rows: list[tuple[bytes, bytes, int]] = []
             for token in missing:
                 wrapped, epoch = rows.get(token, (None, None))
@@ -315,9 +316,9 @@ class RecordWriter:
                 if key is None:
                     key, wrapped_new, epoch_new = self._keys.new_wrapped()
                     if token in rows:
-                        txn.replace_subject_key(token, wrapped_new, epoch_new)
+                        txn.run(ops.ReplaceSubjectKey(token, wrapped_new, epoch_new))
                     else:
                         new_rows.append((token, wrapped_new, epoch_new))
                 self._keys.subject_keys[token] = key
-            txn.insert_subjects(new_rows)
+            txn.run(ops.InsertSubjects(new_rows))
         return {t: self._keys.subject_keys[t] for t in tokens}

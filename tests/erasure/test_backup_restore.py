@@ -317,7 +317,7 @@ def test_a_backup_that_fails_keeps_no_epoch_registered(
             raise OSError(28, "No space left on device")
 
         if step == "copy":
-            monkeypatch.setattr(store._backend, "vacuum_into", full_disk)
+            monkeypatch.setattr(store._backend.physical, "vacuum_into", full_disk)
         else:
             monkeypatch.setattr(service_module, "write_atomically", full_disk)
         with pytest.raises(OSError):

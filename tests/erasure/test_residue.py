@@ -254,13 +254,13 @@ def test_a_match_in_live_data_costs_one_rewrite_not_one_per_purge(
     write_sql(data / DB, [("CREATE TABLE junk(t TEXT)", []), ("INSERT INTO junk VALUES (?)", [text])])
     with cenotaph.open(data, auto_purge="sync") as store:
         rewrites = []
-        real = store._backend.rewrite
+        real = store._backend.physical.rewrite
 
         def counted() -> bool:
             rewrites.append(1)
             return real()
 
-        monkeypatch.setattr(store._backend, "rewrite", counted)
+        monkeypatch.setattr(store._backend.physical, "rewrite", counted)
         request = store.forget_subject(A)
         for _ in range(4):
             store.purge()

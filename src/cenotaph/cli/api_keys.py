@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from cenotaph.backends.sqlite.backend import DB_NAME
+from cenotaph.backends import looks_like_store
 from cenotaph.service.apikeys import ApiKeyRing
 
 from .options import data_option
@@ -16,7 +16,7 @@ __all__ = ["api_keys"]
 
 
 def _ring(data: Path) -> ApiKeyRing:
-    if not (data / DB_NAME).is_file():  # a mistyped --data must not grow a key file of its own
+    if not looks_like_store(data):  # a mistyped --data must not grow a key file of its own
         raise click.BadParameter(
             f"no cenotaph store in {str(data)!r}; create one with `cenotaph init --data {data}`",
             param_hint="--data",

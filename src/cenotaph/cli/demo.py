@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 
 import cenotaph
-from cenotaph.backends.sqlite.backend import DB_NAME, SQLiteBackend
+from cenotaph.backends import directory_format
 from cenotaph.erasure.scanner import ResidueScanner, text_probes
 from cenotaph.errors import (
     CenotaphError,
@@ -230,11 +230,7 @@ class Scenario:
     def bytes_on_disk(self) -> None:
         self.step(8, "What the bytes say")
         # Straight from the database file, as anyone who copied it would read it.
-        conn = SQLiteBackend.connect(self.directory / "data" / DB_NAME)
-        try:
-            targets = [bytes(row[0]) for row in conn.execute("SELECT target FROM tombstones")]
-        finally:
-            conn.close()
+        targets = directory_format().tombstone_targets(self.directory / "data")
         self.check(
             bool(targets) and all(len(t) == 32 for t in targets),
             f"the tombstones table holds {len(targets)} row(s), each target a 32-byte HMAC token, "

@@ -1,23 +1,21 @@
-"""``cenotaph doctor``: check the data directory, the keyring and SQLite's erasure settings."""
+"""``cenotaph doctor``: check the data directory, the keyring and the backend's erasure settings
+(the engine's checks are the backend's: ``DirectoryFormat.settings_checks`` and friends)."""
 
 from __future__ import annotations
 
 import os
-import sqlite3
 import stat
 import sys
-import tempfile
-from collections.abc import Iterator
-from contextlib import closing, contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import click
 from rich.console import RenderableType
 from rich.text import Text
 
-from cenotaph.backends.sqlite.backend import DB_NAME, SQLiteBackend, read_only, unwritable
+from cenotaph.backends import directory_format
+from cenotaph.backends.physical import Check
 from cenotaph.crypto.provider import keyring_from_env
 from cenotaph.errors import CenotaphError
 from cenotaph.model import ErasureState, Mode
@@ -29,15 +27,7 @@ from .spelling import speak_cli
 
 __all__ = ["doctor"]
 
-Outcome = Literal["ok", "warn", "fail"]
 _READS_ONLY = "reads work; writes, forgets, purges and key rotation are refused"
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    name: str
-    status: Outcome
-    detail: str
 
 
 @click.command()
@@ -57,11 +47,12 @@ def doctor(ctx: click.Context, data: Path, table: bool) -> None:
     verify by purging); KEK epochs held back from rotation, by whom and what releases them (a
     failure if the holder is such a request); Python and SQLite versions.
     """
-    checks = [*_data_checks(data), *_keyring_checks(data), *_sqlite_checks(data)]
-    if all(c.status != "fail" for c in checks) and (data / DB_NAME).is_file():
+    engine = directory_format()
+    checks = [*_data_checks(data), *_keyring_checks(data), *engine.settings_checks(data)]
+    if all(c.status != "fail" for c in checks) and engine.holds_store(data):
         checks += _store_checks(data)
     checks.append(Check("python", "ok", sys.version.split()[0]))
-    checks.append(Check("sqlite version", "ok", sqlite3.sqlite_version))
+    checks += engine.version_checks()
     ok = all(c.status != "fail" for c in checks)
     doc = {"ok": ok, "data": str(data.resolve()), "checks": [asdict(c) for c in checks]}
     emit(doc, table=table, render=_checks_table)
@@ -74,9 +65,9 @@ def _data_checks(data: Path) -> list[Check]:
         return [Check("data directory", "fail", f"{data} does not exist; run `cenotaph init --data {data}`")]
     if not os.access(data, os.R_OK | os.X_OK):
         return [Check("data directory", "fail", f"{data} is not readable by this user")]
-    if not (data / DB_NAME).is_file():
+    if not directory_format().holds_store(data):
         return [Check("data directory", "fail", f"{data} holds no store; run `cenotaph init --data {data}`")]
-    denied = unwritable(data)
+    denied = directory_format().unwritable(data)
     if denied:
         names = ", ".join(p.name if p != data else str(p) for p in denied)
         return [Check("data directory", "warn", f"read-only for this user ({names}): {_READS_ONLY}")]
@@ -121,58 +112,12 @@ def _keyring_checks(data: Path) -> list[Check]:
     return checks
 
 
-@contextmanager
-def _database(data: Path) -> Iterator[tuple[Path, str]]:
-    """The store's database if it exists, else a throwaway one (to check this SQLite build)."""
-    if (data / DB_NAME).is_file():
-        yield data / DB_NAME, "store database"
-        return
-    with tempfile.TemporaryDirectory(prefix="cenotaph-doctor-") as tmp:
-        yield Path(tmp) / DB_NAME, "a temporary database"
-
-
-def _sqlite_checks(data: Path) -> list[Check]:
-    with _database(data) as (path, which):
-        try:
-            conn = SQLiteBackend.connect(path)
-        except (CenotaphError, sqlite3.Error) as exc:
-            reason = " ".join(str(exc).split())
-            return [Check("sqlite connection", "fail", f"{which}: {reason}")]
-        try:
-            secure = int(conn.execute("PRAGMA secure_delete").fetchone()[0])
-            journal = _journal_mode(conn, path)
-        finally:
-            conn.close()
-    return [
-        Check(
-            "sqlite secure_delete",
-            "ok" if secure == 1 else "fail",
-            f"{secure} on a fresh connection ({which})",
-        ),
-        Check("sqlite journal_mode", "ok" if journal == "wal" else "fail", f"{journal} ({which})"),
-    ]
-
-
-def _journal_mode(conn: sqlite3.Connection, path: Path) -> str:
-    """The database's journal mode. A read-only connection may be opened immutable, which reports
-    its own mode; the file header says what the file is (bytes 18 and 19 are 2 in WAL mode)."""
-    if not read_only(path.parent):
-        return str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
-    with open(path, "rb") as handle:
-        header = handle.read(20)
-    return "wal" if header[18:20] == b"\x02\x02" else "delete"
-
-
 def _store_checks(data: Path) -> list[Check]:
     """Checks that need the open store: file integrity, the audit chain, open erasure requests."""
     checks: list[Check] = []
     try:
         with open_existing_store(data) as store:
-            with closing(SQLiteBackend.connect(data / DB_NAME)) as conn:
-                quick = str(conn.execute("PRAGMA quick_check").fetchone()[0])
-            checks.append(
-                Check("database integrity", "ok" if quick == "ok" else "fail", f"quick_check: {quick}")
-            )
+            checks.append(directory_format().integrity_check(data))
             try:
                 audit = store.verify_audit()
             except CenotaphError as exc:

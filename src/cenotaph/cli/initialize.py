@@ -10,7 +10,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 import cenotaph
-from cenotaph.backends.sqlite.backend import DB_NAME
+from cenotaph.backends import looks_like_store
 
 from .interrupts import held, on_interrupt
 from .options import data_option, keyring_inside, keyring_location, root_of_trust_warning
@@ -29,7 +29,7 @@ def init(data: Path, table: bool) -> None:
     inside the data directory, whoever copies the directory has the keys: it warns about that,
     and says how to keep the keyring elsewhere (CENOTAPH_KEYRING, CENOTAPH_MASTER_KEY).
     """
-    created = not (data / DB_NAME).exists()
+    created = not looks_like_store(data)
     with held():
         cenotaph.open(data).close()
         on_interrupt(f"interrupted after the store in {data} was {'created' if created else 'checked'}")

@@ -13,7 +13,7 @@ import click
 from click.core import ParameterSource
 
 import cenotaph
-from cenotaph.backends.sqlite.backend import DB_NAME
+from cenotaph.backends import looks_like_store
 from cenotaph.crypto.provider import KEYRING_ENV, MASTER_KEY_ENV
 from cenotaph.crypto.provider import keyring_location as default_keyring_location
 
@@ -158,7 +158,7 @@ def open_existing_store(data: Path, *, auto_purge: str = "off") -> Iterator[ceno
     ``auto_purge`` is ``"off"``: a command ends long before a background purge would, and one
     that inspects (``status``, ``doctor``, ``audit verify``) must not change what it reports on.
     """
-    if not (data / DB_NAME).is_file():
+    if not looks_like_store(data):
         raise click.BadParameter(
             f"no cenotaph store in {str(data)!r}; create one with `cenotaph init --data {data}`",
             param_hint="--data",

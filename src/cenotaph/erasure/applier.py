@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..backends import ops
 from ..backends.base import Backend, LineageRow, Txn, dump_layers
 from ..faults import fault_point
 from ..memory import StoreMemory
@@ -48,7 +49,7 @@ class PlanApplier:
     def pending(self) -> list[str]:
         """Ids of the requests whose plan is not applied whole yet, oldest first."""
         with self._backend.read() as txn:
-            return [row.id for row in txn.unapplied_erasures()]
+            return [row.id for row in txn.run(ops.UnappliedErasures())]
 
     def resume(self) -> int:
         """Finish every request not applied whole; returns how many this call finished."""
@@ -65,7 +66,7 @@ class PlanApplier:
         ids = plan.record_ids
         while True:
             with self._backend.write() as txn:
-                start = txn.apply_cursor(plan.request_id)
+                start = txn.run(ops.ApplyCursor(plan.request_id))
                 if start is None:
                     return False  # applied whole already (by another applier)
                 part = ids[start : start + chunk_records()]
@@ -73,31 +74,35 @@ class PlanApplier:
                     break
                 apply_records(txn, plan, part)
                 check_postcondition(txn, plan, part)
-                txn.set_applied(plan.request_id, start + len(part))
+                txn.run(ops.SetApplied(plan.request_id, start + len(part)))
             fault_point("forget.chunk")
             pause_between_chunks()
         with self._backend.read() as txn:  # reading the whole target: outside the lock
-            seen = txn.clock()
+            seen = txn.run(ops.Clock())
             missed = sweep(txn, plan)
             unshared = plan.keys_to_destroy(txn) if plan.compliance else ([], [])
         with self._backend.write() as txn:
-            if txn.apply_cursor(plan.request_id) is None:
+            if txn.run(ops.ApplyCursor(plan.request_id)) is None:
                 return False
             if plan.compliance:
-                scopes, subjects = _still_unshared(txn, unshared, txn.written_since(seen))
-                txn.destroy_scope_keys(scopes, plan.version)
-                txn.destroy_subject_keys(subjects, plan.version)
+                scopes, subjects = _still_unshared(txn, unshared, txn.run(ops.WrittenSince(seen)))
+                txn.run(ops.DestroyScopeKeys(scopes, plan.version))
+                txn.run(ops.DestroySubjectKeys(subjects, plan.version))
             if missed:
                 # under the lock again: what derives from a missed record may have been written
                 # since the sweep read it (its source is in no plan the ledger holds)
                 if plan.compliance:
-                    missed = sorted({*missed, *txn.derived_closure(missed)})
+                    missed = sorted({*missed, *txn.run(ops.DerivedClosure(missed))})
                 apply_records(txn, plan, missed)
                 check_postcondition(txn, plan, missed)
             state = ErasureState.SHREDDED if plan.compliance else ErasureState.TOMBSTONED
-            txn.update_erasure(plan.request_id, state=state, layers=dump_layers(initial_layers(plan)))
-            txn.set_applied(plan.request_id, None)
-            txn.bump_forget_epoch()  # other processes drop cached keys of what was just destroyed
+            txn.run(
+                ops.UpdateErasure(
+                    plan.request_id, {"state": state, "layers": dump_layers(initial_layers(plan))}
+                )
+            )
+            txn.run(ops.SetApplied(plan.request_id, None))
+            txn.run(ops.BumpForgetEpoch())  # other processes drop cached keys of what was just destroyed
             txn.after_commit(self._memory.forget_all)
         fault_point("forget.chunk")
         return True
@@ -116,7 +121,7 @@ def _still_unshared(
         current: bytes | None = token
         while current is not None and current not in used_scopes:
             used_scopes.add(current)
-            found = txn.scope_rows([current]).get(current)
+            found = txn.run(ops.ScopeRows([current])).get(current)
             current = None if found is None or found.parent is None else bytes(found.parent)
     used_subjects = {t for r in newer for t in split_tokens(r.subject_tokens)}
     return [t for t in scopes if t not in used_scopes], [t for t in subjects if t not in used_subjects]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from ..backends import ops
 from ..backends.base import Backend
 from ..crypto.provider import KeyProvider
 from ..errors import ErasureNotProvableError
@@ -68,6 +69,6 @@ class Attestor:
         }
         with self._backend.write() as txn:
             anchor_audit(self._provider, txn, "attest", {"request_id": row.id})
-            tail = txn.audit_tail()
+            tail = txn.run(ops.AuditTail())
         fields["audit_head"] = entry_from_dict(json.loads(tail[1])).head if tail else ""
         return self.signer().sign_certificate(fields)

@@ -10,6 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ..backends import ops
 from ..backends.base import Backend
 from ..crypto.provider import KeyProvider
 from ..errors import StorageError
@@ -60,8 +61,8 @@ class AuditCheck:
         # under the write lock, with the ledger read inside it: no other process can be between
         # its ledger append and its COMMIT, so the log and the ledger agree unless altered
         with self._backend.write() as txn:
-            raw = txn.audit_entries()
-            chain = txn.meta(AUDIT_CHAIN)
+            raw = txn.run(ops.AuditEntries())
+            chain = txn.run(ops.Meta(AUDIT_CHAIN))
             ledger = self._provider.ledger()
         try:
             entries = [entry_from_dict(json.loads(e)) for e in raw]
@@ -98,12 +99,12 @@ class AuditCheck:
         """Ids of the requests a scan verified, by audit entries whose chain holds and whose heads
         the ledger announced or anchored (cached until the log or the ledger grows)."""
         with self._backend.read() as txn:
-            tail = txn.audit_tail()
+            tail = txn.run(ops.AuditTail())
             mark = (tail[0] if tail else 0, self._provider.ledger_mark())
             if self._vouched_cache is not None and self._vouched_cache[0] == mark:
                 return self._vouched_cache[1]
-            raw = txn.audit_entries()
-            chain = txn.meta(AUDIT_CHAIN)
+            raw = txn.run(ops.AuditEntries())
+            chain = txn.run(ops.Meta(AUDIT_CHAIN))
         ledger = self._provider.ledger()
         try:
             entries = [entry_from_dict(json.loads(e)) for e in raw]

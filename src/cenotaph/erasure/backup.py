@@ -1,6 +1,6 @@
-"""Backups: a consistent copy holding ciphertext only (``VACUUM INTO``), registered with the key
-provider so rotation keeps every KEK epoch it needs until it is released (restoring one is
-``erasure.restoring``)."""
+"""Backups: a consistent copy holding ciphertext only and no freed bytes (the backend's snapshot,
+SQLite's ``VACUUM INTO``), registered with the key provider so rotation keeps every KEK epoch it
+needs until it is released (restoring one is ``erasure.restoring``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ..backends import ops
 from ..backends.base import Backend
-from ..backends.sqlite.backend import DB_NAME
 from ..crypto.keys import KeyChain
 from ..crypto.provider import KeyProvider
 from ..durable import fsync, write_atomically
@@ -44,15 +44,17 @@ class Backups:
                 "user may write"
             ) from exc
         backup_id = "bk_" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "_" + os.urandom(4).hex()
+        files = self._backend.physical.format.snapshot_files(dest)
         try:
-            epochs = self._copy_for_backup(backup_id, dest / DB_NAME)
-            fsync(dest / DB_NAME)
+            epochs = self._copy_for_backup(backup_id, dest)
+            for file in files:
+                fsync(file)
             info = BackupInfo(
                 id=backup_id,
                 path=str(dest),
                 created_at=datetime.now(UTC),
                 epochs=tuple(epochs),
-                bytes=(dest / DB_NAME).stat().st_size,
+                bytes=sum(file.stat().st_size for file in files),
             )
             # the manifest last, atomically: a backup with a manifest is whole and durable
             manifest = json.dumps({"format": "cenotaph-backup/1", **info.to_dict()})
@@ -64,21 +66,20 @@ class Backups:
             # leaves nothing that looks like a backup
             if backup_id in self._provider.backups():
                 self._provider.release_backup(backup_id)
-            for name in (BACKUP_MANIFEST, DB_NAME):
-                (dest / name).unlink(missing_ok=True)
+            for file in (dest / BACKUP_MANIFEST, *files):
+                file.unlink(missing_ok=True)
             raise
         return info
 
-    def _copy_for_backup(self, backup_id: str, target: Path) -> list[int]:
-        """Copy the database and register the KEK epochs the copy needs, race-free with a
+    def _copy_for_backup(self, backup_id: str, dest: Path) -> list[int]:
+        """Copy the database into ``dest`` and register the KEK epochs the copy needs, race-free with a
         rotation in any process: register what is in use, copy, register what the copy itself
         uses, then check none of it was destroyed before that registration (else copy again)."""
         for _ in range(3):
             with self._backend.read() as txn:
-                epochs = txn.epochs_in_use() | {self._keys.refresh_epoch()}
+                epochs = txn.run(ops.EpochsInUse()) | {self._keys.refresh_epoch()}
             self._provider.register_backup(backup_id, sorted(epochs))
-            target.unlink(missing_ok=True)
-            epochs |= self._backend.vacuum_into(target)
+            epochs |= self._backend.physical.snapshot(dest)  # replaces an earlier attempt's copy
             self._provider.register_backup(backup_id, sorted(epochs))  # no rotation destroys these now
             if epochs <= set(self._provider.live_epochs()):
                 return sorted(epochs)

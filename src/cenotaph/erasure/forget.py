@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..backends import ops
 from ..backends.base import Txn
 from ..model import Mode
 from .unshared import unshared_keys
@@ -72,7 +73,9 @@ class ForgetPlan:
         """The scope and subject keys that shred the whole target at once, found without reading
         its records: those listed, and a scope forget's subtree. What else only the plan's records
         use (:meth:`keys_to_destroy`) takes reading them all, so a large plan destroys it last."""
-        scopes = txn.subtree_tokens(self.target) if self.unshared and self.target_kind == "scope" else []
+        scopes = (
+            txn.run(ops.SubtreeTokens(self.target)) if self.unshared and self.target_kind == "scope" else []
+        )
         return sorted({*self.destroy_scopes, *scopes}), sorted(self.destroy_subjects)
 
     @property
@@ -125,22 +128,22 @@ class ForgetPlan:
 def apply_head(txn: Txn, plan: ForgetPlan, *, whole: bool = False) -> None:
     """Tombstones and the scope and subject keys that shred the target (``whole``: every key the
     plan destroys, see :meth:`ForgetPlan.keys_to_destroy`). Idempotent."""
-    txn.set_clock(plan.version)
-    txn.insert_tombstones((t, plan.version, kind, plan.request_id) for t, kind in plan.tombstones)
+    txn.run(ops.SetClock(plan.version))
+    txn.run(ops.InsertTombstones((t, plan.version, kind, plan.request_id) for t, kind in plan.tombstones))
     if plan.compliance:
         scopes, subjects = plan.keys_to_destroy(txn) if whole else plan.target_keys(txn)
-        txn.destroy_scope_keys(scopes, plan.version)
-        txn.destroy_subject_keys(subjects, plan.version)
-    txn.bump_forget_epoch()
+        txn.run(ops.DestroyScopeKeys(scopes, plan.version))
+        txn.run(ops.DestroySubjectKeys(subjects, plan.version))
+    txn.run(ops.BumpForgetEpoch())
 
 
 def apply_records(txn: Txn, plan: ForgetPlan, ids: Sequence[str]) -> None:
     """Hide ``ids`` and (compliance) destroy their content and lineage keys. Idempotent.
     (Destroying hides too: one update of each row, not two.)"""
     if plan.compliance:
-        txn.destroy_record_keys(ids, plan.version)
+        txn.run(ops.DestroyRecordKeys(ids, plan.version))
     else:
-        txn.hide_records(ids, plan.version, plan.mode)
+        txn.run(ops.HideRecords(ids, plan.version, plan.mode))
 
 
 def apply_plan(txn: Txn, plan: ForgetPlan) -> None:
@@ -153,5 +156,5 @@ def reapply_to_records(txn: Txn, plan: ForgetPlan) -> None:
     """Re-apply what a plan did to its records (tombstones, hidden marks, destroyed record keys)
     on a copy that says it holds the forget already. Scope and subject keys are left: a scope
     re-keyed after a later reauthorization must keep its new key. Idempotent."""
-    txn.insert_tombstones((t, plan.version, kind, plan.request_id) for t, kind in plan.tombstones)
+    txn.run(ops.InsertTombstones((t, plan.version, kind, plan.request_id) for t, kind in plan.tombstones))
     apply_records(txn, plan, plan.record_ids)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from ..backends import ops
 from ..backends.base import Backend, ErasureRow
 from ..crypto.provider import KeyProvider
 from ..model import Mode, Retention
@@ -73,7 +74,7 @@ class Horizons:
             for epoch in sorted(set(epochs) & live)
         ]
         with self._backend.read() as txn:
-            pending = [(r, txn.probe_key(r.id)) for r in txn.erasures(PENDING_STATES)]
+            pending = [(r, txn.run(ops.ProbeKey(r.id))) for r in txn.run(ops.Erasures(PENDING_STATES))]
         for row, key in pending:
             if key is None or key[1] not in live:
                 continue
@@ -92,9 +93,13 @@ class Horizons:
         next call, when it drops the destroyed epochs' KEKs from its memory."""
         with self._backend.write() as txn:
             if destroyed:
-                txn.set_meta(KEKS_DESTROYED, txn.meta_all().get(KEKS_DESTROYED, 0) + 1)
-            for row in txn.erasures():
+                txn.run(ops.SetMeta(KEKS_DESTROYED, txn.run(ops.MetaAll()).get(KEKS_DESTROYED, 0) + 1))
+            for row in txn.run(ops.Erasures()):
                 if row.mode == Mode.COMPLIANCE and row.horizon is None:
                     horizon, reason = self.horizon(row, retention=())  # stored only once reached
                     if horizon is not None:
-                        txn.update_erasure(row.id, horizon=horizon.isoformat(), horizon_reason=reason)
+                        txn.run(
+                            ops.UpdateErasure(
+                                row.id, {"horizon": horizon.isoformat(), "horizon_reason": reason}
+                            )
+                        )

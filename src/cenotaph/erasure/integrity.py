@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..backends import ops
 from ..backends.base import RecordRow, Txn
 from ..model import ErasureState
 from ..records import OpenedRecord
@@ -37,7 +38,7 @@ def find_tampering(
 
 
 def _tombstones(txn: Txn, view: LedgerView) -> list[str]:
-    stored = txn.tombstone_versions(list(view.tombstones))
+    stored = txn.run(ops.TombstoneVersions(list(view.tombstones)))
     missing = sum(1 for t, v in view.tombstones.items() if stored.get(t, -1) < v)
     return (
         [f"{missing} tombstone(s) of the key provider's ledger are missing from the database"]
@@ -48,10 +49,10 @@ def _tombstones(txn: Txn, view: LedgerView) -> list[str]:
 
 def _records(txn: Txn, view: LedgerView) -> list[str]:
     found = []
-    unhidden = txn.unhidden(list(view.forgotten))
+    unhidden = txn.run(ops.Unhidden(list(view.forgotten)))
     if unhidden:
         found.append(f"the hidden mark of {len(unhidden)} forgotten record(s) was cleared")
-    keyed = txn.keyed(list(view.destroyed))
+    keyed = txn.run(ops.Keyed(list(view.destroyed)))
     if keyed:
         found.append(f"the destroyed key(s) of {len(keyed)} erased record(s) are present again")
     return found
@@ -59,11 +60,11 @@ def _records(txn: Txn, view: LedgerView) -> list[str]:
 
 def _tokens(txn: Txn, view: LedgerView) -> list[str]:
     found = []
-    lifts = [(t, v) for t, v in txn.all_lifts() if view.lifts.get(t, -1) < v]
+    lifts = [(t, v) for t, v in txn.run(ops.AllLifts()) if view.lifts.get(t, -1) < v]
     if lifts:
         found.append(f"{len(lifts)} lift row(s) the key provider's ledger never recorded")
     forged = 0
-    for digest, kind, target, version, consumed, subject in txn.all_reauths():
+    for digest, kind, target, version, consumed, subject in txn.run(ops.AllReauths()):
         grant = view.grants.get(digest)
         if (
             grant is None
@@ -81,7 +82,7 @@ def _tokens(txn: Txn, view: LedgerView) -> list[str]:
 
 def _requests(txn: Txn, view: LedgerView, verified: set[str]) -> list[str]:
     planted = misstated = unproven = 0
-    for row in txn.erasures():
+    for row in txn.run(ops.Erasures()):
         plan = view.plans.get(row.id)
         if plan is None:
             planted += 1
@@ -107,7 +108,9 @@ def _requests(txn: Txn, view: LedgerView, verified: set[str]) -> list[str]:
 
 def _clock(txn: Txn, view: LedgerView) -> list[str]:
     return (
-        ["the clock was set back behind the key provider's ledger"] if txn.clock() < view.max_version else []
+        ["the clock was set back behind the key provider's ledger"]
+        if txn.run(ops.Clock()) < view.max_version
+        else []
     )
 
 
@@ -115,7 +118,7 @@ def _sealed_state(txn: Txn, open_row: Opener, live_epochs: set[int]) -> list[str
     """Every row the database says is live must open, with the expiry its column says (a row
     wrapped under a destroyed epoch cannot: a copy from before the horizon dies with it)."""
     failed = expiry = 0
-    for row in txn.live_records():
+    for row in txn.run(ops.LiveRecords()):
         if row.epoch not in live_epochs:
             continue
         opened = open_row(txn, row)

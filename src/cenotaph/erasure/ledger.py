@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from ..backends import ops
 from ..backends.base import ErasureRow, LayerEntry, Txn, dump_layers
 from ..crypto.provider import KeyProvider
 from ..errors import KeyProviderError
@@ -98,21 +99,21 @@ def initial_layers(plan: ForgetPlan, *, applied: int | None = None) -> dict[str,
 
 def append_audit(txn: Txn, event: str, fields: dict[str, Any]) -> dict[str, Any]:
     """Append one content-free entry to the audit chain; returns its anchor (chain, seq, head)."""
-    tail = txn.audit_tail()
+    tail = txn.run(ops.AuditTail())
     prev_seq, prev_head = (
         (0, GENESIS) if tail is None else (tail[0], entry_from_dict(json.loads(tail[1])).head)
     )
     at = datetime.now(UTC).isoformat().replace("+00:00", "Z")
     entry = chain_entry(prev_head, prev_seq + 1, at, event, fields)
-    txn.append_audit(entry.seq, json.dumps(entry_to_dict(entry), sort_keys=True))
-    return {"chain": txn.meta(AUDIT_CHAIN), "audit_seq": entry.seq, "audit_head": entry.head}
+    txn.run(ops.AppendAudit(entry.seq, json.dumps(entry_to_dict(entry), sort_keys=True)))
+    return {"chain": txn.run(ops.Meta(AUDIT_CHAIN)), "audit_seq": entry.seq, "audit_head": entry.head}
 
 
 def start_audit_chain(provider: KeyProvider, txn: Txn) -> None:
     """Give this database's audit chain a fresh id, registered in the ledger. A restored copy gets
     a new id, so anchors of the source's later history do not apply to it."""
     chain = secrets.randbits(62)
-    txn.set_meta(AUDIT_CHAIN, chain)
+    txn.run(ops.SetMeta(AUDIT_CHAIN, chain))
     provider.append_ledger({"kind": "chain", "chain": chain})
 
 
@@ -137,7 +138,7 @@ class Ledger:
         as seen when it does not."""
         mark = self._provider.ledger_mark()
         self.view.refresh()
-        if not self.view.plans.keys() <= txn.erasure_ids():
+        if not self.view.plans.keys() <= txn.run(ops.ErasureIds()):
             return True
         self._mark = mark
         return False
@@ -164,7 +165,7 @@ class Ledger:
         reports such a row's audit entry instead."""
         mark = self._provider.ledger_mark()
         self.view.refresh()
-        known = txn.erasure_ids() if audited is None else audited
+        known = txn.run(ops.ErasureIds()) if audited is None else audited
         applied = 0
         for request_id, entry in list(self.view.plans.items()):
             if request_id not in known:
@@ -178,8 +179,8 @@ class Ledger:
                 applied += 1
             elif audited is not None:
                 reapply_to_records(txn, ForgetPlan.from_entry(entry))
-        if txn.clock() < self.view.max_version:  # a clock set back would reuse forgotten versions
-            txn.set_clock(self.view.max_version)  # (checked first: a read-only store cannot UPDATE)
+        if txn.run(ops.Clock()) < self.view.max_version:  # a clock set back would reuse forgotten versions
+            txn.run(ops.SetClock(self.view.max_version))  # (checked first: a read-only store cannot UPDATE)
         # Seen: the ledger as it was read above, not as it is now (an entry appended since, by a
         # process that does not share this database's lock, is still unseen; our own appends
         # cost one extra `missing` check). And only once the replay is committed: a caller's
@@ -267,10 +268,10 @@ class Ledger:
         self._provider.append_ledger(
             {
                 "kind": IMPORT_KIND,
-                "lifts": [[t.hex(), v] for t, v in txn.all_lifts()],
+                "lifts": [[t.hex(), v] for t, v in txn.run(ops.AllLifts())],
                 "grants": [
                     [d.hex(), kind, t.hex(), v, None if s is None else s.hex(), used]
-                    for d, kind, t, v, used, s in txn.all_reauths()
+                    for d, kind, t, v, used, s in txn.run(ops.AllReauths())
                 ],
             }
         )
@@ -296,25 +297,27 @@ class Ledger:
         else:
             apply_head(txn, plan)  # its records, and keys only they use, in chunks after
         applied = None if whole else 0
-        txn.insert_erasure(
-            ErasureRow(
-                id=plan.request_id,
-                mode=plan.mode,
-                target_kind=plan.target_kind,
-                target=plan.target,
-                version=plan.version,
-                requested_at=plan.requested_at,
-                state=ErasureState.SHREDDED if plan.compliance and whole else ErasureState.TOMBSTONED,
-                layers=dump_layers(initial_layers(plan, applied=applied)),
-                plan=json.dumps(plan.to_entry()),
-                probes=probes,
-                horizon=None,
-                horizon_reason=None,
-                verified_at=None,
-                scan=None,
-                applied=applied,
-            ),
-            replace=replace,
+        txn.run(
+            ops.InsertErasure(
+                ErasureRow(
+                    id=plan.request_id,
+                    mode=plan.mode,
+                    target_kind=plan.target_kind,
+                    target=plan.target,
+                    version=plan.version,
+                    requested_at=plan.requested_at,
+                    state=ErasureState.SHREDDED if plan.compliance and whole else ErasureState.TOMBSTONED,
+                    layers=dump_layers(initial_layers(plan, applied=applied)),
+                    plan=json.dumps(plan.to_entry()),
+                    probes=probes,
+                    horizon=None,
+                    horizon_reason=None,
+                    verified_at=None,
+                    scan=None,
+                    applied=applied,
+                ),
+                replace=replace,
+            )
         )
         anchor = append_audit(
             txn,

@@ -26,6 +26,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from ..backends import ops
 from ..backends.base import LineageRow, Txn
 from ..crypto.tokens import TokenMaker
 from ..errors import ErasureNotProvableError, ScopeClosureError
@@ -110,7 +111,7 @@ class ForgetPlanner:
         """Enumerate ``target`` in read transactions (each short: other threads of this process
         get the connection between them)."""
         with reading() as txn:
-            since = txn.clock()
+            since = txn.run(ops.Clock())
             ids = _unforgotten(txn, target, ALL_VERSIONS)
         survey = Survey(since, hide=ids)
         if target.compliance:
@@ -141,9 +142,11 @@ class ForgetPlanner:
             plan.tombstones.append((plan.target, "key"))
             for token in self._ancestor_holders(txn, target):
                 plan.tombstones.append((self._tokens.key_exact(token, target.key_token), "key-exact"))
-                ids.update(txn.lineage_ids([token], target.key_token, unforgotten=not target.compliance))
-                ids.update(r.id for r in txn.records_in_slots([(token, target.key_token)]))
-        ids.update(_caught_up(txn, target, txn.written_since(survey.since), ids))
+                ids.update(
+                    txn.run(ops.LineageIds([token], target.key_token, unforgotten=not target.compliance))
+                )
+                ids.update(r.id for r in txn.run(ops.RecordsInSlots([(token, target.key_token)])))
+        ids.update(_caught_up(txn, target, txn.run(ops.WrittenSince(survey.since)), ids))
         if target.compliance:
             plan.destroy_records = with_derived(txn, sorted(ids - set(survey.destroy)), known=survey.destroy)
             plan.hide = plan.destroy_records
@@ -154,7 +157,10 @@ class ForgetPlanner:
     def _ancestor_holders(self, txn: Txn, target: ForgetTarget) -> list[bytes]:
         assert target.scope is not None and target.key_token is not None
         ancestors = [(a, self._tokens.scope(a)) for a in target.scope.ancestors()]
-        rows = {r.scope_token: r for r in txn.records_in_slots([(t, target.key_token) for _, t in ancestors])}
+        rows = {
+            r.scope_token: r
+            for r in txn.run(ops.RecordsInSlots([(t, target.key_token) for _, t in ancestors]))
+        }
         now = time.time()
         holders = [(a, t) for a, t in ancestors if t in rows and is_visible(rows[t], now)]
         if holders and not target.include_ancestors:
@@ -171,9 +177,9 @@ class ForgetPlanner:
 def _unforgotten(txn: Txn, target: ForgetTarget, before: int) -> list[str]:
     """Records of ``target`` written before ``before`` that no forget of this mode covered yet."""
     if target.kind == "subject":
-        return txn.unforgotten_for_subject(target.token, before, compliance=True)
-    subtree = txn.subtree_tokens(target.token)
-    return txn.unforgotten_in_scopes(subtree, target.key_token, before, compliance=target.compliance)
+        return txn.run(ops.UnforgottenForSubject(target.token, before, compliance=True))
+    subtree = txn.run(ops.SubtreeTokens(target.token))
+    return txn.run(ops.UnforgottenInScopes(subtree, target.key_token, before, compliance=target.compliance))
 
 
 def _caught_up(txn: Txn, target: ForgetTarget, rows: Sequence[LineageRow], planned: set[str]) -> list[str]:
@@ -207,7 +213,7 @@ def _in_subtree(txn: Txn, tokens: Iterable[bytes], root: bytes) -> set[bytes]:
         current: bytes | None = token
         while current is not None and current not in verdict:
             chain.append(current)
-            row = txn.scope_rows([current]).get(current)
+            row = txn.run(ops.ScopeRows([current])).get(current)
             current = None if row is None or row.parent is None else bytes(row.parent)
         answer = verdict.get(current, False) if current is not None else False
         verdict.update((t, answer) for t in chain)
@@ -217,7 +223,7 @@ def _in_subtree(txn: Txn, tokens: Iterable[bytes], root: bytes) -> set[bytes]:
 def with_derived(txn: Txn, ids: Sequence[str], *, known: Sequence[str] = ()) -> list[str]:
     """``ids`` and ``known`` with every record derived from ``ids``, transitively (``known``
     already holds its own closure)."""
-    return sorted({*known, *ids, *txn.derived_closure(list(ids))})
+    return sorted({*known, *ids, *txn.run(ops.DerivedClosure(list(ids)))})
 
 
 def with_derived_reading(reading: Reading, ids: Sequence[str]) -> list[str]:
@@ -226,7 +232,7 @@ def with_derived_reading(reading: Reading, ids: Sequence[str]) -> list[str]:
     frontier = list(ids)
     while frontier:
         with reading() as txn:
-            level = [d for d in txn.derived_closure(frontier) if d not in seen]
+            level = [d for d in txn.run(ops.DerivedClosure(frontier)) if d not in seen]
         seen.update(level)
         frontier = level
     return sorted(seen)
@@ -245,17 +251,17 @@ def sweep(txn: Txn, plan: ForgetPlan) -> list[str]:
     found = _unforgotten(txn, target, plan.version)
     if not found or not plan.compliance:
         return found
-    derived = txn.derived_closure(found)
-    return sorted({*found, *txn.keyed(derived), *txn.unhidden(derived)})
+    derived = txn.run(ops.DerivedClosure(found))
+    return sorted({*found, *txn.run(ops.Keyed(derived)), *txn.run(ops.Unhidden(derived))})
 
 
 def check_postcondition(txn: Txn, plan: ForgetPlan, ids: Sequence[str] | None = None) -> None:
     """W2/W3: nothing planned (or of ``ids``) is still readable, and (key and scope forgets) no
     visible record is left anywhere in the forgotten subtree. Raising rolls its transaction back."""
     listed = plan.hide if ids is None else ids
-    still = txn.unhidden(listed)
+    still = txn.run(ops.Unhidden(listed))
     if plan.compliance:
-        still += txn.keyed(plan.destroy_records if ids is None else ids)
+        still += txn.run(ops.Keyed(plan.destroy_records if ids is None else ids))
     if ids is None:
         still += sweep(txn, plan)
     if still:
@@ -279,10 +285,10 @@ def remains(txn: Txn, plan: ForgetPlan) -> dict[str, int]:
     records written after a reauthorization (newer than the forget) are not the target's past."""
     ids = {*plan.destroy_records, *plan.hide}
     if plan.target_kind == "subject":
-        ids.update(i for i, version, _ in txn.subject_lineage(plan.target) if version < plan.version)
+        ids.update(i for i, version, _ in txn.run(ops.SubjectLineage(plan.target)) if version < plan.version)
     elif plan.target_kind == "scope":
-        for token in txn.subtree_tokens(plan.target):
-            ids.update(i for i, version, _ in txn.scope_lineage(token) if version < plan.version)
+        for token in txn.run(ops.SubtreeTokens(plan.target)):
+            ids.update(i for i, version, _ in txn.run(ops.ScopeLineage(token)) if version < plan.version)
     wanted = sorted(ids)
-    keys = sum(1 for row in txn.lineage(wanted).values() if row.wrapped is not None)
-    return {"records": len(txn.existing_records(wanted)), "keys": keys}
+    keys = sum(1 for row in txn.run(ops.Lineage(wanted)).values() if row.wrapped is not None)
+    return {"records": len(txn.run(ops.ExistingRecords(wanted))), "keys": keys}

@@ -31,6 +31,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from ..backends import ops
 from ..backends.base import Txn
 from ..crypto.aead import derive, open_sealed, seal
 from ..index.atrest import sealed_part
@@ -104,14 +105,14 @@ def sample_records(txn: Txn, ids: Sequence[str], open_record: Opener) -> RecordS
     destroyed; it reads every one of ``ids``, so a large forget calls it outside its transaction."""
     keys: list[bytes] = []  # wrapped record and lineage keys
     windows: list[bytes] = []  # ciphertext, plaintext and vector windows
-    live = txn.lineage_keyed(ids)
-    held = sorted(txn.existing_records(ids) | live)
+    live = txn.run(ops.LineageKeyed(ids))
+    held = sorted(txn.run(ops.ExistingRecords(ids)) | live)
     chosen = _evenly(held, MAX_SAMPLED_RECORDS)
-    lineage = txn.lineage(chosen)
+    lineage = txn.run(ops.Lineage(chosen))
     for record_id in chosen:
-        row = txn.record(record_id)
+        row = txn.run(ops.Record(record_id))
         if row is not None:
-            cell = txn.vector_cell(row.version)  # the search index's sealed vector
+            cell = txn.run(ops.VectorCell(row.version))  # the search index's sealed vector
             for blob in (row.ciphertext, row.vector, None if cell is None else sealed_part(cell)):
                 if blob:
                     windows.extend(probe_windows(blob))
@@ -153,10 +154,10 @@ def sample_probes(
     if records is None:
         records = sample_records(txn, plan.destroy_records, open_record)
     scopes, subjects = plan.keys_to_destroy(txn) if whole else plan.target_keys(txn)
-    for scope in txn.scope_rows(scopes).values():
+    for scope in txn.run(ops.ScopeRows(scopes)).values():
         if scope.wrapped:
             pinned.append(bytes(scope.wrapped))
-    for wrapped, _ in txn.subject_rows(subjects).values():
+    for wrapped, _ in txn.run(ops.SubjectRows(subjects)).values():
         if wrapped:
             pinned.append(bytes(wrapped))
     found = {"records": records.held, "keys": records.live_keys + len(pinned)}

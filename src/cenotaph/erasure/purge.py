@@ -1,6 +1,8 @@
-"""The purge (S3): remove the rows of every applied plan in bounded chunks, truncate the WAL,
-clear what memory holds, then hand every request whose purge layers are all done to the
-verifying scan (``erasure.verification``). Every step resumes on the next purge."""
+"""The purge (S3): remove the rows of every applied plan in bounded chunks, have the backend
+reclaim the space they held (``backend.physical.reclaim()``; SQLite truncates the WAL), clear
+what memory holds, then hand every request whose purge layers (every layer the backend proves
+but the scan) are all done to the verifying scan (``erasure.verification``). Every step resumes
+on the next purge."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..backends import ops
 from ..backends.base import Backend, LayerEntry, Txn, dump_layers, parse_layers
 from ..crypto.provider import KeyProvider
 from ..faults import fault_point
@@ -19,9 +22,8 @@ from .ledger import anchor_audit, chunk_records, pause_between_chunks
 from .unshared import dead_key_rows
 from .verification import PENDING_STATES, Progress, Verifier
 
-__all__ = ["PURGE_LAYERS", "Purger"]
+__all__ = ["Purger"]
 
-PURGE_LAYERS = (Layer.ROWS, Layer.WAL, Layer.INDEX)
 _ROWS_LAYER: dict[str, Layer] = {
     Mode.COMPLIANCE: Layer.ROWS,
     Mode.OPERATIONAL: Layer.RECLAIM,
@@ -48,12 +50,14 @@ class Purger:
         self._provider = provider
         self._verifier = verifier
         self._memory = memory
+        # every layer the backend proves but the scan: all done before a request is scanned
+        self._purge_layers = tuple(p.layer for p in backend.physical.layers if p.layer != Layer.SCAN)
 
     def pending(self, retry_stuck: bool = False) -> bool:
         """Is a compliance request waiting for a purge (shredded, or purged and not verified,
         and -- if stuck -- worth scanning again, see ``Verifier.worth_scanning``)?"""
         with self._backend.read() as txn:
-            rows = [r for r in txn.erasures(PENDING_STATES) if r.mode == Mode.COMPLIANCE]
+            rows = [r for r in txn.run(ops.Erasures(PENDING_STATES)) if r.mode == Mode.COMPLIANCE]
         return any(
             r.state == ErasureState.SHREDDED or self._verifier.worth_scanning(r, retry_stuck) for r in rows
         )
@@ -79,47 +83,42 @@ class Purger:
         reclaimed, cleared = self._remove_rows(stop)
         fault_point("purge.rows")
         left = self._memory.forget(cleared)  # caches and index entries; returns entries left
-        wal_done, wal_left = self._backend.checkpoint_truncate()
+        space = self._backend.physical.reclaim()  # the freed bytes made unreachable (SQLite: the WAL)
         fault_point("purge.wal")
         requests: dict[str, str] = {}
         scan: dict[str, Any] = {"files": 0, "bytes": 0, "probes": 0, "matches": 0, "positive_control": False}
         with self._backend.write() as txn:
-            for row in txn.erasures(PENDING_STATES):
-                layers = dict(row.layer_entries)
-                layers[Layer.WAL] = (
-                    _done(wal_bytes=0)
-                    if wal_done
-                    else _pending(
-                        wal_bytes=wal_left,
-                        gap="an open reader blocks wal_checkpoint(TRUNCATE); close it and purge again",
-                    )
-                )
+            for row in txn.run(ops.Erasures(PENDING_STATES)):
+                layers = {**row.layer_entries, **space.layers}
                 layers[Layer.INDEX] = (
                     _done(entries_left_in_memory=0, on_disk_snapshots=0)
                     if left == 0
                     else _pending(entries_left_in_memory=left, gap="vectors are still in the in-memory index")
                 )
-                state = ErasureState.PURGED if _purge_layers_done(layers) else row.state
-                txn.update_erasure(row.id, layers=dump_layers(layers), state=state)
+                state = ErasureState.PURGED if self._purge_layers_done(layers) else row.state
+                txn.run(ops.UpdateErasure(row.id, {"layers": dump_layers(layers), "state": state}))
         with self._backend.read() as txn:
             # a request purged earlier is verified only while every purge layer is done now (a
             # reader may block this purge's WAL truncation): no certificate over a pending layer
             to_verify = [
                 r
-                for r in txn.erasures([ErasureState.PURGED])
-                if _purge_layers_done(r.layer_entries) and self._verifier.worth_scanning(r, retry_stuck)
+                for r in txn.run(ops.Erasures([ErasureState.PURGED]))
+                if self._purge_layers_done(r.layer_entries) and self._verifier.worth_scanning(r, retry_stuck)
             ]
         stop()
         if to_verify:
             scan = self._verifier.verify(to_verify, _with_stop(progress, stop))
         with self._backend.read() as txn:
-            for row in txn.erasures():
+            for row in txn.run(ops.Erasures()):
                 requests[row.id] = row.state
-            anchor = {"request_count": len(requests), "reclaimed": reclaimed, "wal_truncated": wal_done}
+            anchor = {"request_count": len(requests), "reclaimed": reclaimed, "wal_truncated": space.done}
         with self._backend.write() as txn:
             anchor_audit(self._provider, txn, "purge", anchor)
         fault_point("purge.done")
-        return PurgeReport(requests=requests, reclaimed=reclaimed, wal_truncated=wal_done, scan=scan)
+        return PurgeReport(requests=requests, reclaimed=reclaimed, wal_truncated=space.done, scan=scan)
+
+    def _purge_layers_done(self, layers: Mapping[str, LayerEntry]) -> bool:
+        return all(layers[name].done for name in self._purge_layers)
 
     def _remove_rows(self, check_stop: Callable[[], None]) -> tuple[int, list[str]]:
         """Delete the rows of every request whose plan is applied (operational: reclaim its hidden
@@ -128,7 +127,11 @@ class Purger:
         so a large request never holds the write lock long and resumes where it stopped.
         Returns the rows removed and the record ids whose in-memory copies must go."""
         with self._backend.read() as txn:
-            rows = [r for r in txn.erasures([ErasureState.TOMBSTONED, *PENDING_STATES]) if r.applied is None]
+            rows = [
+                r
+                for r in txn.run(ops.Erasures([ErasureState.TOMBSTONED, *PENDING_STATES]))
+                if r.applied is None
+            ]
         work: list[_RowRemoval] = []
         cleared: list[str] = []
         for row in rows:
@@ -152,7 +155,7 @@ class Purger:
                 pause_between_chunks()
         while True:
             with self._backend.write() as txn:
-                swept = txn.sweep_expired(time.time(), chunk_records())
+                swept = txn.run(ops.SweepExpired(time.time(), chunk_records()))
             reclaimed += swept
             if swept < chunk_records():
                 return reclaimed, cleared
@@ -184,24 +187,24 @@ class _RowRemoval:
         done, whether the request's rows are all gone). The cursor is read and advanced in
         ``txn``; the request's layers are written once, when its rows are all gone."""
         name = _ROWS_LAYER[self.plan.mode]
-        text = txn.erasure_layers(self.request_id)
+        text = txn.run(ops.ErasureLayers(self.request_id))
         layers = {} if text is None else parse_layers(text)
         if text is None or layers[name].done:
             return 0, 0, True  # another process finished it
-        done, total = txn.purge_progress(self.request_id)
+        done, total = txn.run(ops.PurgeProgress(self.request_id))
         part = self.ids[done : done + budget]
         finished = done + len(part) >= len(self.ids)
         if self.plan.compliance:
             scopes, subjects = self.keys if finished else ([], [])
-            removed = txn.purge_erased(part, scopes, subjects, self.plan.version)
+            removed = txn.run(ops.PurgeErased(part, scopes, subjects, self.plan.version))
         else:
-            removed = txn.delete_hidden(part)
+            removed = txn.run(ops.DeleteHidden(part))
         if finished:
             layers[name] = _done(rows_removed=total + removed, records=len(self.ids))
-            txn.update_erasure(self.request_id, layers=dump_layers(layers))
-            txn.set_purge_progress(self.request_id, None)
+            txn.run(ops.UpdateErasure(self.request_id, {"layers": dump_layers(layers)}))
+            txn.run(ops.SetPurgeProgress(self.request_id, None))
         else:
-            txn.set_purge_progress(self.request_id, done + len(part), total + removed)
+            txn.run(ops.SetPurgeProgress(self.request_id, done + len(part), total + removed))
         return removed, len(part), finished
 
 
@@ -214,7 +217,3 @@ def _with_stop(progress: Progress | None, stop: Callable[[], None]) -> Progress:
             progress(done, total)
 
     return report
-
-
-def _purge_layers_done(layers: Mapping[str, LayerEntry]) -> bool:
-    return all(layers[name].done for name in PURGE_LAYERS)

@@ -17,13 +17,12 @@ import contextlib
 import fcntl
 import json
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..backends import directory_format, looks_like_store, ops
 from ..backends.base import Txn
-from ..backends.sqlite.backend import DB_NAME
 from ..durable import fsync
 from ..errors import InvalidValueError, StorageError
 from ..faults import fault_point
@@ -44,9 +43,7 @@ __all__ = [
 RESTORE_MARKER = ".restore-incomplete"
 KEYRING_DIR = "keyring"  # a target may hold the source's keyring directory, and keeps it
 # what an interrupted restore may have left in its target, replaced when it runs again
-_LEFT_BY_A_CRASH = frozenset(
-    {RESTORE_MARKER, DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", f"{DB_NAME}-journal"}
-)
+_LEFT_BY_A_CRASH = frozenset({RESTORE_MARKER, *directory_format().restored_files})
 
 
 def check_not_restoring(directory: Path) -> None:
@@ -61,13 +58,13 @@ def check_not_restoring(directory: Path) -> None:
 def check_outside_stores(path: Path, what: str) -> None:
     """Refuse a backup or restore target inside a data directory: its copy of the database would
     be a file that store owns, and every later erasure scan there would find its bytes."""
-    if any((parent / DB_NAME).exists() for parent in path.resolve().parents):
+    if any(looks_like_store(parent) for parent in path.resolve().parents):
         raise InvalidValueError(f"{what} is inside a store's data directory; choose a directory outside it")
 
 
 def restore_committed(target: Path) -> bool:
     """Whether ``target`` holds a restored store that committed (it may serve; keep it)."""
-    return (target / DB_NAME).exists() and not (target / RESTORE_MARKER).exists()
+    return looks_like_store(target) and not (target / RESTORE_MARKER).exists()
 
 
 @contextlib.contextmanager
@@ -113,7 +110,7 @@ def _remove_copy(target: Path, created: bool) -> None:
 
 def _manifest(src: Path) -> dict[str, Any]:
     manifest_path = src / BACKUP_MANIFEST
-    if not manifest_path.is_file() or not (src / DB_NAME).is_file():
+    if not manifest_path.is_file() or not directory_format().holds_snapshot(src):
         raise InvalidValueError(
             "the source is not a cenotaph backup (no manifest); pass a directory made by store.backup()"
         )
@@ -135,8 +132,7 @@ def _copy(src: Path, target: Path) -> None:
     fsync(target)
     for name in _LEFT_BY_A_CRASH - {RESTORE_MARKER}:
         (target / name).unlink(missing_ok=True)
-    shutil.copyfile(src / DB_NAME, target / DB_NAME)
-    fsync(target / DB_NAME)
+    directory_format().install_snapshot(src, target)
     fsync(target)
     fault_point("restore.copied")
 
@@ -154,7 +150,7 @@ def audited_forgets(txn: Txn, ledger: list[dict[str, Any]], logged: set[str]) ->
     ledgered. The copy may end anywhere (it is a prefix of the source's history), but a copy
     whose log was edited is refused before it serves anything (S9)."""
     try:
-        entries = [entry_from_dict(json.loads(e)) for e in txn.audit_entries()]
+        entries = [entry_from_dict(json.loads(e)) for e in txn.run(ops.AuditEntries())]
     except ValueError:
         raise StorageError(_ALTERED_BACKUP.format("an audit entry is not valid JSON")) from None
     try:
@@ -163,14 +159,14 @@ def audited_forgets(txn: Txn, ledger: list[dict[str, Any]], logged: set[str]) ->
         raise StorageError(_ALTERED_BACKUP.format("its audit log's hash chain is broken")) from exc
     last = max((e.seq for e in entries), default=0)
     heads = {e.seq: e.head for e in entries}
-    anchors = all_anchors(ledger, txn.meta(AUDIT_CHAIN))
+    anchors = all_anchors(ledger, txn.run(ops.Meta(AUDIT_CHAIN)))
     if anchors is None and entries:
         raise StorageError(_ALTERED_BACKUP.format("its audit chain id is not in the key provider's ledger"))
     held = {seq: found for seq, found in (anchors or {}).items() if seq <= last}
     if any(len(found) > 1 or heads.get(seq) not in found for seq, found in held.items()):
         raise StorageError(_ALTERED_BACKUP.format("an audit entry differs from its anchor in the ledger"))
     try:
-        check_tail_announced(entries, held, all_intents(ledger, txn.meta(AUDIT_CHAIN)))
+        check_tail_announced(entries, held, all_intents(ledger, txn.run(ops.Meta(AUDIT_CHAIN))))
     except StorageError as exc:
         raise StorageError(_ALTERED_BACKUP.format("its audit log holds an entry never announced")) from exc
     forgets = {str(e.fields.get("request_id")) for e in entries if e.event == "forget"}

@@ -3,6 +3,7 @@ nothing holds (``erasure.horizon`` names the holders), which is what brings hori
 
 from __future__ import annotations
 
+from ..backends import ops
 from ..backends.base import Backend
 from ..crypto.keys import KeyChain
 from ..crypto.provider import KeyProvider
@@ -36,7 +37,7 @@ class Rotation:
         new_epoch = self._provider.new_epoch()
         with self._backend.write() as txn:
             self._keys.refresh_epoch()
-            rows = txn.wrapped_keys()
+            rows = txn.run(ops.WrappedKeys())
             rewrapped = []
             for n, (table, pk, wrapped, epoch) in enumerate(rows, start=1):
                 key = self._keys.unwrap(wrapped, epoch)
@@ -48,13 +49,13 @@ class Rotation:
                 rewrapped.append((table, pk, new_wrapped, new_epoch))
                 if progress is not None and n % 1000 == 0:
                     progress(n, len(rows))
-            txn.rewrap(rewrapped)
-            txn.set_meta(KEK_EPOCH, new_epoch)
+            txn.run(ops.Rewrap(rewrapped))
+            txn.run(ops.SetMeta(KEK_EPOCH, new_epoch))
             anchor_audit(self._provider, txn, "rotate", {"epoch": new_epoch, "rewrapped": len(rewrapped)})
-        # old wrapped bytes must leave the WAL before old epochs can be said to be gone
-        self._backend.checkpoint_truncate()
+        # old wrapped bytes must be unreachable (SQLite: out of the WAL) before old epochs can be said to be gone
+        self._backend.physical.reclaim()
         with self._backend.read() as txn:
-            probing = txn.probe_key_epochs()  # pending requests' probes: kept until they verify
+            probing = txn.run(ops.ProbeKeyEpochs())  # pending requests' probes: kept until they verify
         destroyed = [
             epoch
             for epoch in self._provider.live_epochs()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..backends import ops
 from ..backends.base import Txn
 from ..crypto.aead import new_key
 from ..crypto.keys import KeyChain
@@ -47,12 +48,12 @@ class ProbeSampler:
             plan.epochs.append(epoch)
         key = new_key()
         wrapped, _ = self._keys.wrap(key, epoch)
-        txn.insert_probe_key(plan.request_id, wrapped, epoch)
+        txn.run(ops.InsertProbeKey(plan.request_id, wrapped, epoch))
         return seal_probes(key, plan.request_id, probes)
 
     def open_record(self, txn: Txn, record_id: str) -> tuple[Record, bytes | None] | None:
         """A record decrypted, and its vector's bytes, while its keys still exist."""
-        row = txn.record(record_id)
+        row = txn.run(ops.Record(record_id))
         opened = None if row is None else self._crypto.open(txn, row)
         if opened is None:
             return None

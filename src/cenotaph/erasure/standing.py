@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from ..backends import ops
 from ..backends.base import Backend, ErasureRow
-from ..backends.sqlite.backend import DB_NAME
 from ..model import ErasureState, Layer, LayerState, Mode
 from .probes import ProbeSample
 from .scanner import ScanResult
@@ -70,9 +70,11 @@ def judge_scan(
     rewrite_tried: bool,
     waiting_for: Sequence[str],
     keyring_files: Collection[str] = (),
+    database_file: Callable[[str], bool],
 ) -> Verdict:
     """Decide one request from its scan, its probes and what of its target is left (S4).
-    ``keyring_files``: the names the scan gives the key provider's own files."""
+    ``keyring_files``: the names the scan gives the key provider's own files; ``database_file``:
+    whether a scanned file is one of the database's own (``Physical.is_database_file``)."""
     if sample is None:
         return Verdict(
             "its sealed probes cannot be opened (their key, or the KEK epoch wrapping it, is gone), "
@@ -81,7 +83,7 @@ def judge_scan(
             release=REFORGET,
         )
     if result.matches:
-        return _residue(result, rewrite_tried, keyring_files)
+        return _residue(result, rewrite_tried, keyring_files, database_file)
     if not result.positive_control:
         return Verdict(
             "the scanner's positive control failed, so a clean scan proves nothing",
@@ -121,10 +123,15 @@ def judge_scan(
     return Verdict(None)
 
 
-def _residue(result: ScanResult, rewrite_tried: bool, keyring_files: Collection[str]) -> Verdict:
+def _residue(
+    result: ScanResult,
+    rewrite_tried: bool,
+    keyring_files: Collection[str],
+    database_file: Callable[[str], bool],
+) -> Verdict:
     files = list(result.matched_files)
     gap = f"{result.matches} probe match(es) in {files}"
-    database = [f for f in files if f.rsplit("/", 1)[-1].startswith(DB_NAME)]
+    database = [f for f in files if database_file(f)]
     keyring = [f for f in files if f in keyring_files]
     stray = [f for f in files if f not in database and f not in keyring]
     if stray:
@@ -164,7 +171,7 @@ def standing_in(backend: Backend, row: ErasureRow) -> Standing:
 
     def lookup(request_id: str) -> ErasureRow | None:
         with backend.read() as txn:
-            return txn.erasure(request_id)
+            return txn.run(ops.Erasure(request_id))
 
     return standing_of(row, lookup)
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from ..backends import ops
 from ..backends.base import Backend, ErasureRow
-from ..backends.sqlite.backend import busy_timeout_ms
 from ..errors import ErasureNotProvableError, NotFoundError
 from ..memory import StoreMemory
 from ..model import ErasureState, ErasureStatus, Layer, LayerState, LayerStatus, Mode, Retention
@@ -57,7 +57,7 @@ class RequestStatus:
         checked = check_token_text(request_id, "request_id must be the id returned by store.forget()")
         self._memory.sync()
         with self._backend.read() as txn:
-            row = txn.erasure(checked)
+            row = txn.run(ops.Erasure(checked))
         if row is None:
             raise NotFoundError("no erasure request with that id; list them with store.erasures()")
         return row
@@ -124,7 +124,7 @@ class RequestStatus:
                 return status
             if standing_in(self._backend, self.row(request_id)).blocked:  # an open reader: it may go away
                 blocked_since = now if blocked_since is None else blocked_since
-                if deadline is None and now - blocked_since > busy_timeout_ms() / 1000:
+                if deadline is None and now - blocked_since > self._backend.physical.blocked_wait_s():
                     raise _not_provable(status, f"erasure request {request_id} is still blocked")
             else:  # nothing known blocks it, yet purging did not verify it: never loop on that
                 idle_rounds = idle_rounds + 1 if status.state == before.state else 0

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 
+from ..backends import ops
 from ..backends.base import Txn
 
 __all__ = ["dead_key_rows", "split_tokens", "unshared_keys"]
@@ -43,15 +44,15 @@ def unshared_keys(
     ``kind`` (``scope``: its whole subtree; ``subject``: the unshared scopes of its records); the
     forget's own target subject is not included (the plan lists it)."""
     destroyed = set(record_ids)
-    rows = txn.lineage_tokens(record_ids)
+    rows = txn.run(ops.LineageTokens(record_ids))
     if kind == "scope":
-        scopes = txn.subtree_tokens(target)
+        scopes = txn.run(ops.SubtreeTokens(target))
     elif kind == "subject":
         scopes = _unshared_scopes(txn, destroyed, {scope for scope, _ in rows})
     else:
         scopes = []
     carried = {t for _, tokens in set(rows) for t in split_tokens(tokens)} - {target}
-    subjects = [t for t in sorted(carried) if not _used_elsewhere(txn.subject_lineage(t), destroyed)]
+    subjects = [t for t in sorted(carried) if not _used_elsewhere(txn.run(ops.SubjectLineage(t)), destroyed)]
     return sorted(scopes), subjects
 
 
@@ -70,10 +71,10 @@ def _unshared_scopes(txn: Txn, destroyed: set[str], leaves: set[bytes]) -> list[
         if token in verdicts:
             return verdicts[token]
         verdicts[token] = None
-        if _used_elsewhere(txn.scope_lineage(token), destroyed):
+        if _used_elsewhere(txn.run(ops.ScopeLineage(token)), destroyed):
             return None
         found = {token}
-        for child in txn.child_scopes(token):
+        for child in txn.run(ops.ChildScopes(token)):
             below = subtree_if_unshared(child)
             if below is None:
                 return None
@@ -93,7 +94,7 @@ def _with_ancestors(txn: Txn, tokens: Iterable[bytes]) -> list[bytes]:
     level = set(tokens)
     while level:
         seen.extend(sorted(level - set(seen)))
-        rows = txn.scope_rows(sorted(level))
+        rows = txn.run(ops.ScopeRows(sorted(level)))
         level = {bytes(r.parent) for r in rows.values() if r.parent is not None} - set(seen)
     return seen
 
@@ -110,7 +111,7 @@ def dead_key_rows(
     rows are deleted). A row is removed only while its key is destroyed: a reauthorized write
     since then gave it a new key, and its row stays. A destroyed scope's descendants are all
     destroyed too (shredding follows whole subtrees), so they go with it."""
-    rows = set(txn.lineage_tokens(record_ids))
+    rows = set(txn.run(ops.LineageTokens(record_ids)))
     scopes = set(listed[0]) | {scope for scope, _ in rows}
     if kind == "scope":
         scopes.add(target)
@@ -119,9 +120,11 @@ def dead_key_rows(
         subjects.add(target)
     dead_scopes: set[bytes] = set()
     for token in _with_ancestors(txn, scopes):
-        row = txn.scope_rows([token]).get(token)
+        row = txn.run(ops.ScopeRows([token])).get(token)
         if row is not None and row.wrapped is None and token not in dead_scopes:
-            dead_scopes.update(t for t in txn.subtree_tokens(token))
-    found = txn.scope_rows(sorted(dead_scopes))
-    dead_subjects = [t for t, (wrapped, _) in txn.subject_rows(sorted(subjects)).items() if wrapped is None]
+            dead_scopes.update(t for t in txn.run(ops.SubtreeTokens(token)))
+    found = txn.run(ops.ScopeRows(sorted(dead_scopes)))
+    dead_subjects = [
+        t for t, (wrapped, _) in txn.run(ops.SubjectRows(sorted(subjects))).items() if wrapped is None
+    ]
     return sorted(t for t, r in found.items() if r.wrapped is None), sorted(dead_subjects)

@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ..backends import ops
 from ..backends.base import Backend, ErasureRow, LayerEntry, Txn, dump_layers
-from ..backends.sqlite.backend import DB_NAME
 from ..crypto.keys import KeyChain
 from ..crypto.provider import KeyProvider, LocalKeyring
 from ..faults import fault_point
@@ -54,9 +54,8 @@ class Verifier:
 
     def _scan_roots(self) -> dict[str, Path]:
         """The directories a scan reads, by the prefix of their files' names in its evidence: the
-        data directory, and a local keyring kept outside it (``<keyring>/``)."""
-        location = self._backend.location
-        roots = {} if location is None else {"": location.resolve()}
+        backend's (the data directory), and a local keyring kept outside them (``<keyring>/``)."""
+        roots = dict(self._backend.physical.scan_sources().roots)
         if isinstance(self._provider, LocalKeyring) and not any(
             self._provider.path.resolve().is_relative_to(r) for r in roots.values()
         ):
@@ -92,15 +91,16 @@ class Verifier:
             probes = {rid: [p for p in listed if p not in uninformative] for rid, listed in probes.items()}
             every = [p for listed in probes.values() for p in listed]
             combined = self._scan(every, progress)
-        in_database = any(Path(f).name.startswith(DB_NAME) for f in combined.matched_files)
+        physical = self._backend.physical
+        in_database = any(physical.is_database_file(f) for f in combined.matched_files)
         # once per request: a match in live cells (a value quoting text the store keeps, say)
         # survives any rewrite, and must not cost the store's size on every purge after
         untried = any(not _scan_evidence(r).get("rewritten") for r in rows)
-        rewritten = in_database and untried and self._backend.rewrite()
+        rewritten = in_database and untried and physical.rewrite()
         if rewritten:
-            # secure_delete zeroes what is deleted, but a page SQLite reorganized earlier can keep
-            # a stale fragment of a cell in its unallocated space; rewriting the whole database
-            # (VACUUM, then a TRUNCATE checkpoint) leaves none. Costs the store's size, only then.
+            # residue in the database's own files can sit in free space no deletion zeroes (SQLite:
+            # a page reorganized earlier keeps a stale fragment of a cell); rebuilding the database
+            # from its live rows leaves none. Costs the store's size, only then.
             combined = self._scan(every, progress)
         # attribute residue by the probes found: only a request whose own probes matched is
         # scanned again, alone, to learn its files (a scan per pending request, every purge, was
@@ -117,8 +117,8 @@ class Verifier:
                 dropped = 0 if sample is None else len(sample.probes) - len(probes[row.id])
                 audited.append(self._conclude(txn, row, results[row.id], scanned, rewritten, dropped))
             anchor_audit_many(self._provider, txn, audited)
-        # the sealed probes were just deleted: push that out of the WAL too
-        self._backend.checkpoint_truncate()
+        # the sealed probes were just deleted: make their bytes unreachable too (SQLite: the WAL)
+        physical.reclaim()
         return combined.to_dict()
 
     def worth_scanning(self, row: ErasureRow, retry_stuck: bool) -> bool:
@@ -161,10 +161,10 @@ class Verifier:
             json.dumps(e, sort_keys=True, separators=(",", ":")).encode() for e in self._provider.ledger()
         )
         with self._backend.read() as txn:
-            return {p for p in matched if p in ledger or txn.plaintext_holds(p)}
+            return {p for p in matched if p in ledger or txn.run(ops.PlaintextHolds(p))}
 
     def _open_probes(self, txn: Txn, row: ErasureRow) -> ProbeSample | None:
-        wrapped = txn.probe_key(row.id)
+        wrapped = txn.run(ops.ProbeKey(row.id))
         if wrapped is None:  # sealed before probe keys existed
             key = legacy_probe_key(self._provider.erasure_secret(), row.id)
             return open_probes(key, row.id, row.probes, legacy=True)
@@ -175,7 +175,7 @@ class Verifier:
         found nothing to erase proves nothing about data one of them still has to remove."""
         return [
             r.id
-            for r in txn.erasures(PENDING_STATES)
+            for r in txn.run(ops.Erasures(PENDING_STATES))
             if r.version < row.version
             and r.mode == Mode.COMPLIANCE
             and (r.target_kind, bytes(r.target)) == (row.target_kind, bytes(row.target))
@@ -207,6 +207,7 @@ class Verifier:
             rewrite_tried=tried,
             waiting_for=self._earlier_unverified(txn, row) if found_nothing else [],
             keyring_files=self._keyring_files(),
+            database_file=self._backend.physical.is_database_file,
         )
         evidence: dict[str, Any] = {
             **result.to_dict(),
@@ -217,6 +218,9 @@ class Verifier:
             evidence |= {"found": sample.found, "nothing_to_erase": found_nothing}
         if uninformative:
             evidence["uninformative_probes"] = uninformative  # they occur in the store's bookkeeping
+        unscanned = self._backend.physical.scan_sources().gaps
+        if unscanned:  # what the scan cannot read, and what covers it instead
+            evidence["unscanned"] = [g.to_dict() for g in unscanned]
         if tried:
             evidence["rewritten"] = True  # the database was rewritten for this request already
         gap = verdict.gap
@@ -230,12 +234,12 @@ class Verifier:
         verified_at = None if gap else now_iso()
         if gap is None:
             fields |= {"state": ErasureState.VERIFIED, "verified_at": verified_at, "probes": None}
-            txn.delete_probe_key(row.id)
+            txn.run(ops.DeleteProbeKey(row.id))
             # stored once reached; until then the reason is whatever holds an epoch now (status)
             horizon, reason = self._horizon(row)
             if horizon is not None:
                 fields |= {"horizon": horizon.isoformat(), "horizon_reason": reason}
-        txn.update_erasure(row.id, **fields)
+        txn.run(ops.UpdateErasure(row.id, fields))
         return (
             "verify",
             {

@@ -39,6 +39,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from numpy.typing import NDArray
 
+from ..backends import ops
 from ..backends.base import LineageRow, RecordRow, Txn
 from ..crypto.aead import NONCE_BYTES, derive_message
 from ..records import RecordCrypto
@@ -183,7 +184,7 @@ class VectorCells:
         unwrap = self._crypto.keys.unwrap
         for start in range(0, len(derived), 500):
             part = derived[start : start + 500]
-            lineage = txn.lineage([entries[pos][0] for pos in part])
+            lineage = txn.run(ops.Lineage([entries[pos][0] for pos in part]))
             for pos in part:
                 record_id, version, scope_token, wrapped, epoch, cell = entries[pos]
                 assert cell is not None  # only cells with a header were queued

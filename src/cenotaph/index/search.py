@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from ..backends import ops
 from ..backends.base import RecordRow, Txn
 from ..errors import InvalidValueError
 from ..model import Record
@@ -170,11 +171,11 @@ class SearchIndex:
         A record's vector is read back from its sealed cell when it has one from this embedder; the others
         are decrypted and embedded here, in memory, and their sealed cells queued for :meth:`flush`."""
         with self._lock:
-            clock = txn.clock()
+            clock = txn.run(ops.Clock())
             if self.ready and clock <= self.indexed_version:
                 return
             after = self.indexed_version if self.ready else 0
-            entries = txn.live_vectors(after)
+            entries = txn.run(ops.LiveVectors(after))
             cells = None if self._ident is None else VectorCells(crypto, self._ident, self.dim)
             opened: list[int] = []
             if cells is not None and entries:
@@ -201,13 +202,14 @@ class SearchIndex:
         """The full rows of these live records: one scan when they are most of them, else one lookup each."""
         if 2 * len(ids) > live:
             wanted = set(ids)
-            return [row for row in txn.live_records(after) if row.id in wanted]
-        return [row for row in map(txn.record, ids) if row is not None]
+            return [row for row in txn.run(ops.LiveRecords(after)) if row.id in wanted]
+        found = (txn.run(ops.Record(i)) for i in ids)
+        return [row for row in found if row is not None]
 
     def _embed_missing(
         self, txn: Txn, crypto: RecordCrypto, cells: VectorCells | None, rows: Sequence[RecordRow]
     ) -> None:
-        lineage = txn.lineage([r.id for r in rows])
+        lineage = txn.run(ops.Lineage([r.id for r in rows]))
         opened: list[RecordRow] = []
         records: list[Record] = []
         for row in rows:

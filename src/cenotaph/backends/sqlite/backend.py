@@ -1,5 +1,5 @@
-"""SQLite backend: every SQL statement of the embedded store, and the only place that
-translates ``sqlite3`` errors into :class:`cenotaph.errors.StorageError`."""
+"""SQLite backend: every SQL statement of the embedded store. Every ``sqlite3`` error it meets
+becomes a :class:`cenotaph.errors.StorageError` through ``errors.translate``."""
 
 from __future__ import annotations
 
@@ -10,12 +10,18 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import StorageError
 from ..base import ErasureRow, LineageRow, RecordRow, ScopeKeyRow
+from ..ops import OpRunner
+from .errors import busy_error, is_busy, translate
 from .schema import MIGRATIONS, statements
+
+if TYPE_CHECKING:
+    from .physical import SQLitePhysical
 
 __all__ = ["SQLiteBackend", "SQLITE_SETTINGS", "DB_NAME", "read_only", "unwritable"]
 
@@ -69,13 +75,6 @@ def _file_lock(path: Path) -> threading.Lock:
     info = path.stat()
     with _FILE_LOCKS_GUARD:
         return _FILE_LOCKS.setdefault((info.st_dev, info.st_ino), threading.Lock())
-
-
-def _busy_error() -> StorageError:
-    return StorageError(
-        "the data directory is locked by another process for too long (a long write, or a stuck "
-        "process holding it open); retry, or wait longer with CENOTAPH_BUSY_TIMEOUT_MS"
-    )
 
 
 def _nobody_writes(db: Path) -> bool:
@@ -201,34 +200,6 @@ def _lineage(row: Sequence[Any]) -> LineageRow:
     return LineageRow(*values)
 
 
-def _is_busy(exc: sqlite3.Error) -> bool:
-    text = str(exc).lower()
-    return "locked" in text or "busy" in text
-
-
-def translate(exc: sqlite3.Error, path: Path | None = None) -> StorageError:
-    """The one place a driver error becomes ours (naming the database file ``path`` when known)."""
-    text = str(exc).lower()
-    where = "the database" if path is None else str(path)
-    if _is_busy(exc):
-        return _busy_error()
-    if "malformed" in text or "not a database" in text:
-        return StorageError("the database file is corrupt; restore it from a backup with cenotaph.restore()")
-    if "readonly" in text or "read-only" in text:
-        denied = [] if path is None else unwritable(path.parent)
-        named = f"{where} (or its directory)" if not denied else ", ".join(map(str, denied))
-        return StorageError(
-            f"read-only for this user: {named}; reads work, but this step writes, so it needs write "
-            "permission on the data directory and every cenotaph.db* file in it"
-        )
-    if "unable to open" in text:
-        return StorageError(
-            f"cannot open {where} (SQLite: {exc}); check that this user may read the data directory "
-            "and its files"
-        )
-    return StorageError(f"the database failed ({type(exc).__name__}); check disk space and permissions")
-
-
 def _epochs_in_use(conn: sqlite3.Connection) -> set[int]:
     found: set[int] = set()
     for table, _ in (*_WRAPPED_TABLES, ("probe_keys", "request_id")):
@@ -237,12 +208,13 @@ def _epochs_in_use(conn: sqlite3.Connection) -> set[int]:
     return found
 
 
-class SQLiteTxn:
-    """A transaction on one connection. Every method is plain SQL over tokens and ciphertext."""
+class SQLiteTxn(OpRunner):
+    """A transaction on one connection. Every handler is plain SQL over tokens and ciphertext."""
 
     def __init__(self, conn: sqlite3.Connection, *, commits: bool = True) -> None:
         self._c = conn
         self._commits = commits
+        self._accept_writes(commits)
         self._after: list[Callable[[], None]] = []
 
     def after_commit(self, action: Callable[[], None]) -> None:
@@ -1016,7 +988,7 @@ class SQLiteBackend:
             timeout_ms = busy_timeout_ms()
             deadline = time.monotonic() + timeout_ms / 1000
             if not self._writers.acquire(timeout=max(0.0, deadline - time.monotonic())):
-                raise _busy_error()
+                raise busy_error()
             try:
                 try:
                     self._begin(begin, deadline, timeout_ms)
@@ -1061,7 +1033,7 @@ class SQLiteBackend:
                     self._conn.execute(begin)
                     return
                 except sqlite3.OperationalError as exc:
-                    if not _is_busy(exc) or time.monotonic() >= deadline:
+                    if not is_busy(exc) or time.monotonic() >= deadline:
                         raise
                 time.sleep(delay)
                 delay = min(delay * 2, _POLL_MAX_S)
@@ -1121,49 +1093,12 @@ class SQLiteBackend:
             self._data_version = current
             return changed
 
-    def checkpoint_truncate(self, attempts: int = 20) -> tuple[bool, int]:
-        """``wal_checkpoint(TRUNCATE)`` until it succeeds; (done, wal bytes left). An open reader
-        anywhere keeps it busy, and then the WAL layer stays pending."""
-        wal = self.path.with_name(self.path.name + "-wal")
-        for attempt in range(attempts):
-            with self._lock:
-                try:
-                    # TRUNCATE would wait out busy_timeout for every reader; poll without waiting
-                    self._conn.execute("PRAGMA busy_timeout=0")
-                    busy = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
-                except sqlite3.Error as exc:
-                    raise translate(exc, self.path) from exc
-                finally:
-                    self._conn.execute(f"PRAGMA busy_timeout={busy_timeout_ms()}")
-            if busy == 0:  # the WAL was emptied (later commits append only new frames)
-                return True, 0
-            time.sleep(min(0.005 * (attempt + 1), 0.05))
-        return False, wal.stat().st_size if wal.exists() else 0
+    @cached_property
+    def physical(self) -> SQLitePhysical:
+        """What this backend does to bytes: WAL truncation, VACUUM, VACUUM INTO, its files."""
+        from .physical import SQLitePhysical  # it builds on this module
 
-    def rewrite(self) -> bool:
-        """``VACUUM`` (every page rebuilt from live cells only), then a TRUNCATE checkpoint so the
-        old pages leave the WAL too. False if an open reader keeps the WAL."""
-        with self._lock:
-            try:
-                self._conn.execute("VACUUM")
-            except sqlite3.Error as exc:
-                raise translate(exc, self.path) from exc
-        return self.checkpoint_truncate()[0]
-
-    def vacuum_into(self, target: Path) -> set[int]:
-        """A consistent, compact copy with no freelist residue (HINTS); returns the KEK epochs
-        the copy's wrapped keys use (read from the copy itself: a rotation may have committed
-        since anyone last looked)."""
-        with self._lock:
-            try:
-                self._conn.execute("VACUUM INTO ?", (str(target),))
-                with contextlib.closing(sqlite3.connect(f"{target.as_uri()}?mode=ro", uri=True)) as copy:
-                    return _epochs_in_use(copy)
-            except sqlite3.Error as exc:
-                raise translate(exc, self.path) from exc
-
-    def owned_files(self) -> list[Path]:
-        return sorted(p for p in self.directory.rglob("*") if p.is_file())
+        return SQLitePhysical(self)
 
     def close(self) -> None:
         with self._lock:
