@@ -16,8 +16,9 @@ import contextlib
 import hashlib
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 from psycopg import sql
@@ -29,6 +30,11 @@ from ..sqlite.backend import busy_timeout_ms
 from .errors import Endpoint, endpoint, translate, translate_connect
 from .schema import LATEST, MIGRATIONS, MIGRATIONS_TABLE, create_schema, set_search_path
 from .txn import Connection, PostgresTxn
+
+if TYPE_CHECKING:
+    from .physical import PostgresPhysical
+
+T = TypeVar("T")
 
 __all__ = ["PostgresBackend", "advisory_key", "POOL_MIN", "POOL_MAX", "CONNECT_TIMEOUT_S"]
 
@@ -269,39 +275,48 @@ class PostgresBackend:
         with self._lock:
             return self.saw_data_version(self._read_marker())
 
-    # -- physical (the server owns the files) -----------------------------------------
-    def checkpoint_truncate(self, attempts: int = 20) -> tuple[bool, int]:
-        """Nothing to do: the WAL is the server's, not a file of the store's."""
-        return True, 0
+    # -- what the physical part needs ---------------------------------------------------
+    @cached_property
+    def physical(self) -> PostgresPhysical:
+        """What this backend does to bytes: replicas replayed, VACUUM FULL, no files of its own."""
+        from .physical import PostgresPhysical  # it builds on this module
 
-    def rewrite(self) -> bool:
-        """``VACUUM FULL`` of the store's tables: each is rewritten from its live rows alone."""
+        return PostgresPhysical(self)
+
+    def _autocommit(self, statements: Callable[[Connection], T]) -> T:
+        """``statements`` on a pooled connection outside any transaction (VACUUM needs that)."""
         with self._lock:
             conn = self._getconn()
             try:
-                tables = conn.execute(
-                    "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY tablename", (self.schema,)
-                ).fetchall()
-                for (table,) in tables:
-                    conn.execute(
-                        sql.SQL("VACUUM FULL {}.{}").format(
-                            sql.Identifier(self.schema), sql.Identifier(table)
-                        )
-                    )
+                return statements(conn)
             except psycopg.Error as exc:
                 raise translate(exc, self.endpoint) from exc
             finally:
                 self._pool.putconn(conn)
-        return True
 
-    def vacuum_into(self, target: Path) -> set[int]:
-        raise StorageError(
-            "cenotaph backup does not copy a PostgreSQL store yet; back the database up with the "
-            "server's own tools (pg_dump, base backups)"
-        )
+    def current_lsn(self) -> str:
+        """The primary's current WAL position (after every commit this backend made)."""
 
-    def owned_files(self) -> list[Path]:
-        return []
+        def lsn(conn: Connection) -> str:
+            row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+            assert row is not None
+            return str(row[0])
+
+        return self._autocommit(lsn)
+
+    def vacuum_full(self) -> None:
+        """Rewrite every table of the store's schema from its live rows (``VACUUM FULL``)."""
+
+        def vacuum(conn: Connection) -> None:
+            rows = conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY tablename", (self.schema,)
+            ).fetchall()
+            for (table,) in rows:
+                conn.execute(
+                    sql.SQL("VACUUM FULL {}.{}").format(sql.Identifier(self.schema), sql.Identifier(table))
+                )
+
+        self._autocommit(vacuum)
 
     def close(self) -> None:
         with self._lock:

@@ -1,5 +1,6 @@
 """The PostgreSQL transaction: every statement of a store kept in PostgreSQL, over tokens and
-ciphertext, with the public methods (names, parameters, results) of ``SQLiteTxn``.
+ciphertext, with the handlers (names, parameters, results) of ``SQLiteTxn``: ``run(op)`` dispatches each
+operation of ``backends.ops`` to the handler of its name.
 
 Id and token lists go whole into one statement as arrays (``= ANY(%s::text[])``), not chunked
 ``IN (?, ...)`` lists; rows come back as tuples (bytea as bytes). Lists of records come back in
@@ -17,6 +18,7 @@ from typing import Any
 import psycopg
 
 from ..base import ErasureRow, LineageRow, RecordRow, ScopeKeyRow
+from ..ops import OpRunner
 from ..sqlite.backend import (
     _ERASURE_COLS,
     _LINEAGE_COLS,
@@ -109,12 +111,13 @@ def _subject_pairs(lineage: Iterable[tuple[bytes, str]]) -> tuple[list[bytes], l
     return tokens, ids
 
 
-class PostgresTxn:
-    """A transaction on one pooled connection. Every method is plain SQL over tokens and ciphertext."""
+class PostgresTxn(OpRunner):
+    """A transaction on one pooled connection. Every handler is plain SQL over tokens and ciphertext."""
 
     def __init__(self, conn: Connection, *, commits: bool = True) -> None:
         self._c = conn
         self._commits = commits
+        self._accept_writes(commits)
         self._after: list[Callable[[], None]] = []
 
     def after_commit(self, action: Callable[[], None]) -> None:
