@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,23 +37,21 @@ DB_FILE = "cenotaph.db"
 # backend must accept both: a backend without them fails here, loudly, instead of silently turning
 # the suite into one that only ever sees verified forgets.
 
-# Flip to True when `cenotaph.open("postgresql://...")` exists. From then on, CI (CENOTAPH_CI set)
-# must provide CENOTAPH_TEST_PG_DSN: a skipped postgres run there becomes a failure.
-POSTGRES_BACKEND_BUILT = False
+# `cenotaph.open("postgresql://...")` exists: CI (CENOTAPH_CI set) must provide
+# CENOTAPH_TEST_PG_DSN, and a skipped postgres run there is a failure.
+POSTGRES_BACKEND_BUILT = True
 
 
 def skip_or_fail_postgres() -> None:
-    """Decide what a ``postgres`` parametrisation does on this machine (never returns for now)."""
+    """Decide what a ``postgres`` parametrisation does on this machine: run it when the shared
+    server is configured; else skip, or fail under CI."""
     dsn = os.environ.get(PG_DSN_ENV)
     if not dsn:
         if POSTGRES_BACKEND_BUILT and os.environ.get(CI_ENV):
             pytest.fail(f"{CI_ENV} is set but {PG_DSN_ENV} is not: CI must run the PostgreSQL backend")
-        # With CENOTAPH_CI set this skip is acceptable *for now*: the PostgreSQL backend is not
-        # built yet, so there is nothing to run. See POSTGRES_BACKEND_BUILT above.
         pytest.skip(f"{PG_DSN_ENV} is not set")
-    if not POSTGRES_BACKEND_BUILT:
-        # Acceptable under CENOTAPH_CI for now (the backend does not exist); see above.
-        pytest.skip("PostgreSQL backend not built yet (issue pending)")
+    if not POSTGRES_BACKEND_BUILT:  # pragma: no cover - kept for a backend that is not built
+        pytest.skip("PostgreSQL backend not built yet")
 
 
 class StoreFactory:
@@ -63,6 +62,7 @@ class StoreFactory:
         self.base = base
         self._count = 0
         self._stores: list[Store] = []
+        self._schemas: list[str] = []  # postgres: one fresh schema per store, dropped at teardown
         self._locations: dict[int, tuple[str, dict[str, object]]] = {}
 
     def __call__(self, *, purge: bool = False) -> Store:
@@ -70,13 +70,21 @@ class StoreFactory:
         (``auto_purge="sync"``), else nothing purges until a test asks (``"off"``)."""
         self._count += 1
         mode = "sync" if purge else "off"
-        store = self._open(self._new_location(), {"auto_purge": mode})
+        options: dict[str, object] = {"auto_purge": mode}
+        if self.backend == "postgres":  # no data directory to hold the default keyring
+            options["key_provider"] = cenotaph.LocalKeyring(self.base / f"keyring{self._count}")
+        store = self._open(self._new_location(), options)
         assert store.purge_mode == mode and store.auto_purge is purge, "the store ignored auto_purge"
         return store
 
     def _new_location(self) -> str:
         if self.backend == "sqlite":
             return str(self.base / f"store{self._count}")
+        if self.backend == "postgres":
+            schema = f"conformance_{uuid.uuid4().hex[:12]}_{self._count}"
+            self._schemas.append(schema)
+            dsn = os.environ[PG_DSN_ENV]
+            return f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
         raise AssertionError(f"no location scheme for backend {self.backend!r}")  # pragma: no cover
 
     def _open(self, location: str, options: dict[str, object]) -> Store:
@@ -120,6 +128,17 @@ class StoreFactory:
     def close_all(self) -> None:
         for store in self._stores:
             store.close()
+        if self._schemas:
+            _drop_schemas(os.environ[PG_DSN_ENV], self._schemas)
+
+
+def _drop_schemas(dsn: str, schemas: list[str]) -> None:
+    import psycopg  # the postgres parametrisation alone needs the driver
+    from psycopg import sql
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for schema in schemas:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 @pytest.fixture(autouse=True)
