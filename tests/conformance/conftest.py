@@ -6,7 +6,8 @@ store; ``store_factory.reopen(store)`` closes it and opens the same location aga
 every store it opened is closed at teardown. ``store`` is ``store_factory()``.
 
 Tests that inspect what is at rest (files, raw rows) call ``store_factory.raw(store)`` or
-``store_factory.files(store)``; a backend without such an inspector yet skips them.
+``store_factory.files(store)``; a backend without such an inspector skips them (PostgreSQL has
+rows, through ``raw``, but no files of the store's: the server keeps them).
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ class StoreFactory:
     # -- at-rest inspection (backend-specific; the rules they check are not) --------------
     def data_dir(self, store: Store) -> Path:
         if self.backend != "sqlite":
-            pytest.skip(f"no file inspector for the {self.backend} backend yet")
+            pytest.skip(f"the {self.backend} backend keeps no files of its own to inspect (its server does)")
         return Path(self.location(store))
 
     def files(self, store: Store) -> list[Path]:
@@ -120,6 +121,10 @@ class StoreFactory:
     @contextlib.contextmanager
     def raw(self, store: Store) -> Iterator[sqlite3.Connection]:
         """A plain connection to the store's database, for reading (or tampering with) rows."""
+        if self.backend == "postgres":
+            with _postgres_rows(self.location(store)) as rows:
+                yield rows  # type: ignore[misc]  # the sqlite3.Connection calls the tests make
+            return
         path = self.data_dir(store) / DB_FILE
         assert path.is_file(), f"expected the SQLite database at {path}"
         with contextlib.closing(sqlite3.connect(path, isolation_level=None, timeout=30.0)) as conn:
@@ -130,6 +135,39 @@ class StoreFactory:
             store.close()
         if self._schemas:
             _drop_schemas(os.environ[PG_DSN_ENV], self._schemas)
+
+
+class _PostgresRows:
+    """The few ``sqlite3.Connection`` calls the at-rest tests make, over a store's schema in
+    autocommit: ``?`` placeholders become ``%s``, and the one catalog query (the tables) is asked
+    of PostgreSQL's catalog."""
+
+    _TABLES = "SELECT name FROM sqlite_master WHERE type='table'"
+    _PG_TABLES = (
+        "SELECT table_name FROM information_schema.tables "
+        "WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
+    )
+
+    def __init__(self, conn: object) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, params: tuple[object, ...] = ()) -> object:
+        query = self._PG_TABLES if sql == self._TABLES else sql.replace("?", "%s")
+        return self._conn.execute(query, params)  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def _postgres_rows(location: str) -> Iterator[_PostgresRows]:
+    import psycopg
+    from psycopg import sql
+
+    from cenotaph.backends.postgres import split_schema
+
+    dsn, schema = split_schema(location)
+    assert schema is not None, "a conformance store's URL names its schema"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+        yield _PostgresRows(conn)
 
 
 def _drop_schemas(dsn: str, schemas: list[str]) -> None:
