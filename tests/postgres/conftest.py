@@ -13,6 +13,8 @@ from psycopg import sql
 
 from cenotaph.backends.postgres import PostgresBackend, open_postgres
 
+from ._cluster import Cluster, ClusterUnavailable
+
 PG_DSN_ENV = "CENOTAPH_TEST_PG_DSN"  # e.g. postgresql://postgres@127.0.0.1:5432/test
 CI_ENV = "CENOTAPH_CI"
 
@@ -60,3 +62,16 @@ def open_backend(pg_dsn: str, pg_schema: str) -> Iterator[Callable[[], PostgresB
     finally:
         for backend in opened:
             backend.close()
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    """A throwaway primary and streaming replica, stopped and removed after the test."""
+    try:
+        made = Cluster.create()
+    except ClusterUnavailable as exc:
+        pytest.skip(f"no throwaway PostgreSQL cluster here: {exc}")
+    try:
+        yield made
+    finally:
+        made.destroy()

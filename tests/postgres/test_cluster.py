@@ -5,24 +5,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from ._cluster import Cluster, ClusterUnavailable, lsn_value
-
-
-@pytest.fixture
-def cluster() -> Iterator[Cluster]:
-    try:
-        made = Cluster.create()
-    except ClusterUnavailable as exc:
-        pytest.skip(f"no throwaway PostgreSQL cluster here: {exc}")
-    try:
-        yield made
-    finally:
-        made.destroy()
+from ._cluster import Cluster, lsn_value
 
 
 def _running(pid: int) -> bool:

@@ -169,7 +169,7 @@ def replay_lag(dsn: str, target: str, schema: str) -> int:
     try:
         with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
             row = conn.execute(
-                "SELECT greatest(0, pg_wal_lsn_diff(%s::pg_lsn, pg_last_wal_replay_lsn()))", (target,)
+                "SELECT pg_wal_lsn_diff(%s::pg_lsn, pg_last_wal_replay_lsn())", (target,)
             ).fetchone()
     except psycopg.OperationalError as exc:
         raise translate_connect(exc, where) from exc
@@ -177,4 +177,4 @@ def replay_lag(dsn: str, target: str, schema: str) -> int:
         raise translate(exc, where) from exc
     if row is None or row[0] is None:  # not a replica at all: it never replays
         raise StorageError(f"the replica at {where.server} is not in recovery; list only streaming replicas")
-    return int(row[0])
+    return max(0, int(row[0]))
