@@ -7,7 +7,8 @@ again (a restart); ``store_factory.twin(store)`` opens the same location a secon
 side; every store it opened is closed at teardown. ``store`` is ``store_factory()``.
 
 Tests that inspect what is at rest (files, raw rows) call ``store_factory.raw(store)`` or
-``store_factory.files(store)``; a backend without such an inspector yet skips them.
+``store_factory.files(store)``; a backend without such an inspector skips them (PostgreSQL has
+rows, through ``raw``, but no files of the store's: the server keeps them).
 """
 
 from __future__ import annotations

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import cenotaph
 from cenotaph import Store
+
+KEYRING_OPTION = "keyring"  # a Location's JSON-able stand-in for key_provider=LocalKeyring(path)
 
 
 @dataclass(frozen=True)
@@ -29,4 +32,7 @@ def open_location(location: Location | Mapping[str, Any] | str, **options: Any) 
         location = Location(location)
     elif not isinstance(location, Location):
         location = Location(str(location["target"]), dict(location["options"]))
-    return cenotaph.open(location.target, **{**location.options, **options})
+    chosen = {**location.options, **options}
+    if KEYRING_OPTION in chosen:  # a server store has no data directory for its default keyring
+        chosen["key_provider"] = cenotaph.LocalKeyring(Path(chosen.pop(KEYRING_OPTION)))
+    return cenotaph.open(location.target, **chosen)

@@ -17,8 +17,10 @@ takes an ``auto_purge`` mode by name, and further keywords go to ``cenotaph.open
 where a store lives as JSON-able data, for a child process (:func:`open_location`). Every store
 the factory opened is closed at teardown.
 
-Inspectors of what is at rest are backend-specific: ``files(store)``, ``data_dir(store)`` and
-``raw(store)`` (a plain SQLite connection) skip the test on any backend but SQLite.
+Inspectors of what is at rest are backend-specific: ``files(store)`` and ``data_dir(store)``
+skip the test on any backend but SQLite (a PostgreSQL store has no files of its own); ``raw(store)``
+is a plain SQLite connection, or on PostgreSQL one to the store's schema taking the same calls.
+A PostgreSQL store lives in a fresh schema (dropped at teardown) with a keyring of its own.
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.kit.locations import Location, open_location
+from tests.kit.locations import KEYRING_OPTION, Location, open_location
 
 from cenotaph import Store
 
@@ -52,23 +55,21 @@ PURGE_MODES = {True: "sync", False: "off"}
 # forget (``"sync"``). Every backend must accept every mode: a backend that ignored it fails here,
 # loudly, instead of silently turning the suites into ones that only ever see verified forgets.
 
-# Flip to True when `cenotaph.open("postgresql://...")` exists. From then on, CI (CENOTAPH_CI set)
-# must provide CENOTAPH_TEST_PG_DSN: a skipped postgres run there becomes a failure.
-POSTGRES_BACKEND_BUILT = False
+# `cenotaph.open("postgresql://...")` exists: CI (CENOTAPH_CI set) must provide
+# CENOTAPH_TEST_PG_DSN, and a skipped postgres run there is a failure.
+POSTGRES_BACKEND_BUILT = True
 
 
 def skip_or_fail_postgres() -> None:
-    """Decide what a ``postgres`` parametrisation does on this machine (never returns for now)."""
+    """Decide what a ``postgres`` parametrisation does on this machine: run it when the shared
+    server is configured; else skip, or fail under CI."""
     dsn = os.environ.get(PG_DSN_ENV)
     if not dsn:
         if POSTGRES_BACKEND_BUILT and os.environ.get(CI_ENV):
             pytest.fail(f"{CI_ENV} is set but {PG_DSN_ENV} is not: CI must run the PostgreSQL backend")
-        # With CENOTAPH_CI set this skip is acceptable *for now*: the PostgreSQL backend is not
-        # built yet, so there is nothing to run. See POSTGRES_BACKEND_BUILT above.
         pytest.skip(f"{PG_DSN_ENV} is not set")
-    if not POSTGRES_BACKEND_BUILT:
-        # Acceptable under CENOTAPH_CI for now (the backend does not exist); see above.
-        pytest.skip("PostgreSQL backend not built yet (issue pending)")
+    if not POSTGRES_BACKEND_BUILT:  # pragma: no cover - kept for a backend that is not built
+        pytest.skip("PostgreSQL backend not built yet")
 
 
 class StoreFactory:
@@ -80,6 +81,7 @@ class StoreFactory:
         self._count = 0
         self._stores: list[Store] = []
         self._opened: dict[int, tuple[Location, dict[str, Any]]] = {}
+        self._schemas: list[str] = []  # postgres: one fresh schema per store, dropped at teardown
 
     def __call__(self, *, purge: bool | str = False, **options: Any) -> Store:
         """A fresh, empty store; ``purge=True``: every compliance forget purges before it returns
@@ -98,9 +100,13 @@ class StoreFactory:
         if self.backend == "sqlite":
             return Location(str(self.base / f"store{self._count}"))
         if self.backend == "postgres":
-            # the hook for the PostgreSQL backend: a fresh schema per store, dropped at teardown,
-            # i.e. Location(os.environ[PG_DSN_ENV], {"schema": f"t_{uuid}_{self._count}"})
-            raise NotImplementedError("the PostgreSQL location scheme is not built yet")
+            # a fresh schema per store (the URL's ?schema=), dropped at teardown, and a keyring
+            # of its own beside the test's files
+            schema = f"t_{uuid.uuid4().hex[:12]}_{self._count}"
+            self._schemas.append(schema)
+            dsn = os.environ[PG_DSN_ENV]
+            target = f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
+            return Location(target, {KEYRING_OPTION: str(self.base / f"keyring{self._count}")})
         raise AssertionError(f"no location scheme for backend {self.backend!r}")  # pragma: no cover
 
     def _open(self, location: Location, options: dict[str, Any]) -> Store:
@@ -126,7 +132,7 @@ class StoreFactory:
     # -- at-rest inspection (backend-specific; the rules they check are not) --------------
     def data_dir(self, store: Store) -> Path:
         if self.backend != "sqlite":
-            pytest.skip(f"no file inspector for the {self.backend} backend yet")
+            pytest.skip(f"the {self.backend} backend keeps no files of its own to inspect (its server does)")
         return Path(self.location(store).target)
 
     def files(self, store: Store) -> list[Path]:
@@ -136,7 +142,12 @@ class StoreFactory:
     @contextlib.contextmanager
     def raw(self, store: Store) -> Iterator[sqlite3.Connection]:
         """A plain connection to the store's database, for reading (or tampering with) rows.
-        Only while no store of this process has it open, or reading: see ``tests.kit.oracle``."""
+        Only while no store of this process has it open, or reading: see ``tests.kit.oracle``.
+        On PostgreSQL, a connection to the store's schema that takes the calls the tests make."""
+        if self.backend == "postgres":
+            with _postgres_rows(self.location(store).target) as rows:
+                yield rows  # type: ignore[misc]  # the sqlite3.Connection calls the tests make
+            return
         path = self.data_dir(store) / DB_FILE
         assert path.is_file(), f"expected the SQLite database at {path}"
         with contextlib.closing(sqlite3.connect(path, isolation_level=None, timeout=30.0)) as conn:
@@ -145,3 +156,47 @@ class StoreFactory:
     def close_all(self) -> None:
         for store in self._stores:
             store.close()
+        if self._schemas:
+            _drop_schemas(os.environ[PG_DSN_ENV], self._schemas)
+
+
+class _PostgresRows:
+    """The few ``sqlite3.Connection`` calls the at-rest tests make, over a store's schema in
+    autocommit: ``?`` placeholders become ``%s``, and the one catalog query (the tables) is asked
+    of PostgreSQL's catalog."""
+
+    _TABLES = "SELECT name FROM sqlite_master WHERE type='table'"
+    _PG_TABLES = (
+        "SELECT table_name FROM information_schema.tables "
+        "WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
+    )
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, params: tuple[object, ...] = ()) -> Any:
+        query = self._PG_TABLES if sql == self._TABLES else sql.replace("?", "%s")
+        return self._conn.execute(query, params)
+
+
+@contextlib.contextmanager
+def _postgres_rows(location: str) -> Iterator[_PostgresRows]:
+    import psycopg  # the postgres parametrisation alone needs the driver
+    from psycopg import sql
+
+    from cenotaph.backends.postgres import split_schema
+
+    dsn, schema = split_schema(location)
+    assert schema is not None, "a factory store's URL names its schema"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+        yield _PostgresRows(conn)
+
+
+def _drop_schemas(dsn: str, schemas: list[str]) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for schema in schemas:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))

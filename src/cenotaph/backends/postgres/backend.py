@@ -1,0 +1,344 @@
+"""PostgreSQL backend: a small connection pool, the store's schema, serialised write transactions
+and one-snapshot read transactions. Every statement is :class:`PostgresTxn`'s; every driver error
+becomes a StorageError in ``errors``.
+
+- A write transaction takes ``pg_advisory_xact_lock(key of the schema)`` first (SQLite's ``BEGIN
+  IMMEDIATE``: writers of every process and server are serialised, which the store's dominance
+  check W1 relies on), then runs READ COMMITTED, so each statement sees every commit before it.
+- A read transaction is REPEATABLE READ, READ ONLY: one snapshot for all its statements.
+- Every write transaction bumps ``change_marker``; :meth:`PostgresBackend.marker` reads it (one
+  statement) less this backend's own commits (``marker.OwnCommits``), so it moves when another
+  process or server commits, as SQLite's ``data_version`` does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from ...errors import InvalidValueError, StorageError
+from ..sqlite.backend import busy_timeout_ms
+from .errors import Endpoint, endpoint, translate, translate_connect
+from .marker import OwnCommits
+from .schema import LATEST, MIGRATIONS, MIGRATIONS_TABLE, create_schema, set_search_path
+from .txn import Connection, PostgresTxn
+
+if TYPE_CHECKING:
+    from .physical import PostgresPhysical
+
+T = TypeVar("T")
+
+_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+
+__all__ = ["PostgresBackend", "advisory_key", "POOL_MIN", "POOL_MAX", "CONNECT_TIMEOUT_S"]
+
+POOL_MIN = 1
+POOL_MAX = 4  # transactions of one backend are serialised; the spares serve a read inside a read
+CONNECT_TIMEOUT_S = 10  # unless the address sets connect_timeout
+_MAX_IDENTIFIER = 63  # PostgreSQL truncates longer names: two stores could end up in one schema
+
+
+def advisory_key(schema: str) -> int:
+    """The advisory lock key of a store's schema (a signed 64-bit int, the same in every process)."""
+    digest = hashlib.blake2b(f"cenotaph:{schema}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _checked_schema(schema: str) -> str:
+    if not isinstance(schema, str) or not schema or "\x00" in schema:
+        raise InvalidValueError("the PostgreSQL schema must be a non-empty name")
+    if len(schema.encode()) > _MAX_IDENTIFIER:
+        raise InvalidValueError(f"the PostgreSQL schema name must be at most {_MAX_IDENTIFIER} bytes")
+    return schema
+
+
+class PostgresBackend:
+    """One store in one PostgreSQL schema; several processes and servers share it."""
+
+    def __init__(self, dsn: str, *, schema: str = "cenotaph", replicas: Sequence[str] = ()) -> None:
+        self.schema = _checked_schema(schema)
+        self.endpoint: Endpoint = endpoint(dsn, self.schema)
+        for replica in replicas:
+            endpoint(replica, self.schema)  # refused now if malformed, not when first confirming
+        self.replicas = tuple(replicas)
+        self.read_only = False
+        self._dsn = dsn
+        self._key = advisory_key(self.schema)
+        self._lock = threading.RLock()
+        self._open: list[PostgresTxn] = []  # this thread's transactions, innermost last (under the lock)
+        self._own = OwnCommits()
+        self._connect_kwargs: dict[str, Any] = {"autocommit": True}
+        if "connect_timeout" not in conninfo_to_dict(dsn):
+            self._connect_kwargs["connect_timeout"] = CONNECT_TIMEOUT_S
+        self._migrate()
+        self._pool: ConnectionPool[Connection] = ConnectionPool(
+            dsn,
+            kwargs=self._connect_kwargs,
+            min_size=POOL_MIN,
+            max_size=POOL_MAX,
+            configure=self._configure,
+            open=False,
+            name=f"cenotaph:{self.schema}",
+            num_workers=1,  # it only opens the odd connection: one thread per store is plenty
+        )
+        try:
+            self._pool.open(wait=True, timeout=float(self._connect_kwargs.get("connect_timeout", 30)))
+        except PoolTimeout as exc:
+            self._pool.close()
+            raise translate(exc, self.endpoint) from exc
+
+    @property
+    def location(self) -> Path | None:
+        return None  # no file of the store's: the server keeps its files
+
+    # -- connections -------------------------------------------------------------------
+    def _configure(self, conn: Connection) -> None:
+        conn.execute(set_search_path(self.schema))
+
+    def _connect(self) -> Connection:
+        try:
+            return psycopg.connect(self._dsn, **self._connect_kwargs)
+        except psycopg.Error as exc:
+            raise translate_connect(exc, self.endpoint) from exc
+
+    def _applied(self, conn: Connection) -> int:
+        """The newest migration applied to the schema (0: none, or no schema yet)."""
+        table = sql.Identifier(self.schema, MIGRATIONS_TABLE)
+        exists = conn.execute("SELECT to_regclass(%s)", (table.as_string(conn),)).fetchone()
+        if exists is None or exists[0] is None:
+            return 0
+        row = conn.execute(sql.SQL("SELECT coalesce(max(version), 0) FROM {}").format(table)).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def _migrate(self) -> None:
+        """Bring the schema to :data:`LATEST`, under the writers' lock; a schema already there is
+        opened without waiting for a writer."""
+        with self._connect() as conn:
+            try:
+                if self._applied(conn) == LATEST:
+                    return
+                conn.execute("BEGIN")
+                conn.execute(f"SET LOCAL lock_timeout = {self._lock_timeout_ms()}")
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._key,))
+                conn.execute(create_schema(self.schema))
+                conn.execute(set_search_path(self.schema, local=True))
+                current = self._applied(conn)
+                if current > LATEST:
+                    # its rows may mean what this code cannot know (a token kind, a column)
+                    raise StorageError(
+                        f"the store in schema {self.schema!r} at {self.endpoint.server} has schema "
+                        f"{current}, newer than this cenotaph knows ({LATEST}); open it with the newer "
+                        "cenotaph that wrote it"
+                    )
+                for number, script in MIGRATIONS:
+                    if number > current:
+                        conn.execute(script)
+                        conn.execute(f"INSERT INTO {MIGRATIONS_TABLE} (version) VALUES (%s)", (number,))
+                conn.execute("COMMIT")
+            except psycopg.Error as exc:
+                _rollback(conn)
+                raise translate(exc, self.endpoint) from exc
+            except BaseException:
+                _rollback(conn)
+                raise
+
+    @staticmethod
+    def _lock_timeout_ms() -> int:
+        return max(1, busy_timeout_ms())  # 0 would mean "wait forever" here, "never" to SQLite
+
+    def _begin_write(self) -> tuple[Connection, int]:
+        """A pooled connection inside a new write transaction holding the writers' lock, and the
+        change marker it set. A connection found broken (a server restart) is dropped and the
+        next one tried: nothing was sent on it yet."""
+        # one round trip: the transaction, the writers' lock, then the marker
+        begin = (
+            "BEGIN ISOLATION LEVEL READ COMMITTED; "
+            f"SET LOCAL lock_timeout = {self._lock_timeout_ms()}; "
+            f"SELECT pg_advisory_xact_lock({self._key}); "
+            "UPDATE change_marker SET value = value + 1 RETURNING value"
+        )
+        attempt = 0
+        while True:
+            conn = self._getconn()
+            try:
+                cursor = conn.execute(begin)
+                while cursor.nextset():
+                    pass
+                row = cursor.fetchone()
+                assert row is not None
+                return conn, int(row[0])
+            except BaseException as exc:
+                broken = conn.broken
+                _rollback(conn)
+                self._pool.putconn(conn)
+                attempt += 1
+                if not isinstance(exc, psycopg.Error):
+                    raise
+                if not broken or attempt > POOL_MAX:
+                    raise translate(exc, self.endpoint) from exc
+
+    def _reconnect(self, broken: Connection) -> Connection:
+        """Another pooled connection for one found broken (which the pool discards)."""
+        self._pool.putconn(broken)
+        return self._getconn()
+
+    def _getconn(self) -> Connection:
+        try:
+            return self._pool.getconn(timeout=max(1.0, busy_timeout_ms() / 1000))
+        except (PoolTimeout, psycopg.Error) as exc:
+            raise translate(exc, self.endpoint) from exc
+
+    # -- transactions --------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _transaction(self, write: bool) -> Iterator[PostgresTxn]:
+        with self._lock:
+            if write and self.in_transaction():
+                raise StorageError(
+                    "this store is already inside a transaction on this thread (a callback, such as "
+                    "rotate_keys' progress, called back into it); make the call after it returns"
+                )
+            if self._open and not write:  # a read inside this thread's transaction reads in it
+                outer = self._open[-1]
+                outer._start()  # its snapshot, begun now if it had not yet
+                yield PostgresTxn(outer.connection, commits=False, marker_of=outer._marker_of)
+                return
+            marker: int | None = None
+            if write:
+                conn, marker = self._begin_write()
+                bump = marker
+                txn = PostgresTxn(conn, commits=True, marker_of=lambda c: self._own.marker(c, bump))
+            else:  # begun with its first statement, in the same round trip
+                txn = PostgresTxn(
+                    self._getconn(),
+                    commits=False,
+                    begin=_READ,
+                    reconnect=self._reconnect,
+                    marker_of=self._own.marker,
+                )
+            self._open.append(txn)
+            try:
+                try:
+                    yield txn
+                    if txn.begun:
+                        txn.connection.execute("COMMIT")
+                except psycopg.Error as exc:
+                    _rollback(txn.connection)
+                    raise translate(exc, self.endpoint) from exc
+                except BaseException:
+                    _rollback(txn.connection)
+                    raise
+            finally:
+                self._open.pop()
+                self._pool.putconn(txn.connection)
+            if marker is not None:
+                self._own.committed(marker)  # its own commit: not a change by someone else
+            # still under the lock: no other thread of this process may see the commit before
+            # the caches and marks that depend on it are updated; every action runs even if one
+            # fails (the commit happened), and the first failure is raised afterwards
+            failure: BaseException | None = None
+            for action in txn._after:
+                try:
+                    action()
+                except BaseException as exc:  # noqa: BLE001 - re-raised below, after the others ran
+                    failure = failure or exc
+            if failure is not None:
+                raise failure
+
+    def write(self) -> contextlib.AbstractContextManager[PostgresTxn]:
+        return self._transaction(write=True)
+
+    def read(self) -> contextlib.AbstractContextManager[PostgresTxn]:
+        return self._transaction(write=False)
+
+    def in_transaction(self) -> bool:
+        """Is a write transaction of this backend open (on the thread holding its lock)?"""
+        return any(txn.commits for txn in self._open)
+
+    # -- change detection ----------------------------------------------------------------
+    def marker(self) -> int:
+        """The change marker (``Backend.marker``): the commits of every other connection, read
+        in one statement outside any transaction."""
+
+        def counter(conn: Connection) -> int:
+            row = conn.execute("SELECT value FROM change_marker").fetchone()
+            assert row is not None
+            return int(row[0])
+
+        with self._lock:
+            value = self._autocommit(counter)
+            if not self._open:
+                self._own.fold(value)
+            return self._own.marker(value)
+
+    # -- what the physical part needs ---------------------------------------------------
+    @cached_property
+    def physical(self) -> PostgresPhysical:
+        """What this backend does to bytes: replicas replayed, VACUUM FULL, no files of its own."""
+        from .physical import PostgresPhysical  # it builds on this module
+
+        return PostgresPhysical(self)
+
+    def _autocommit(self, statements: Callable[[Connection], T]) -> T:
+        """``statements`` on a pooled connection outside any transaction (VACUUM needs that)."""
+        with self._lock:
+            conn = self._getconn()
+            try:
+                return statements(conn)
+            except psycopg.Error as exc:
+                raise translate(exc, self.endpoint) from exc
+            finally:
+                self._pool.putconn(conn)
+
+    def current_lsn(self) -> str:
+        """The primary's current WAL position (after every commit this backend made)."""
+
+        def lsn(conn: Connection) -> str:
+            row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+            assert row is not None
+            return str(row[0])
+
+        return self._autocommit(lsn)
+
+    def vacuum_full(self) -> None:
+        """Rewrite every table of the store's schema from its live rows (``VACUUM FULL``)."""
+
+        def vacuum(conn: Connection) -> None:
+            rows = conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY tablename", (self.schema,)
+            ).fetchall()
+            # it waits for every reader of each table: bounded like a writer (VACUUM runs in no
+            # transaction block, so the timeout is the session's, reset after)
+            conn.execute(f"SET lock_timeout = {self._lock_timeout_ms()}")
+            try:
+                for (table,) in rows:
+                    conn.execute(
+                        sql.SQL("VACUUM FULL {}.{}").format(
+                            sql.Identifier(self.schema), sql.Identifier(table)
+                        )
+                    )
+            finally:
+                conn.execute("RESET lock_timeout")
+
+        self._autocommit(vacuum)
+
+    def close(self) -> None:
+        with self._lock:
+            self._pool.close()
+
+
+def _rollback(conn: Connection) -> None:
+    """Roll back whatever is open on ``conn``; a broken connection has nothing left to roll back."""
+    if conn.broken or conn.closed:
+        return
+    with contextlib.suppress(psycopg.Error):
+        conn.execute("ROLLBACK")

@@ -1,0 +1,216 @@
+"""PostgreSQL's physical erasure (see ``backends/physical.py`` for the contract).
+
+The server keeps the files: heap and index pages, where a deleted row stays as a dead tuple
+until VACUUM marks its space free (plain VACUUM does not zero it; ``VACUUM FULL`` rewrites a
+table from its live rows), the server's WAL, which keeps copies for several checkpoints, and
+every streaming replica, which holds what the primary held until it replays past the erasing
+commit. None of those files is this process's to scan. What carries the erasure there is the
+crypto-shredding: a compliance forget destroys every wrapped key of its records in the same
+transaction as its tombstone, so what the files still hold is ciphertext no key opens. The
+purge proves what it can reach: the rows gone, and (the ``wal`` layer) every configured replica
+replayed past the purge's commit, so no replica still serves a destroyed key or a deleted row.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psycopg
+
+from ...errors import StorageError
+from ...model import Layer, LayerState
+from ..base import LayerEntry
+from ..physical import Check, LayerProof, Reclaimed, ScanGap, ScanSources
+from ..sqlite.backend import busy_timeout_ms
+from .errors import endpoint, translate, translate_connect
+
+if TYPE_CHECKING:
+    from .backend import PostgresBackend
+
+__all__ = ["POSTGRES_FORMAT", "PostgresFormat", "PostgresPhysical", "REPLAY_WAIT_S"]
+
+REPLAY_WAIT_S = 2.0  # how long a purge waits for replicas to replay before it says which lag
+_POLL_S = 0.02
+
+_LAYERS = (
+    LayerProof(
+        Layer.ROWS,
+        "rows deleted in the store's schema; their dead tuples hold only ciphertext whose keys the "
+        "forget destroyed, and VACUUM FULL rewrites the tables on request",
+    ),
+    LayerProof(
+        Layer.WAL,
+        "every configured streaming replica has replayed past the purge's commit "
+        "(pg_last_wal_replay_lsn): none still serves a destroyed key or a deleted row",
+    ),
+    LayerProof(
+        Layer.INDEX,
+        "the sealed search vectors are rows of the schema, deleted with their records; the "
+        "in-memory index zeroes its entries",
+    ),
+    LayerProof(
+        Layer.SCAN,
+        "the files this process can read (a local keyring) are scanned for the request's probes; "
+        "the server's files are beyond reach, covered by the keys' destruction",
+    ),
+)
+
+_SERVER_FILES = ScanGap(
+    what="the PostgreSQL server's data files and WAL, and every replica's",
+    covered_by=(
+        "the erased records' keys, destroyed in the forget's own transaction: what those files "
+        "still hold is ciphertext no key opens"
+    ),
+)
+
+
+class PostgresFormat:
+    """A PostgreSQL store has no data directory: nothing here is a store's file or a snapshot."""
+
+    restored_files: frozenset[str] = frozenset()
+
+    def holds_store(self, directory: Path) -> bool:
+        return False
+
+    def unwritable(self, directory: Path) -> list[Path]:
+        return []
+
+    def snapshot_files(self, directory: Path) -> list[Path]:
+        return []
+
+    def holds_snapshot(self, directory: Path) -> bool:
+        return False
+
+    def install_snapshot(self, src: Path, target: Path) -> None:
+        raise StorageError(_NO_SNAPSHOT)
+
+    def settings_checks(self, directory: Path) -> list[Check]:
+        return []
+
+    def integrity_check(self, directory: Path) -> Check:
+        return Check("database integrity", "ok", "a PostgreSQL store has no database file here")
+
+    def version_checks(self) -> list[Check]:
+        return [Check("postgresql driver", "ok", f"psycopg {psycopg.__version__}")]
+
+    def tombstone_targets(self, directory: Path) -> list[bytes]:
+        return []
+
+
+_NO_SNAPSHOT = (
+    "cenotaph backup does not copy a PostgreSQL store; back the database up with the server's own "
+    "tools (pg_dump of the store's schema, or base backups)"
+)
+POSTGRES_FORMAT = PostgresFormat()
+
+
+class PostgresPhysical:
+    """The physical erasure of one open :class:`PostgresBackend`."""
+
+    format = POSTGRES_FORMAT
+    layers = _LAYERS
+
+    def __init__(self, backend: PostgresBackend) -> None:
+        self._backend = backend
+
+    def reclaim(self) -> Reclaimed:
+        """Wait (briefly) for every replica to replay past the primary's current WAL position,
+        which follows the deleting commit; a replica paused, lagging or unreachable leaves the
+        layer pending (it may still serve a destroyed key)."""
+        replicas = self._backend.replicas
+        if not replicas:
+            return Reclaimed(True, 0, {Layer.WAL: LayerEntry(LayerState.DONE, {"replicas": 0})})
+        target = self._backend.current_lsn()
+        with ExitStack() as stack:
+            watched = [_Replica(dsn, self._backend.schema, stack) for dsn in replicas]
+            deadline = time.monotonic() + REPLAY_WAIT_S
+            behind = [r for r in watched if r.lag(target) != 0]
+            while behind and time.monotonic() < deadline:
+                time.sleep(_POLL_S)
+                behind = [r for r in behind if r.lag(target) != 0]
+        if not behind:
+            return Reclaimed(True, 0, {Layer.WAL: LayerEntry(LayerState.DONE, {"replicas": len(replicas)})})
+        lag = max(r.last_lag or 0 for r in behind)
+        unreachable = sorted(r.server for r in behind if r.last_lag is None)
+        gap = (
+            f"{len(behind)} of {len(replicas)} replica(s) have not replayed past the purge's commit "
+            "(paused, lagging or unreachable); resume replay on them and purge again"
+        )
+        evidence: dict[str, object] = {
+            "replicas": len(replicas),
+            "replicas_behind": len(behind),
+            "wal_bytes": lag,
+            "gap": gap,
+        }
+        if unreachable:
+            evidence["unreachable"] = unreachable
+        return Reclaimed(False, lag, {Layer.WAL: LayerEntry(LayerState.PENDING, evidence)})
+
+    def rewrite(self) -> bool:
+        """``VACUUM FULL`` of every table of the store's schema: each rebuilt from its live rows."""
+        self._backend.vacuum_full()
+        return True
+
+    def scan_sources(self) -> ScanSources:
+        return ScanSources({}, (_SERVER_FILES,))
+
+    def is_database_file(self, name: str) -> bool:
+        return False  # no file the scan reads is the server's
+
+    def snapshot(self, directory: Path) -> set[int]:
+        raise StorageError(_NO_SNAPSHOT)
+
+    def blocked_wait_s(self) -> float:
+        return busy_timeout_ms() / 1000
+
+
+class _Replica:
+    """One replica polled during a reclaim, on one connection (opened on first use)."""
+
+    def __init__(self, dsn: str, schema: str, stack: ExitStack) -> None:
+        self._dsn = dsn
+        self._schema = schema
+        self._stack = stack
+        self._conn: psycopg.Connection[tuple[object, ...]] | None = None
+        self.server = endpoint(dsn, schema).server
+        self.last_lag: int | None = None  # None: not reached (yet)
+
+    def lag(self, target: str) -> int | None:
+        """Bytes still to replay up to ``target`` (0: past it), None if the replica cannot be
+        reached now; a server that is no replica at all is a StorageError."""
+        try:
+            if self._conn is None:
+                self._conn = self._stack.enter_context(
+                    psycopg.connect(self._dsn, autocommit=True, connect_timeout=5)
+                )
+            self.last_lag = _lag(self._conn, target, self._dsn, self._schema)
+        except psycopg.OperationalError:
+            self._conn = None
+            self.last_lag = None
+        return self.last_lag
+
+
+def _lag(conn: psycopg.Connection[tuple[object, ...]], target: str, dsn: str, schema: str) -> int:
+    row = conn.execute(
+        "SELECT pg_wal_lsn_diff(%s::pg_lsn, pg_last_wal_replay_lsn())::bigint", (target,)
+    ).fetchone()
+    if row is None or row[0] is None:  # not a replica at all: it never replays
+        where = endpoint(dsn, schema)
+        raise StorageError(f"the replica at {where.server} is not in recovery; list only streaming replicas")
+    return max(0, int(str(row[0])))
+
+
+def replay_lag(dsn: str, target: str, schema: str) -> int:
+    """How many bytes of WAL the replica at ``dsn`` has still to replay to reach ``target`` (0:
+    replayed past it). A replica that cannot be reached is a StorageError naming it."""
+    where = endpoint(dsn, schema)
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+            return _lag(conn, target, dsn, schema)
+    except psycopg.OperationalError as exc:
+        raise translate_connect(exc, where) from exc
+    except psycopg.Error as exc:
+        raise translate(exc, where) from exc
