@@ -317,6 +317,7 @@ def measure_trips(
         cases: list[tuple[str, int, Callable[[], object]]] = [
             ("single write", len(singles), lambda: [obj.write(it) for it in singles]),
             ("read", len(singles), lambda: [obj.read(it) for it in singles]),
+            ("read again (warm)", len(singles), lambda: [obj.read(it) for it in singles]),
             (f"batch of {len(batch)}", 1, lambda: obj.write_batch(batch)),
             ("search", len(queries), lambda: [obj.search(s, q) for s, q in queries]),
             ("forget / delete (to return)", len(victims), lambda: [obj.delete(it) for it in victims]),
@@ -565,6 +566,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             )
     return {
         "header": header,
+        "pid": os.getpid(),  # names its schemas bench_c_<pid>_<n> and databases bench_lg_<pid>_<n>
         "sizes": {
             k: getattr(args, k)
             for k in (
