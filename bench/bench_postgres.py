@@ -337,8 +337,8 @@ def measure_trips(
                 "waiting_ms": 1000 * trips.wait_s / count,
                 "total_ms": 1000 * total / count,
             }
-            if impl == "cenotaph" and label == "single write":
-                out["statements of one write"] = [
+            if impl == "cenotaph" and label in ("single write", f"batch of {len(batch)}"):
+                out[f"statements of one {label}"] = [
                     {"statement": k, "calls": n / count, "waiting_ms": 1000 * s / count}
                     for k, (n, s) in sorted(trips.by_statement.items(), key=lambda kv: -kv[1][1])
                 ]
@@ -656,9 +656,10 @@ def table(result: dict[str, Any]) -> str:
                         f"| {op} | {impl} | {got['round_trips']:.1f} | {got['statements']:.1f} | "
                         f"{got['waiting_ms']:.2f} | {got['total_ms']:.2f} |"
                     )
-        listed = result["round_trips"].get("cenotaph", {}).get("statements of one write", [])
-        if listed:
-            lines += ["", "| statements of one cenotaph write | calls | waiting ms |", "|---|---:|---:|"]
+        for op, listed in result["round_trips"].get("cenotaph", {}).items():
+            if not op.startswith("statements of one"):
+                continue
+            lines += ["", f"| {op} (cenotaph) | calls | waiting ms |", "|---|---:|---:|"]
             for st in listed:
                 text = st["statement"].replace("|", "\\|")
                 lines.append(f"| `{text}` | {st['calls']:.1f} | {st['waiting_ms']:.2f} |")

@@ -83,7 +83,7 @@ def test_the_postgres_benchmark_runs_at_tiny_sizes(dsn: str) -> None:
     trips = result["round_trips"]
     assert trips["langgraph"]["single write"]["round_trips"] == 1.0  # one pipelined INSERT
     assert trips["cenotaph"]["single write"]["round_trips"] >= 2  # at least the transaction and its commit
-    assert trips["cenotaph"]["statements of one write"]
+    assert trips["cenotaph"]["statements of one single write"]
     assert "pgvector" in result["servers"]["shared"]
 
     table = subprocess.run(
