@@ -571,6 +571,14 @@ def test_a_lost_connection_is_translated_and_the_next_transaction_reconnects(
     time.sleep(0.2)
     with backend.write() as txn:  # the dead pooled connection is dropped at BEGIN, another used
         txn.set_meta("after", 1)
+    with backend.read() as txn:
+        pid = txn._c.info.backend_pid
+        assert txn.meta("after") == 1
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    time.sleep(0.2)
+    with backend.read() as txn:  # a read begins with its first statement: dropped there
+        assert txn.meta("after") == 1
     with pytest.raises(StorageError, match="cannot reach PostgreSQL"), backend.read() as txn:
         assert txn.meta("after") == 1
         with psycopg.connect(pg_dsn, autocommit=True) as admin:
@@ -579,3 +587,32 @@ def test_a_lost_connection_is_translated_and_the_next_transaction_reconnects(
         txn.meta("after")
     with backend.read() as txn:
         assert txn.meta("after") == 1
+
+
+# -- physical --------------------------------------------------------------------------------
+def test_without_replicas_a_reclaim_is_done_and_a_rewrite_keeps_the_rows(open_backend: Open) -> None:
+    backend = open_backend()
+    with backend.write() as txn:
+        txn.set_meta("kept", 1)
+    reclaimed = backend.physical.reclaim()
+    assert reclaimed.done and reclaimed.layers["wal"].evidence == {"replicas": 0}
+    assert backend.physical.rewrite()
+    with backend.read() as txn:
+        assert txn.meta("kept") == 1
+    assert backend.physical.scan_sources().roots == {}
+    assert backend.physical.scan_sources().gaps  # the server's files, named
+
+
+def test_an_unreachable_replica_keeps_the_wal_layer_pending(pg_dsn: str, pg_schema: str) -> None:
+    port, secret = _free_port(), "s3cr3t-Pa55"
+    backend = open_postgres(
+        pg_dsn, schema=pg_schema, replicas=[f"postgresql://u:{secret}@127.0.0.1:{port}/x"]
+    )
+    try:
+        reclaimed = backend.physical.reclaim()
+    finally:
+        backend.close()
+    assert not reclaimed.done
+    evidence = reclaimed.layers["wal"].evidence
+    assert evidence["replicas_behind"] == 1 and evidence["unreachable"] == [f"127.0.0.1:{port}"]
+    assert secret not in repr(evidence)

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+
 __all__ = ["PostgresBackend", "advisory_key", "POOL_MIN", "POOL_MAX", "CONNECT_TIMEOUT_S"]
 
 POOL_MIN = 1
@@ -71,7 +73,7 @@ class PostgresBackend:
         self._dsn = dsn
         self._key = advisory_key(self.schema)
         self._lock = threading.RLock()
-        self._open: list[tuple[Connection, bool]] = []  # this thread's transactions (under the lock)
+        self._open: list[PostgresTxn] = []  # this thread's transactions, innermost last (under the lock)
         self._data_version: int | None = None
         self._connect_kwargs: dict[str, Any] = {"autocommit": True}
         if "connect_timeout" not in conninfo_to_dict(dsn):
@@ -85,6 +87,7 @@ class PostgresBackend:
             configure=self._configure,
             open=False,
             name=f"cenotaph:{self.schema}",
+            num_workers=1,  # it only opens the odd connection: one thread per store is plenty
         )
         try:
             self._pool.open(wait=True, timeout=float(self._connect_kwargs.get("connect_timeout", 30)))
@@ -151,29 +154,27 @@ class PostgresBackend:
     def _lock_timeout_ms() -> int:
         return max(1, busy_timeout_ms())  # 0 would mean "wait forever" here, "never" to SQLite
 
-    def _begin(self, write: bool) -> tuple[Connection, int | None]:
-        """A pooled connection inside a new transaction, and for a write the change marker it set.
-        A connection found broken (a server restart) is dropped and the next one tried: nothing
-        was sent on it yet."""
-        if write:
-            # one round trip: the transaction, the writers' lock, then the marker
-            begin = (
-                "BEGIN ISOLATION LEVEL READ COMMITTED; "
-                f"SET LOCAL lock_timeout = {self._lock_timeout_ms()}; "
-                f"SELECT pg_advisory_xact_lock({self._key}); "
-                "UPDATE change_marker SET value = value + 1 RETURNING value"
-            )
-        else:
-            begin = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+    def _begin_write(self) -> tuple[Connection, int]:
+        """A pooled connection inside a new write transaction holding the writers' lock, and the
+        change marker it set. A connection found broken (a server restart) is dropped and the
+        next one tried: nothing was sent on it yet."""
+        # one round trip: the transaction, the writers' lock, then the marker
+        begin = (
+            "BEGIN ISOLATION LEVEL READ COMMITTED; "
+            f"SET LOCAL lock_timeout = {self._lock_timeout_ms()}; "
+            f"SELECT pg_advisory_xact_lock({self._key}); "
+            "UPDATE change_marker SET value = value + 1 RETURNING value"
+        )
         attempt = 0
         while True:
             conn = self._getconn()
             try:
                 cursor = conn.execute(begin)
-                while write and cursor.nextset():
+                while cursor.nextset():
                     pass
-                row = cursor.fetchone() if write else None
-                return conn, None if row is None else int(row[0])
+                row = cursor.fetchone()
+                assert row is not None
+                return conn, int(row[0])
             except BaseException as exc:
                 broken = conn.broken
                 _rollback(conn)
@@ -183,6 +184,11 @@ class PostgresBackend:
                     raise
                 if not broken or attempt > POOL_MAX:
                     raise translate(exc, self.endpoint) from exc
+
+    def _reconnect(self, broken: Connection) -> Connection:
+        """Another pooled connection for one found broken (which the pool discards)."""
+        self._pool.putconn(broken)
+        return self._getconn()
 
     def _getconn(self) -> Connection:
         try:
@@ -200,24 +206,31 @@ class PostgresBackend:
                     "rotate_keys' progress, called back into it); make the call after it returns"
                 )
             if self._open and not write:  # a read inside this thread's transaction reads in it
-                yield PostgresTxn(self._open[-1][0], commits=False)
+                outer = self._open[-1]
+                outer._start()  # its snapshot, begun now if it had not yet
+                yield PostgresTxn(outer.connection, commits=False)
                 return
-            conn, marker = self._begin(write)
-            txn = PostgresTxn(conn, commits=write)
-            self._open.append((conn, write))
+            marker: int | None = None
+            if write:
+                conn, marker = self._begin_write()
+                txn = PostgresTxn(conn, commits=True)
+            else:  # begun with its first statement, in the same round trip
+                txn = PostgresTxn(self._getconn(), commits=False, begin=_READ, reconnect=self._reconnect)
+            self._open.append(txn)
             try:
                 try:
                     yield txn
-                    conn.execute("COMMIT")
+                    if txn.begun:
+                        txn.connection.execute("COMMIT")
                 except psycopg.Error as exc:
-                    _rollback(conn)
+                    _rollback(txn.connection)
                     raise translate(exc, self.endpoint) from exc
                 except BaseException:
-                    _rollback(conn)
+                    _rollback(txn.connection)
                     raise
             finally:
                 self._open.pop()
-                self._pool.putconn(conn)
+                self._pool.putconn(txn.connection)
             if marker is not None and self._data_version == marker - 1:
                 self._data_version = marker  # our own commit alone: not a change by someone else
             # still under the lock: no other thread of this process may see the commit before
@@ -247,7 +260,7 @@ class PostgresBackend:
     def in_transaction(self) -> bool:
         """Inside a write transaction (as SQLite's connection is: its reads are autocommit).
         Meaningful for the calling thread only while it holds :meth:`serial`."""
-        return any(write for _, write in self._open)
+        return any(txn.commits for txn in self._open)
 
     def serial(self) -> contextlib.AbstractContextManager[Any]:
         return self._lock
@@ -311,10 +324,18 @@ class PostgresBackend:
             rows = conn.execute(
                 "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY tablename", (self.schema,)
             ).fetchall()
-            for (table,) in rows:
-                conn.execute(
-                    sql.SQL("VACUUM FULL {}.{}").format(sql.Identifier(self.schema), sql.Identifier(table))
-                )
+            # it waits for every reader of each table: bounded like a writer (VACUUM runs in no
+            # transaction block, so the timeout is the session's, reset after)
+            conn.execute(f"SET lock_timeout = {self._lock_timeout_ms()}")
+            try:
+                for (table,) in rows:
+                    conn.execute(
+                        sql.SQL("VACUUM FULL {}.{}").format(
+                            sql.Identifier(self.schema), sql.Identifier(table)
+                        )
+                    )
+            finally:
+                conn.execute("RESET lock_timeout")
 
         self._autocommit(vacuum)
 
