@@ -92,7 +92,9 @@ class Progress:
         return int(SLOT.unpack_from(self._map, (self._slots + slot) * SLOT.size)[0])
 
     def land(self, slot: int, value: int) -> None:
-        SLOT.pack_into(self._map, (self._slots + slot) * SLOT.size, value)
+        """``value`` landed in ``slot`` (kept if a later trial of the slot landed first)."""
+        if value > self.landed(slot):
+            SLOT.pack_into(self._map, (self._slots + slot) * SLOT.size, value)
 
 
 # -- races --------------------------------------------------------------------------------------
@@ -127,7 +129,7 @@ def race_forgetter(
             shared.publish(slot, index)
             if rng.random() < 0.8:  # else forget before anything may have landed
                 deadline = time.monotonic() + 2
-                while shared.landed(slot) != index:
+                while shared.landed(slot) < index:
                     if time.monotonic() > deadline:
                         timeouts[thread] += 1
                         break
@@ -197,50 +199,54 @@ def race_writer(
     go: str,
     name: str,
     slots: int,
-    threads: int,
+    trials: int,
     prefix: str,
     attempts: int,
     seed: int,
+    prewrite: bool,
 ) -> dict[str, Any]:
     """Write every trial published in a slot, up to ``attempts`` times (until one is refused),
-    until every slot is done; thread ``t`` serves the slots ``t::threads`` (the threads' writes
-    share transactions: the store's group commit)."""
+    until every slot is done; a thread per slot. A slot's trials are ``slot, slot + slots, ...``;
+    with ``prewrite``, while the forgetter forgets one, this writer writes its next once, so
+    that forget can start at once (the threads' writes share transactions: group commit)."""
     store = open_store(dsn, schema, keyring)
     shared = Progress(progress)
     say("ready")
     _wait_for_go(go)
 
-    def run(thread: int) -> list[dict[str, Any]]:
-        mine = range(thread, slots, threads)
-        done: dict[int, int] = {}
-        last = {s: IDLE for s in mine}
-        out: list[dict[str, Any]] = []
-        while True:
-            current = [shared.published(s) for s in mine]
-            for s, index in zip(mine, current, strict=True):
-                if last[s] >= 0 and index != last[s]:  # its forget has returned: read it once more
-                    out.append(_late_read(store, trial_scope(prefix, last[s]), last[s]))
-                last[s] = index
-            if all(i == DONE for i in current):
-                return out
-            todo = [i for i in current if i >= 0 and done.get(i, 0) < attempts]
-            if not todo:
-                time.sleep(0.0003)
-            for slot, index in zip(mine, current, strict=True):
-                if index < 0 or done.get(index, 0) >= attempts:
-                    continue
-                n = done.get(index, 0)
-                rng = random.Random(f"{seed}/{name}/{index}/{n}")
-                outcome = _attempt(store, trial_scope(prefix, index), name, n, rng)
-                outcome["trial"] = index
-                out.append(outcome)
-                if outcome["ok"]:
-                    shared.land(slot, index)
-                # once refused, this writer is done with the trial: the next ones would be too
-                done[index] = attempts if outcome.get("error") == "ForgottenError" else n + 1
+    def write(slot: int, index: int, done: dict[int, int], out: list[dict[str, Any]]) -> None:
+        n = done.get(index, 0)
+        outcome = _attempt(
+            store, trial_scope(prefix, index), name, n, random.Random(f"{seed}/{name}/{index}/{n}")
+        )
+        outcome["trial"] = index
+        out.append(outcome)
+        if outcome["ok"]:
+            shared.land(slot, index)
+        # once refused, this writer is done with the trial: the next ones would be too
+        done[index] = attempts if outcome.get("error") == "ForgottenError" else n + 1
 
-    with ThreadPoolExecutor(threads) as pool:
-        writes = [w for part in pool.map(run, range(threads)) for w in part]
+    def run(slot: int) -> list[dict[str, Any]]:
+        done: dict[int, int] = {}
+        last = IDLE
+        out: list[dict[str, Any]] = []
+        while (index := shared.published(slot)) != DONE:
+            if last >= 0 and index != last:  # its forget has returned: read it once more
+                out.append(_late_read(store, trial_scope(prefix, last), last))
+            last = index
+            following = index + slots if index >= 0 else slot
+            if index >= 0 and done.get(index, 0) < attempts:
+                write(slot, index, done, out)
+            elif prewrite and following < trials and following not in done:
+                write(slot, following, done, out)
+            else:
+                time.sleep(0.001)
+        if last >= 0:
+            out.append(_late_read(store, trial_scope(prefix, last), last))
+        return out
+
+    with ThreadPoolExecutor(slots) as pool:
+        writes = [w for part in pool.map(run, range(slots)) for w in part]
     store.close()
     return {"writes": writes}
 

@@ -44,6 +44,9 @@ THREADS = 1  # trials in flight per forgetter (more only adds waiting for the sc
 SLOTS = FORGETTERS * THREADS
 ATTEMPTS = 2  # writes of each trial per writer
 PREFIX = "tenant:race/user:u"
+# every write and forget of the schema takes its one lock: the trials' pace is the server's (about
+# 40-90 ms a trial here, on two loaded cores)
+CHILD_TIMEOUT_S = 540
 
 
 @dataclass
@@ -107,7 +110,7 @@ def _check_trial(tally: Tally, forget: dict[str, Any], writes: list[dict[str, An
 
 
 def _race(
-    tmp_path: Path, dsn: str, schema: str, trials: int
+    tmp_path: Path, dsn: str, schema: str, trials: int, timeout: float
 ) -> tuple[Tally, list[dict[str, Any]], list[dict[str, Any]]]:
     keyring = str(tmp_path / "keyring")
     open_store(dsn, schema, keyring).close()  # created and migrated once, before the race
@@ -138,9 +141,10 @@ def _race(
                     **common,
                     name=f"w{n}",
                     slots=SLOTS,
-                    threads=SLOTS,
+                    trials=trials,
                     attempts=ATTEMPTS,
                     seed=n,
+                    prewrite=n == 0,
                 )
             )
             for n in range(WRITERS)
@@ -148,6 +152,8 @@ def _race(
         for child in [*forgetters, *writers]:
             child.wait_for("ready")
         go.touch()
+        for child in [*forgetters, *writers]:
+            child.finish(timeout)
         forgets = [f for child in forgetters for f in child.result()["forgets"]]
         writes = [w for child in writers for w in child.result()["writes"]]
     return _tally(forgets, writes), forgets, writes
@@ -183,8 +189,8 @@ def _fresh_store_resurrections(
     return found
 
 
-def _run(tmp_path: Path, pg_dsn: str, pg_schema: str, trials: int) -> None:
-    tally, forgets, writes = _race(tmp_path, pg_dsn, pg_schema, trials)
+def _run(tmp_path: Path, pg_dsn: str, pg_schema: str, trials: int, timeout: float) -> None:
+    tally, forgets, writes = _race(tmp_path, pg_dsn, pg_schema, trials, timeout)
     print(f"[pg processes] {tally.summary()}")
     after = _fresh_store_resurrections(pg_dsn, pg_schema, tmp_path / "keyring", writes, trials)
     assert tally.trials == trials
@@ -198,14 +204,16 @@ def _run(tmp_path: Path, pg_dsn: str, pg_schema: str, trials: int) -> None:
     assert all(f["state"] in ("shredded", "purged", "verified") for f in forgets)
 
 
+@pytest.mark.timeout(600)
 def test_writes_racing_compliance_forgets_across_processes_never_resurrect(
     tmp_path: Path, pg_dsn: str, pg_schema: str
 ) -> None:
-    _run(tmp_path, pg_dsn, pg_schema, TRIALS)
+    _run(tmp_path, pg_dsn, pg_schema, TRIALS, CHILD_TIMEOUT_S)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(7200)
 def test_writes_racing_compliance_forgets_across_processes_soak(
     tmp_path: Path, pg_dsn: str, pg_schema: str
 ) -> None:
-    _run(tmp_path, pg_dsn, pg_schema, SOAK_TRIALS)
+    _run(tmp_path, pg_dsn, pg_schema, SOAK_TRIALS, 7000)

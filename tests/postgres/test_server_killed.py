@@ -70,6 +70,15 @@ def _rows_left(dsn: str, schema: str, ids: list[str]) -> int:
     return int(row[0])
 
 
+def _states(dsn: str, schema: str) -> list[tuple[str, int | None]]:
+    """Each request's state and apply cursor (records applied so far; None once applied whole)."""
+    query = sql.SQL(
+        "SELECT e.state, p.applied FROM {s}.erasures e LEFT JOIN {s}.erasure_progress p ON p.request_id = e.id"
+    ).format(s=sql.Identifier(schema))
+    with psycopg.connect(dsn) as conn:
+        return [(str(state), applied) for state, applied in conn.execute(query).fetchall()]
+
+
 def _stamp(lines: list[str], word: str) -> int | None:
     """The time on the killed server's ``word ... T`` line (None if it never printed one)."""
     found = [line for line in lines if line.startswith(word + " ")]
@@ -98,6 +107,12 @@ def test_a_server_killed_mid_forget_leaves_an_erasure_another_server_finishes(
             server.lines
         )  # killed before / after it returned
         assert "purged" not in " ".join(server.lines)
+        # killed mid-way: chunks of the forget left to apply, or rows left to purge
+        left = _rows_left(pg_dsn, pg_schema, alice_ids)
+        if returned is None:
+            assert _states(pg_dsn, pg_schema) == [("tombstoned", 3 * CHUNK)] and left == ALICE_RECORDS
+        else:
+            assert _states(pg_dsn, pg_schema) == [("shredded", None)] and 0 < left < ALICE_RECORDS
         time.sleep(0.3)  # reads while nobody finishes the erasure
         with spawn(
             "pg-finish",
