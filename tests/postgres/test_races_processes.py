@@ -3,11 +3,13 @@ it (and is forgotten with it) or fails; it never brings the forgotten value back
 
 Four processes, each its own ``Store`` on one schema (app servers sharing a database): two
 forgetters and two writers. A forgetter publishes the trial it is on (a fresh session scope and
-key) in a shared progress file, waits for the writers' first write of it to land (or, one time in
-five, does not), then compliance-forgets the key or the whole session scope. The writers keep
-writing each published trial (``ATTEMPTS`` times each, half compare-and-set on what a read just
+key) in a shared progress file, waits until a write of it has landed (one trial in five: does
+not wait), then compliance-forgets the key or the whole session scope. The writers write each
+published trial (``ATTEMPTS`` times each until refused, half compare-and-set on what a read just
 saw, a quarter into a child scope the write creates), so writes are in flight while the forget
-commits. Afterwards, for every trial:
+commits; one writer also writes each waited-for trial once ahead, while the forget before it runs, and each
+reads a trial once more after its forgetter moved on (its forget had returned).
+Afterwards, for every trial:
 
 - every write that returned has ``version < v_f`` and started before the forget returned;
 - every other write raised ``ForgottenError`` with ``.version == v_f`` (or ``StaleWriteError``),
