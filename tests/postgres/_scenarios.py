@@ -158,7 +158,7 @@ def _forget(store: cenotaph.Store, scope: str, index: int, target: str) -> dict[
     except Exception as exc:
         outcome.update(ok=False, error=type(exc).__name__, detail=str(exc)[:300])
     else:
-        outcome.update(ok=True, version=request.version, state=request.status().state)
+        outcome.update(ok=True, version=request.version)
     outcome["end"] = now_ns()
     return outcome
 
