@@ -186,36 +186,37 @@ def test_a_read_sees_one_snapshot(open_backend: Open) -> None:
         assert txn.clock() == before + 5
 
 
-def test_changed_reports_other_backends_commits_not_its_own(open_backend: Open) -> None:
+def test_the_marker_moves_for_other_backends_commits_not_its_own(open_backend: Open) -> None:
     mine, theirs = open_backend(), open_backend()
-    mine.changed()
-    assert not mine.changed()
+    first = mine.marker()
+    assert mine.marker() == first
     with mine.write() as txn:
         txn.set_meta("x", 1)
-    assert not mine.changed(), "its own commit counted as another's"
+        assert txn.marker() == first  # its own pending bump is its own too
+    assert mine.marker() == first, "its own commit counted as another's"
     with theirs.write() as txn:
         txn.set_meta("x", 2)
-    assert mine.changed()
-    assert not mine.changed()
-    with theirs.write() as txn:  # another's commit, then ours: the other's is not hidden by ours
+    second = mine.marker()
+    assert second != first
+    with theirs.write() as txn:  # another's commit, then ours: ours does not hide the other's
         txn.set_meta("x", 3)
     with mine.write() as txn:
         txn.set_meta("x", 4)
-    assert mine.changed()
+    assert mine.marker() not in (first, second)
 
 
-def test_key_records_carries_the_marker_of_its_snapshot(open_backend: Open) -> None:
+def test_a_snapshot_s_marker_is_the_marker_of_its_snapshot(open_backend: Open) -> None:
     mine, theirs = open_backend(), open_backend()
+    before = mine.marker()
     with mine.read() as txn:
-        first, rows = txn.key_records([_tok("s")], _tok("k"))
-    assert rows == []
-    assert mine.saw_data_version(first)
-    with theirs.write() as txn:
-        txn.set_meta("x", 1)
+        seen, rows = txn.key_records([_tok("s")], _tok("k"))
+        assert rows == [] and seen == before == txn.marker()
+        with theirs.write() as other:
+            other.set_meta("x", 1)
+        assert txn.marker() == before  # committed after the snapshot began
     with mine.read() as txn:
-        second, _ = txn.key_records([_tok("s")], _tok("k"))
-    assert mine.saw_data_version(second)
-    assert not mine.saw_data_version(second)
+        after, _ = txn.key_records([_tok("s")], _tok("k"))
+    assert after != before and after == mine.marker()
 
 
 def test_after_commit_runs_after_commit_and_not_on_rollback(open_backend: Open) -> None:
@@ -261,12 +262,12 @@ def test_a_write_inside_a_write_is_refused_and_a_read_inside_reads_it(open_backe
     backend = open_backend()
     with backend.write() as txn:
         txn.set_meta("inner", 1)
-        assert backend.in_transaction() and backend.held_here()
+        assert backend.in_transaction()
         with backend.read() as inner:
             assert inner.meta("inner") == 1  # the write's own, uncommitted row
         with pytest.raises(StorageError, match="already inside a transaction"), backend.write():
             pass
-    assert not backend.in_transaction() and not backend.held_here()
+    assert not backend.in_transaction()
 
 
 def test_a_constraint_violation_is_a_storage_error(open_backend: Open) -> None:
@@ -571,6 +572,14 @@ def test_a_lost_connection_is_translated_and_the_next_transaction_reconnects(
     time.sleep(0.2)
     with backend.write() as txn:  # the dead pooled connection is dropped at BEGIN, another used
         txn.set_meta("after", 1)
+    with backend.read() as txn:
+        pid = txn._c.info.backend_pid
+        assert txn.meta("after") == 1
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    time.sleep(0.2)
+    with backend.read() as txn:  # a read begins with its first statement: dropped there
+        assert txn.meta("after") == 1
     with pytest.raises(StorageError, match="cannot reach PostgreSQL"), backend.read() as txn:
         assert txn.meta("after") == 1
         with psycopg.connect(pg_dsn, autocommit=True) as admin:
@@ -579,3 +588,32 @@ def test_a_lost_connection_is_translated_and_the_next_transaction_reconnects(
         txn.meta("after")
     with backend.read() as txn:
         assert txn.meta("after") == 1
+
+
+# -- physical --------------------------------------------------------------------------------
+def test_without_replicas_a_reclaim_is_done_and_a_rewrite_keeps_the_rows(open_backend: Open) -> None:
+    backend = open_backend()
+    with backend.write() as txn:
+        txn.set_meta("kept", 1)
+    reclaimed = backend.physical.reclaim()
+    assert reclaimed.done and reclaimed.layers["wal"].evidence == {"replicas": 0}
+    assert backend.physical.rewrite()
+    with backend.read() as txn:
+        assert txn.meta("kept") == 1
+    assert backend.physical.scan_sources().roots == {}
+    assert backend.physical.scan_sources().gaps  # the server's files, named
+
+
+def test_an_unreachable_replica_keeps_the_wal_layer_pending(pg_dsn: str, pg_schema: str) -> None:
+    port, secret = _free_port(), "s3cr3t-Pa55"
+    backend = open_postgres(
+        pg_dsn, schema=pg_schema, replicas=[f"postgresql://u:{secret}@127.0.0.1:{port}/x"]
+    )
+    try:
+        reclaimed = backend.physical.reclaim()
+    finally:
+        backend.close()
+    assert not reclaimed.done
+    evidence = reclaimed.layers["wal"].evidence
+    assert evidence["replicas_behind"] == 1 and evidence["unreachable"] == [f"127.0.0.1:{port}"]
+    assert secret not in repr(evidence)

@@ -6,8 +6,9 @@ becomes a StorageError in ``errors``.
   IMMEDIATE``: writers of every process and server are serialised, which the store's dominance
   check W1 relies on), then runs READ COMMITTED, so each statement sees every commit before it.
 - A read transaction is REPEATABLE READ, READ ONLY: one snapshot for all its statements.
-- Every write transaction bumps ``change_marker``; :meth:`PostgresBackend.changed` reads it (one
-  statement) to learn that another process or server committed, as SQLite's ``data_version`` does.
+- Every write transaction bumps ``change_marker``; :meth:`PostgresBackend.marker` reads it (one
+  statement) less this backend's own commits (``marker.OwnCommits``), so it moves when another
+  process or server commits, as SQLite's ``data_version`` does.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from ...errors import InvalidValueError, StorageError
 from ..sqlite.backend import busy_timeout_ms
 from .errors import Endpoint, endpoint, translate, translate_connect
+from .marker import OwnCommits
 from .schema import LATEST, MIGRATIONS, MIGRATIONS_TABLE, create_schema, set_search_path
 from .txn import Connection, PostgresTxn
 
@@ -35,6 +37,8 @@ if TYPE_CHECKING:
     from .physical import PostgresPhysical
 
 T = TypeVar("T")
+
+_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 
 __all__ = ["PostgresBackend", "advisory_key", "POOL_MIN", "POOL_MAX", "CONNECT_TIMEOUT_S"]
 
@@ -71,8 +75,8 @@ class PostgresBackend:
         self._dsn = dsn
         self._key = advisory_key(self.schema)
         self._lock = threading.RLock()
-        self._open: list[tuple[Connection, bool]] = []  # this thread's transactions (under the lock)
-        self._data_version: int | None = None
+        self._open: list[PostgresTxn] = []  # this thread's transactions, innermost last (under the lock)
+        self._own = OwnCommits()
         self._connect_kwargs: dict[str, Any] = {"autocommit": True}
         if "connect_timeout" not in conninfo_to_dict(dsn):
             self._connect_kwargs["connect_timeout"] = CONNECT_TIMEOUT_S
@@ -85,6 +89,7 @@ class PostgresBackend:
             configure=self._configure,
             open=False,
             name=f"cenotaph:{self.schema}",
+            num_workers=1,  # it only opens the odd connection: one thread per store is plenty
         )
         try:
             self._pool.open(wait=True, timeout=float(self._connect_kwargs.get("connect_timeout", 30)))
@@ -151,29 +156,27 @@ class PostgresBackend:
     def _lock_timeout_ms() -> int:
         return max(1, busy_timeout_ms())  # 0 would mean "wait forever" here, "never" to SQLite
 
-    def _begin(self, write: bool) -> tuple[Connection, int | None]:
-        """A pooled connection inside a new transaction, and for a write the change marker it set.
-        A connection found broken (a server restart) is dropped and the next one tried: nothing
-        was sent on it yet."""
-        if write:
-            # one round trip: the transaction, the writers' lock, then the marker
-            begin = (
-                "BEGIN ISOLATION LEVEL READ COMMITTED; "
-                f"SET LOCAL lock_timeout = {self._lock_timeout_ms()}; "
-                f"SELECT pg_advisory_xact_lock({self._key}); "
-                "UPDATE change_marker SET value = value + 1 RETURNING value"
-            )
-        else:
-            begin = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+    def _begin_write(self) -> tuple[Connection, int]:
+        """A pooled connection inside a new write transaction holding the writers' lock, and the
+        change marker it set. A connection found broken (a server restart) is dropped and the
+        next one tried: nothing was sent on it yet."""
+        # one round trip: the transaction, the writers' lock, then the marker
+        begin = (
+            "BEGIN ISOLATION LEVEL READ COMMITTED; "
+            f"SET LOCAL lock_timeout = {self._lock_timeout_ms()}; "
+            f"SELECT pg_advisory_xact_lock({self._key}); "
+            "UPDATE change_marker SET value = value + 1 RETURNING value"
+        )
         attempt = 0
         while True:
             conn = self._getconn()
             try:
                 cursor = conn.execute(begin)
-                while write and cursor.nextset():
+                while cursor.nextset():
                     pass
-                row = cursor.fetchone() if write else None
-                return conn, None if row is None else int(row[0])
+                row = cursor.fetchone()
+                assert row is not None
+                return conn, int(row[0])
             except BaseException as exc:
                 broken = conn.broken
                 _rollback(conn)
@@ -183,6 +186,11 @@ class PostgresBackend:
                     raise
                 if not broken or attempt > POOL_MAX:
                     raise translate(exc, self.endpoint) from exc
+
+    def _reconnect(self, broken: Connection) -> Connection:
+        """Another pooled connection for one found broken (which the pool discards)."""
+        self._pool.putconn(broken)
+        return self._getconn()
 
     def _getconn(self) -> Connection:
         try:
@@ -200,26 +208,40 @@ class PostgresBackend:
                     "rotate_keys' progress, called back into it); make the call after it returns"
                 )
             if self._open and not write:  # a read inside this thread's transaction reads in it
-                yield PostgresTxn(self._open[-1][0], commits=False)
+                outer = self._open[-1]
+                outer._start()  # its snapshot, begun now if it had not yet
+                yield PostgresTxn(outer.connection, commits=False, marker_of=outer._marker_of)
                 return
-            conn, marker = self._begin(write)
-            txn = PostgresTxn(conn, commits=write)
-            self._open.append((conn, write))
+            marker: int | None = None
+            if write:
+                conn, marker = self._begin_write()
+                bump = marker
+                txn = PostgresTxn(conn, commits=True, marker_of=lambda c: self._own.marker(c, bump))
+            else:  # begun with its first statement, in the same round trip
+                txn = PostgresTxn(
+                    self._getconn(),
+                    commits=False,
+                    begin=_READ,
+                    reconnect=self._reconnect,
+                    marker_of=self._own.marker,
+                )
+            self._open.append(txn)
             try:
                 try:
                     yield txn
-                    conn.execute("COMMIT")
+                    if txn.begun:
+                        txn.connection.execute("COMMIT")
                 except psycopg.Error as exc:
-                    _rollback(conn)
+                    _rollback(txn.connection)
                     raise translate(exc, self.endpoint) from exc
                 except BaseException:
-                    _rollback(conn)
+                    _rollback(txn.connection)
                     raise
             finally:
                 self._open.pop()
-                self._pool.putconn(conn)
-            if marker is not None and self._data_version == marker - 1:
-                self._data_version = marker  # our own commit alone: not a change by someone else
+                self._pool.putconn(txn.connection)
+            if marker is not None:
+                self._own.committed(marker)  # its own commit: not a change by someone else
             # still under the lock: no other thread of this process may see the commit before
             # the caches and marks that depend on it are updated; every action runs even if one
             # fails (the commit happened), and the first failure is raised afterwards
@@ -238,42 +260,25 @@ class PostgresBackend:
     def read(self) -> contextlib.AbstractContextManager[PostgresTxn]:
         return self._transaction(write=False)
 
-    def held_here(self) -> bool:
-        """Does the calling thread hold this backend's lock (inside one of its transactions or
-        :meth:`serial`)? Such a thread must not wait for another to commit for it."""
-        owned: Callable[[], bool] = self._lock._is_owned  # type: ignore[attr-defined]
-        return owned()
-
     def in_transaction(self) -> bool:
-        """Inside a write transaction (as SQLite's connection is: its reads are autocommit).
-        Meaningful for the calling thread only while it holds :meth:`serial`."""
-        return any(write for _, write in self._open)
-
-    def serial(self) -> contextlib.AbstractContextManager[Any]:
-        return self._lock
+        """Is a write transaction of this backend open (on the thread holding its lock)?"""
+        return any(txn.commits for txn in self._open)
 
     # -- change detection ----------------------------------------------------------------
-    def _read_marker(self) -> int:
-        conn = self._getconn()
-        try:
+    def marker(self) -> int:
+        """The change marker (``Backend.marker``): the commits of every other connection, read
+        in one statement outside any transaction."""
+
+        def counter(conn: Connection) -> int:
             row = conn.execute("SELECT value FROM change_marker").fetchone()
-        except psycopg.Error as exc:
-            raise translate(exc, self.endpoint) from exc
-        finally:
-            self._pool.putconn(conn)
-        assert row is not None
-        return int(row[0])
+            assert row is not None
+            return int(row[0])
 
-    def saw_data_version(self, current: int) -> bool:
-        """Like :meth:`changed`, for a marker the caller read itself (with its rows, under :meth:`serial`)."""
-        changed = current != self._data_version
-        self._data_version = current
-        return changed
-
-    def changed(self) -> bool:
-        """True if another connection committed since the last call (one statement)."""
         with self._lock:
-            return self.saw_data_version(self._read_marker())
+            value = self._autocommit(counter)
+            if not self._open:
+                self._own.fold(value)
+            return self._own.marker(value)
 
     # -- what the physical part needs ---------------------------------------------------
     @cached_property
@@ -311,10 +316,18 @@ class PostgresBackend:
             rows = conn.execute(
                 "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY tablename", (self.schema,)
             ).fetchall()
-            for (table,) in rows:
-                conn.execute(
-                    sql.SQL("VACUUM FULL {}.{}").format(sql.Identifier(self.schema), sql.Identifier(table))
-                )
+            # it waits for every reader of each table: bounded like a writer (VACUUM runs in no
+            # transaction block, so the timeout is the session's, reset after)
+            conn.execute(f"SET lock_timeout = {self._lock_timeout_ms()}")
+            try:
+                for (table,) in rows:
+                    conn.execute(
+                        sql.SQL("VACUUM FULL {}.{}").format(
+                            sql.Identifier(self.schema), sql.Identifier(table)
+                        )
+                    )
+            finally:
+                conn.execute("RESET lock_timeout")
 
         self._autocommit(vacuum)
 

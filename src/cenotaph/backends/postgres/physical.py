@@ -14,6 +14,7 @@ replayed past the purge's commit, so no replica still serves a destroyed key or 
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -117,32 +118,36 @@ class PostgresPhysical:
 
     def reclaim(self) -> Reclaimed:
         """Wait (briefly) for every replica to replay past the primary's current WAL position,
-        which follows the deleting commit; a replica paused or lagging leaves the layer pending."""
+        which follows the deleting commit; a replica paused, lagging or unreachable leaves the
+        layer pending (it may still serve a destroyed key)."""
+        replicas = self._backend.replicas
+        if not replicas:
+            return Reclaimed(True, 0, {Layer.WAL: LayerEntry(LayerState.DONE, {"replicas": 0})})
         target = self._backend.current_lsn()
-        behind = self._replicas_behind(target)
-        deadline = time.monotonic() + REPLAY_WAIT_S
-        while behind and time.monotonic() < deadline:
-            time.sleep(_POLL_S)
-            behind = self._replicas_behind(target)
-        replicas = len(self._backend.replicas)
+        with ExitStack() as stack:
+            watched = [_Replica(dsn, self._backend.schema, stack) for dsn in replicas]
+            deadline = time.monotonic() + REPLAY_WAIT_S
+            behind = [r for r in watched if r.lag(target) != 0]
+            while behind and time.monotonic() < deadline:
+                time.sleep(_POLL_S)
+                behind = [r for r in behind if r.lag(target) != 0]
         if not behind:
-            return Reclaimed(True, 0, {Layer.WAL: LayerEntry(LayerState.DONE, {"replicas": replicas})})
-        lag = max(behind.values())
+            return Reclaimed(True, 0, {Layer.WAL: LayerEntry(LayerState.DONE, {"replicas": len(replicas)})})
+        lag = max(r.last_lag or 0 for r in behind)
+        unreachable = sorted(r.server for r in behind if r.last_lag is None)
         gap = (
-            f"{len(behind)} of {replicas} replica(s) have not replayed past the purge's commit (paused "
-            "or lagging); resume replay on them and purge again"
+            f"{len(behind)} of {len(replicas)} replica(s) have not replayed past the purge's commit "
+            "(paused, lagging or unreachable); resume replay on them and purge again"
         )
-        evidence = {"replicas": replicas, "replicas_behind": len(behind), "wal_bytes": lag, "gap": gap}
+        evidence: dict[str, object] = {
+            "replicas": len(replicas),
+            "replicas_behind": len(behind),
+            "wal_bytes": lag,
+            "gap": gap,
+        }
+        if unreachable:
+            evidence["unreachable"] = unreachable
         return Reclaimed(False, lag, {Layer.WAL: LayerEntry(LayerState.PENDING, evidence)})
-
-    def _replicas_behind(self, target: str) -> dict[int, int]:
-        """The replicas (by position) that have not replayed up to ``target``, and by how many bytes."""
-        behind: dict[int, int] = {}
-        for index, dsn in enumerate(self._backend.replicas):
-            lag = replay_lag(dsn, target, self._backend.schema)
-            if lag > 0:
-                behind[index] = lag
-        return behind
 
     def rewrite(self) -> bool:
         """``VACUUM FULL`` of every table of the store's schema: each rebuilt from its live rows."""
@@ -162,19 +167,50 @@ class PostgresPhysical:
         return busy_timeout_ms() / 1000
 
 
+class _Replica:
+    """One replica polled during a reclaim, on one connection (opened on first use)."""
+
+    def __init__(self, dsn: str, schema: str, stack: ExitStack) -> None:
+        self._dsn = dsn
+        self._schema = schema
+        self._stack = stack
+        self._conn: psycopg.Connection[tuple[object, ...]] | None = None
+        self.server = endpoint(dsn, schema).server
+        self.last_lag: int | None = None  # None: not reached (yet)
+
+    def lag(self, target: str) -> int | None:
+        """Bytes still to replay up to ``target`` (0: past it), None if the replica cannot be
+        reached now; a server that is no replica at all is a StorageError."""
+        try:
+            if self._conn is None:
+                self._conn = self._stack.enter_context(
+                    psycopg.connect(self._dsn, autocommit=True, connect_timeout=5)
+                )
+            self.last_lag = _lag(self._conn, target, self._dsn, self._schema)
+        except psycopg.OperationalError:
+            self._conn = None
+            self.last_lag = None
+        return self.last_lag
+
+
+def _lag(conn: psycopg.Connection[tuple[object, ...]], target: str, dsn: str, schema: str) -> int:
+    row = conn.execute(
+        "SELECT pg_wal_lsn_diff(%s::pg_lsn, pg_last_wal_replay_lsn())::bigint", (target,)
+    ).fetchone()
+    if row is None or row[0] is None:  # not a replica at all: it never replays
+        where = endpoint(dsn, schema)
+        raise StorageError(f"the replica at {where.server} is not in recovery; list only streaming replicas")
+    return max(0, int(str(row[0])))
+
+
 def replay_lag(dsn: str, target: str, schema: str) -> int:
     """How many bytes of WAL the replica at ``dsn`` has still to replay to reach ``target`` (0:
     replayed past it). A replica that cannot be reached is a StorageError naming it."""
     where = endpoint(dsn, schema)
     try:
         with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-            row = conn.execute(
-                "SELECT pg_wal_lsn_diff(%s::pg_lsn, pg_last_wal_replay_lsn())", (target,)
-            ).fetchone()
+            return _lag(conn, target, dsn, schema)
     except psycopg.OperationalError as exc:
         raise translate_connect(exc, where) from exc
     except psycopg.Error as exc:
         raise translate(exc, where) from exc
-    if row is None or row[0] is None:  # not a replica at all: it never replays
-        raise StorageError(f"the replica at {where.server} is not in recovery; list only streaming replicas")
-    return max(0, int(row[0]))

@@ -16,6 +16,7 @@ from functools import cache
 from typing import Any
 
 import psycopg
+from psycopg.sql import SQL, Composed
 
 from ..base import ErasureRow, LineageRow, RecordRow, ScopeKeyRow
 from ..ops import OpRunner
@@ -30,9 +31,13 @@ from ..sqlite.backend import (
     _record,
 )
 
-__all__ = ["PostgresTxn", "Connection"]
+__all__ = ["Connection", "PostgresTxn"]
 
 Connection = psycopg.Connection[tuple[Any, ...]]
+Cursor = psycopg.Cursor[tuple[Any, ...]]
+Query = str | SQL | Composed
+Params = Sequence[Any] | dict[str, Any]
+_RECONNECTS = 4  # a pool's worth of stale connections after a server restart
 
 _L_COLS = ", ".join(f"l.{c.strip()}" for c in _LINEAGE_COLS.split(","))
 _ERASURE_SELECT = (
@@ -114,11 +119,61 @@ def _subject_pairs(lineage: Iterable[tuple[bytes, str]]) -> tuple[list[bytes], l
 class PostgresTxn(OpRunner):
     """A transaction on one pooled connection. Every handler is plain SQL over tokens and ciphertext."""
 
-    def __init__(self, conn: Connection, *, commits: bool = True) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        *,
+        commits: bool = True,
+        begin: str | None = None,
+        reconnect: Callable[[Connection], Connection] | None = None,
+        marker_of: Callable[[int], int] = int,
+    ) -> None:
         self._c = conn
         self._commits = commits
         self._accept_writes(commits)
         self._after: list[Callable[[], None]] = []
+        # a read's BEGIN, sent in one round trip with its first statement (a read that runs
+        # none sends nothing); ``reconnect`` swaps a connection found broken then for another
+        self._begin = begin
+        self._reconnect = reconnect
+        self._marker_of = marker_of  # the change marker of a snapshot at a counter value
+
+    @property
+    def connection(self) -> Connection:
+        return self._c
+
+    @property
+    def commits(self) -> bool:
+        """Is this a write transaction (one that commits what it does)?"""
+        return self._commits
+
+    @property
+    def begun(self) -> bool:
+        """Has the transaction begun on the server (or was it begun before this object)?"""
+        return self._begin is None
+
+    def _x(self, sql: Query, args: Params = ()) -> Cursor:
+        """``sql`` on the transaction's connection, beginning the transaction first if it has not."""
+        if self._begin is None:
+            return self._c.execute(sql, args)
+        begin, self._begin = self._begin, None
+        for attempt in range(_RECONNECTS + 1):
+            try:
+                with self._c.pipeline():
+                    self._c.execute(begin)
+                    cursor = self._c.execute(sql, args)
+                return cursor
+            except psycopg.OperationalError:
+                # broken before this transaction sent anything that counted: another connection
+                if not self._c.broken or self._reconnect is None or attempt == _RECONNECTS:
+                    raise
+                self._c = self._reconnect(self._c)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _start(self) -> None:
+        """Begin on the server now (a transaction nested in this one must share its snapshot)."""
+        if self._begin is not None:
+            self._x("SELECT 1")
 
     def after_commit(self, action: Callable[[], None]) -> None:
         if not self._commits:  # a read never commits: the action would silently never run
@@ -127,47 +182,52 @@ class PostgresTxn(OpRunner):
 
     # -- savepoints (a group commit undoes one refused write, keeping the rest) ------
     def savepoint(self) -> None:
-        self._c.execute("SAVEPOINT cenotaph_write")
+        self._x("SAVEPOINT cenotaph_write")
 
     def release_savepoint(self) -> None:
-        self._c.execute("RELEASE SAVEPOINT cenotaph_write")
+        self._x("RELEASE SAVEPOINT cenotaph_write")
 
     def rollback_to_savepoint(self) -> None:
-        self._c.execute("ROLLBACK TO SAVEPOINT cenotaph_write")
-        self._c.execute("RELEASE SAVEPOINT cenotaph_write")
+        self._x("ROLLBACK TO SAVEPOINT cenotaph_write")
+        self._x("RELEASE SAVEPOINT cenotaph_write")
 
     def _one(self, sql: str, args: Sequence[Any] | dict[str, Any] = ()) -> Any:
-        row = self._c.execute(sql, args).fetchone()
+        row = self._x(sql, args).fetchone()
         return None if row is None else row[0]
 
     def _rows(self, sql: str, args: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
-        return self._c.execute(sql, args).fetchall()
+        return self._x(sql, args).fetchall()
 
     def _count(self, sql: str, args: Sequence[Any]) -> int:
-        return self._c.execute(sql, args).rowcount
+        return self._x(sql, args).rowcount
 
     def _many(self, sql: str, rows: Iterable[Sequence[Any]]) -> int:
         """``sql`` once per row (pipelined by psycopg); the rows it affected in all."""
         listed = list(rows)
         if not listed:
             return 0
+        self._start()
         cursor = self._c.cursor()
         cursor.executemany(sql, listed)
         return cursor.rowcount
 
-    # -- clock -----------------------------------------------------------------------
+    # -- clock and change marker -----------------------------------------------------
+    def marker(self) -> int:
+        """The change marker as of this snapshot (see ``marker.OwnCommits``)."""
+        return self._marker_of(int(self._one("SELECT value FROM change_marker")))
+
     def clock(self) -> int:
         return int(self._one("SELECT value FROM meta WHERE name='clock'"))
 
     def set_clock(self, version: int) -> None:
-        self._c.execute("UPDATE meta SET value=%s WHERE name='clock' AND value<%s", (version, version))
+        self._x("UPDATE meta SET value=%s WHERE name='clock' AND value<%s", (version, version))
 
     def meta(self, name: str) -> int | None:
         value = self._one("SELECT value FROM meta WHERE name=%s", (name,))
         return None if value is None else int(value)
 
     def set_meta(self, name: str, value: int) -> None:
-        self._c.execute(
+        self._x(
             "INSERT INTO meta (name, value) VALUES (%s,%s) ON CONFLICT (name) DO UPDATE SET value=excluded.value",
             (name, value),
         )
@@ -179,7 +239,7 @@ class PostgresTxn(OpRunner):
         return int(self._one("SELECT value FROM meta WHERE name='forget_epoch'"))
 
     def bump_forget_epoch(self) -> None:
-        self._c.execute("UPDATE meta SET value=value+1 WHERE name='forget_epoch'")
+        self._x("UPDATE meta SET value=value+1 WHERE name='forget_epoch'")
 
     # -- tombstones ------------------------------------------------------------------
     def _max_by_target(self, table: str, targets: Sequence[bytes]) -> dict[bytes, int]:
@@ -221,20 +281,20 @@ class PostgresTxn(OpRunner):
         )
 
     def insert_lift(self, target: bytes, version: int) -> None:
-        self._c.execute(
+        self._x(
             "INSERT INTO lifts (target, version) VALUES (%s,%s) ON CONFLICT DO NOTHING", (target, version)
         )
 
     def insert_reauth(
         self, digest: bytes, kind: str, target: bytes, version: int, subject: bytes | None = None
     ) -> None:
-        self._c.execute(
+        self._x(
             "INSERT INTO reauth_tokens (digest, kind, target, issued_version, subject) VALUES (%s,%s,%s,%s,%s)",
             (digest, kind, target, version, subject),
         )
 
     def reauth(self, digest: bytes) -> tuple[str, bytes, int, int | None, bytes | None] | None:
-        row = self._c.execute(
+        row = self._x(
             "SELECT kind, target, issued_version, consumed_version, subject FROM reauth_tokens WHERE digest=%s",
             (digest,),
         ).fetchone()
@@ -243,7 +303,7 @@ class PostgresTxn(OpRunner):
         return row[0], bytes(row[1]), int(row[2]), row[3], None if row[4] is None else bytes(row[4])
 
     def consume_reauth(self, digest: bytes, version: int) -> None:
-        self._c.execute("UPDATE reauth_tokens SET consumed_version=%s WHERE digest=%s", (version, digest))
+        self._x("UPDATE reauth_tokens SET consumed_version=%s WHERE digest=%s", (version, digest))
 
     def unhidden(self, ids: Sequence[str]) -> list[str]:
         sql = f"SELECT id FROM records WHERE hidden_version IS NULL AND {_BY_IDS} ORDER BY version"
@@ -280,13 +340,13 @@ class PostgresTxn(OpRunner):
         )
 
     def replace_scope_key(self, token: bytes, wrapped: bytes, epoch: int) -> None:
-        self._c.execute(
+        self._x(
             "UPDATE scopes SET wrapped=%s, epoch=%s, destroyed_version=NULL WHERE token=%s",
             (wrapped, epoch, token),
         )
 
     def replace_subject_key(self, token: bytes, wrapped: bytes, epoch: int) -> None:
-        self._c.execute(
+        self._x(
             "UPDATE subjects SET wrapped=%s, epoch=%s, destroyed_version=NULL WHERE token=%s",
             (wrapped, epoch, token),
         )
@@ -317,10 +377,10 @@ class PostgresTxn(OpRunner):
             for row in rows
             if row[1] is not None
         ]
-        return int(rows[0][0]), found
+        return self._marker_of(int(rows[0][0])), found
 
     def record(self, record_id: str) -> RecordRow | None:
-        row = self._c.execute(
+        row = self._x(
             f"SELECT {_RECORD_COLS} FROM records WHERE version = "
             "(SELECT version FROM lineage WHERE record_id=%s)",
             (record_id,),
@@ -346,6 +406,7 @@ class PostgresTxn(OpRunner):
         # one pipeline, one round trip; a RecordRow is a tuple in _RECORD_COLS order
         tokens, subject_ids = _subject_pairs((x.subject_tokens, x.record_id) for x in lineage)
         derived = [(src, x.record_id) for x in lineage for src in x.sources]
+        self._start()
         with self._c.pipeline():
             self._many(f"INSERT INTO records ({_RECORD_COLS}) VALUES ({','.join(['%s'] * 10)})", rows)
             self._many(
@@ -353,7 +414,7 @@ class PostgresTxn(OpRunner):
                 [_lineage_args(x) for x in lineage],
             )
             if tokens:
-                self._c.execute(
+                self._x(
                     "INSERT INTO record_subjects (subject_token, record_id) "
                     "SELECT * FROM unnest(%s::bytea[], %s::text[]) ON CONFLICT DO NOTHING",
                     (tokens, subject_ids),
@@ -386,7 +447,7 @@ class PostgresTxn(OpRunner):
 
     def delete_records(self, ids: Sequence[str]) -> None:
         if ids:
-            self._c.execute(f"DELETE FROM records WHERE {_BY_IDS}", (list(ids),))
+            self._x(f"DELETE FROM records WHERE {_BY_IDS}", (list(ids),))
 
     def lineage(self, ids: Sequence[str]) -> dict[str, LineageRow]:
         sql = f"SELECT {_LINEAGE_COLS} FROM lineage WHERE record_id = ANY(%s::text[])"
@@ -482,7 +543,7 @@ class PostgresTxn(OpRunner):
     # -- forgetting ------------------------------------------------------------------
     def hide_records(self, ids: Sequence[str], version: int, mode: str) -> int:
         listed = list(ids)
-        self._c.execute(
+        self._x(
             "UPDATE lineage SET forgotten_version=coalesce(forgotten_version, %s) "
             "WHERE record_id = ANY(%s::text[])",
             (version, listed),
@@ -494,19 +555,19 @@ class PostgresTxn(OpRunner):
 
     def destroy_record_keys(self, ids: Sequence[str], version: int) -> None:
         listed = list(ids)
-        self._c.execute(
+        self._x(
             "UPDATE records SET wrapped=NULL, epoch=NULL, hidden_version=coalesce(hidden_version, %s), "
             f"hidden_mode='compliance' WHERE {_BY_IDS}",
             (version, listed),
         )
-        self._c.execute(
+        self._x(
             "UPDATE lineage SET wrapped=NULL, subjects=NULL, destroyed_version=coalesce(destroyed_version, %s), "
             "forgotten_version=coalesce(forgotten_version, %s) WHERE record_id = ANY(%s::text[])",
             (version, version, listed),
         )
 
     def destroy_scope_keys(self, tokens: Sequence[bytes], version: int) -> None:
-        self._c.execute(
+        self._x(
             "UPDATE scopes SET wrapped=NULL, epoch=NULL, destroyed_version=coalesce(destroyed_version, %s) "
             "WHERE token = ANY(%s::bytea[])",
             (version, list(tokens)),
@@ -515,7 +576,7 @@ class PostgresTxn(OpRunner):
     def destroy_subject_keys(self, tokens: Sequence[bytes], version: int) -> None:
         # an UPDATE only: a subject the store never held (or whose row an earlier purge removed)
         # gets no row, so a repeated erasure leaves nothing behind to remove or to prove
-        self._c.execute(
+        self._x(
             "UPDATE subjects SET wrapped=NULL, epoch=NULL, destroyed_version=coalesce(destroyed_version, %s) "
             "WHERE token = ANY(%s::bytea[])",
             (version, list(tokens)),
@@ -581,7 +642,7 @@ class PostgresTxn(OpRunner):
             "DELETE FROM derivations WHERE source_id = ANY(%s::text[])",
         ):
             removed += self._count(sql, (listed,))
-        self._c.execute(
+        self._x(
             "INSERT INTO erased_records (record_id, version) SELECT unnest(%s::text[]), %s ON CONFLICT DO NOTHING",
             (listed, version),
         )
@@ -623,7 +684,7 @@ class PostgresTxn(OpRunner):
         for table, pk in _WRAPPED_TABLES:
             mine = [(w, e, k) for t, k, w, e in listed if t == table]
             if mine:
-                self._c.execute(
+                self._x(
                     f"UPDATE {table} t SET wrapped=u.w, epoch=u.e FROM "
                     f"unnest(%s::bytea[], %s::bigint[], %s::{_PK_TYPES[table]}[]) AS u(w, e, k) "
                     f"WHERE t.{pk} = u.k",
@@ -631,23 +692,22 @@ class PostgresTxn(OpRunner):
                 )
 
     def epochs_in_use(self) -> set[int]:
+        self._start()
         return _epochs_in_use(self._c)
 
     def insert_probe_key(self, request_id: str, wrapped: bytes, epoch: int) -> None:
-        self._c.execute(
+        self._x(
             "INSERT INTO probe_keys (request_id, wrapped, epoch) VALUES (%s,%s,%s) "
             "ON CONFLICT (request_id) DO UPDATE SET wrapped=excluded.wrapped, epoch=excluded.epoch",
             (request_id, wrapped, epoch),
         )
 
     def probe_key(self, request_id: str) -> tuple[bytes, int] | None:
-        row = self._c.execute(
-            "SELECT wrapped, epoch FROM probe_keys WHERE request_id=%s", (request_id,)
-        ).fetchone()
+        row = self._x("SELECT wrapped, epoch FROM probe_keys WHERE request_id=%s", (request_id,)).fetchone()
         return None if row is None else (bytes(row[0]), int(row[1]))
 
     def delete_probe_key(self, request_id: str) -> None:
-        self._c.execute("DELETE FROM probe_keys WHERE request_id=%s", (request_id,))
+        self._x("DELETE FROM probe_keys WHERE request_id=%s", (request_id,))
 
     def probe_key_epochs(self) -> set[int]:
         return {int(r[0]) for r in self._rows("SELECT DISTINCT epoch FROM probe_keys")}
@@ -660,7 +720,7 @@ class PostgresTxn(OpRunner):
             if replace
             else "DO NOTHING"
         )
-        self._c.execute(
+        self._x(
             f"INSERT INTO erasures ({_ERASURE_COLS}) VALUES ({','.join(['%s'] * len(columns))}) "
             f"ON CONFLICT (id) {conflict}",
             tuple(getattr(row, c) for c in columns),
@@ -669,7 +729,7 @@ class PostgresTxn(OpRunner):
             self.set_applied(row.id, row.applied)
 
     def erasure(self, request_id: str) -> ErasureRow | None:
-        row = self._c.execute(f"{_ERASURE_SELECT} WHERE e.id=%s", (request_id,)).fetchone()
+        row = self._x(f"{_ERASURE_SELECT} WHERE e.id=%s", (request_id,)).fetchone()
         return None if row is None else ErasureRow(*row)
 
     def erasure_layers(self, request_id: str) -> str | None:
@@ -689,7 +749,7 @@ class PostgresTxn(OpRunner):
         if not fields or not set(fields) <= _ERASURE_FIELDS:
             raise ValueError(f"unknown erasure fields: {sorted(set(fields) - _ERASURE_FIELDS)}")
         assignments = ", ".join(f"{name}=%s" for name in fields)
-        self._c.execute(f"UPDATE erasures SET {assignments} WHERE id=%s", (*fields.values(), request_id))
+        self._x(f"UPDATE erasures SET {assignments} WHERE id=%s", (*fields.values(), request_id))
 
     def erasure_ids(self) -> set[str]:
         return {r[0] for r in self._rows("SELECT id FROM erasures")}
@@ -703,7 +763,7 @@ class PostgresTxn(OpRunner):
         return None if value is None else int(value)
 
     def set_applied(self, request_id: str, applied: int | None) -> None:
-        self._c.execute(
+        self._x(
             "INSERT INTO erasure_progress (request_id, applied) VALUES (%s,%s) "
             "ON CONFLICT (request_id) DO UPDATE SET applied=excluded.applied",
             (request_id, applied),
@@ -711,13 +771,13 @@ class PostgresTxn(OpRunner):
         self._drop_finished_progress(request_id)
 
     def purge_progress(self, request_id: str) -> tuple[int, int]:
-        row = self._c.execute(
+        row = self._x(
             "SELECT purged, rows_removed FROM erasure_progress WHERE request_id=%s", (request_id,)
         ).fetchone()
         return (0, 0) if row is None else (int(row[0]), int(row[1]))
 
     def set_purge_progress(self, request_id: str, done: int | None, removed: int = 0) -> None:
-        self._c.execute(
+        self._x(
             "INSERT INTO erasure_progress (request_id, purged, rows_removed) VALUES (%s,%s,%s) "
             "ON CONFLICT (request_id) DO UPDATE SET purged=excluded.purged, rows_removed=excluded.rows_removed",
             (request_id, done or 0, removed if done is not None else 0),
@@ -725,17 +785,17 @@ class PostgresTxn(OpRunner):
         self._drop_finished_progress(request_id)
 
     def _drop_finished_progress(self, request_id: str) -> None:
-        self._c.execute(
+        self._x(
             "DELETE FROM erasure_progress WHERE request_id=%s AND applied IS NULL AND purged=0 AND rows_removed=0",
             (request_id,),
         )
 
     def audit_tail(self) -> tuple[int, str] | None:
-        row = self._c.execute("SELECT seq, entry FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
+        row = self._x("SELECT seq, entry FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
         return None if row is None else (int(row[0]), str(row[1]))
 
     def append_audit(self, seq: int, entry: str) -> None:
-        self._c.execute("INSERT INTO audit (seq, entry) VALUES (%s,%s)", (seq, entry))
+        self._x("INSERT INTO audit (seq, entry) VALUES (%s,%s)", (seq, entry))
 
     def audit_entries(self) -> list[str]:
         return [r[0] for r in self._rows("SELECT entry FROM audit ORDER BY seq")]
