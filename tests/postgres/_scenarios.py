@@ -1,9 +1,9 @@
-"""The child side of the PostgreSQL process tests (``python -m tests.postgres._scenarios NAME``).
+"""Scenarios of the PostgreSQL process tests, run in child processes by ``tests.kit.proc``
+(registered in ``tests.kit.scenarios.SCENARIOS``).
 
-Each scenario opens its own store on one schema of the shared server (one OS process, one
-``Store``, as an app server would), takes its keyword arguments as JSON from the first line of
-stdin, prints lines with :func:`say` and returns a JSON-able value, printed as its last line.
-Nothing here asserts: the tests do.
+Each opens its own store on one schema of the shared server (one OS process, one ``Store``, as
+an app server would), prints lines with ``say`` and returns a JSON-able value. Nothing here
+asserts: the tests do.
 
 - ``pg-race-forgetter`` / ``pg-race-writer`` (test_races_processes.py): a forgetter publishes the
   trial it is about to forget in a shared progress file; writers keep writing whatever trial each
@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import json
 import mmap
-import os
 import random
 import struct
-import sys
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from tests.kit.scenarios import say
 
 import cenotaph
 from cenotaph import LocalKeyring
@@ -36,13 +35,6 @@ IDLE = -1  # a forgetter's slot before its first trial
 DONE = -2  # ... after its last
 SLOT = struct.Struct("<q")
 GO_WAIT_S = 120
-
-
-def say(line: str) -> None:
-    """One ``os.write`` per line: a SIGKILL stops us between lines, never inside one."""
-    data = (line + "\n").encode()
-    while data:
-        data = data[os.write(1, data) :]
 
 
 def now_ns() -> int:
@@ -325,22 +317,3 @@ def finish(
     }
     store.close()
     return result
-
-
-SCENARIOS: dict[str, Callable[..., Any]] = {
-    "pg-race-forgetter": race_forgetter,
-    "pg-race-writer": race_writer,
-    "pg-forget-subject": forget_subject,
-    "pg-reader": reader,
-    "pg-finish": finish,
-}
-
-
-def main(argv: list[str]) -> None:
-    (name,) = argv
-    args = json.loads(sys.stdin.readline())
-    say(json.dumps(SCENARIOS[name](**args)))
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

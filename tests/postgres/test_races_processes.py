@@ -36,8 +36,8 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+from tests.kit.proc import Child, spawn
 
-from ._proc import spawn
 from ._scenarios import TRIAL_KEY, Progress, open_store, trial_scope
 
 TRIALS = int(os.environ.get("CENOTAPH_PG_RACE_TRIALS", "1000"))
@@ -113,6 +113,13 @@ def _check_trial(tally: Tally, forget: dict[str, Any], writes: list[dict[str, An
     return bad
 
 
+def _result(child: Child, timeout: float) -> Any:
+    """What ``child`` returned; it must end, and exit 0, within ``timeout`` seconds."""
+    code = child.finish(timeout)
+    assert code == 0, f"{child.scenario} failed ({code}):\n{child.stderr}"
+    return child.result()
+
+
 def _race(
     tmp_path: Path, dsn: str, schema: str, trials: int, timeout: float
 ) -> tuple[Tally, list[dict[str, Any]]]:
@@ -121,7 +128,13 @@ def _race(
     progress = tmp_path / "progress"
     Progress.create(progress, SLOTS)
     go = tmp_path / "go"
-    common = {"dsn": dsn, "schema": schema, "keyring": keyring, "progress": str(progress), "go": str(go)}
+    common: dict[str, Any] = {
+        "dsn": dsn,
+        "schema": schema,
+        "keyring": keyring,
+        "progress": str(progress),
+        "go": str(go),
+    }
     common["prefix"] = PREFIX
     with ExitStack() as stack:
         forgetters = [
@@ -156,10 +169,8 @@ def _race(
         for child in [*forgetters, *writers]:
             child.wait_for("ready")
         go.touch()
-        for child in [*forgetters, *writers]:
-            child.finish(timeout)
-        forgets = [f for child in forgetters for f in child.result()["forgets"]]
-        writes = [w for child in writers for w in child.result()["writes"]]
+        forgets = [f for child in forgetters for f in _result(child, timeout)["forgets"]]
+        writes = [w for child in writers for w in _result(child, timeout)["writes"]]
     return _tally(forgets, writes), writes
 
 

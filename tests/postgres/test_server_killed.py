@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
+from tests.kit.proc import Child, spawn
 
 from cenotaph import Store
 
-from ._proc import spawn
 from ._scenarios import now_ns, open_store
 
 ALICE = "tenant:acme/user:alice"
@@ -79,6 +80,12 @@ def _states(dsn: str, schema: str) -> list[tuple[str, int | None]]:
         return [(str(state), applied) for state, applied in conn.execute(query).fetchall()]
 
 
+def _result(child: Child) -> Any:
+    code = child.finish(timeout=240)
+    assert code == 0, f"{child.scenario} failed ({code}):\n{child.stderr}"
+    return child.result()
+
+
 def _stamp(lines: list[str], word: str) -> int | None:
     """The time on the killed server's ``word ... T`` line (None if it never printed one)."""
     found = [line for line in lines if line.startswith(word + " ")]
@@ -91,7 +98,7 @@ def test_a_server_killed_mid_forget_leaves_an_erasure_another_server_finishes(
 ) -> None:
     keyring = str(tmp_path / "keyring")
     alice_ids = _populate(pg_dsn, pg_schema, keyring)
-    db = {"dsn": pg_dsn, "schema": pg_schema, "keyring": keyring}
+    db: dict[str, Any] = {"dsn": pg_dsn, "schema": pg_schema, "keyring": keyring}
     watched = [["alice", s, k] for s, k in _slots(ALICE, 12)] + [["bob", s, k] for s, k in _slots(BOB, 4)]
     stop = tmp_path / "stop"
     with spawn("pg-reader", **db, keys=watched, stop=str(stop)) as reader:
@@ -121,10 +128,10 @@ def test_a_server_killed_mid_forget_leaves_an_erasure_another_server_finishes(
             gone=_slots(ALICE, ALICE_RECORDS),
             kept=_slots(BOB, BOB_RECORDS),
         ) as finisher:
-            finished = finisher.result()
+            finished = _result(finisher)
         time.sleep(0.2)
         stop.touch()
-        reads = reader.result()["reads"]
+        reads = _result(reader)["reads"]
 
     # the second server finished it: verified (a certificate verified in that process too)
     assert finished["states"] and set(finished["states"].values()) == {"verified"}, finished
