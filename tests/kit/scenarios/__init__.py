@@ -32,6 +32,12 @@ SCENARIOS = {
     "oracle-residue": "tests.kit.scenarios.oracle:residue",
     "oracle-scan": "tests.kit.scenarios.oracle:scan",
     "hold-reader": "tests.kit.scenarios.oracle:hold_reader",
+    # PostgreSQL app servers on one schema (tests/postgres/_scenarios.py)
+    "pg-race-forgetter": "tests.postgres._scenarios:race_forgetter",
+    "pg-race-writer": "tests.postgres._scenarios:race_writer",
+    "pg-forget-subject": "tests.postgres._scenarios:forget_subject",
+    "pg-reader": "tests.postgres._scenarios:reader",
+    "pg-finish": "tests.postgres._scenarios:finish",
 }
 
 
