@@ -1,4 +1,4 @@
-"""The ``cenotaph`` CLI (SPEC §7): JSON by default, ``--table`` for people, exit 2 with one line on bad input.
+"""The ``cenotaph`` CLI: JSON by default, ``--table`` for people, exit 2 with one line on bad input.
 
 Most tests drive the click group in-process with ``CliRunner``; a few run the real entry point in a
 subprocess (``python -m cenotaph.cli.main``) so the exit codes and stderr are the ones a shell sees.

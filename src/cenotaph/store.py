@@ -1,4 +1,4 @@
-"""The Store: SPEC §2's API and all of its policy. No SQL here (see ``backends``)."""
+"""The Store: the public API and all of its policy. No SQL here (see ``backends``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SPEC W1: tombstones dominate writes; reauthorization tokens; compare-and-set; subjects."""
+"""Tombstones dominate writes; reauthorization tokens; compare-and-set; subjects."""
 
 from __future__ import annotations
 

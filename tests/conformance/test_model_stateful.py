@@ -1,6 +1,6 @@
 """A model-based test of R1, R2, W1 and W2: random writes, reads, forgets (both modes, keys,
 scopes, subjects, with and without ancestors), reauthorizations, compare-and-set writes and
-restarts, checked step by step against a plain-dict model of what the SPEC says must happen.
+restarts, checked step by step against a plain-dict model of what the guarantees (docs/guarantees.md) say must happen.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SPEC W5: operational forgets never report erasure; compliance forgets return shredded or later."""
+"""Modes: operational forgets never report erasure; compliance forgets return shredded or later."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SPEC §3: R1 (resolution), R2 (nothing forgotten/expired/shredded is returned), R3 (TTL)."""
+"""The read path: resolution, nothing forgotten/expired/shredded is returned, TTL."""
 
 from __future__ import annotations
 

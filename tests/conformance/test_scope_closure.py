@@ -1,4 +1,4 @@
-"""SPEC W2: scope closure -- a forget covers the subtree and fails closed on ancestor copies."""
+"""Scope closure -- a forget covers the subtree and fails closed on ancestor copies."""
 
 from __future__ import annotations
 

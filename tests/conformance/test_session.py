@@ -1,4 +1,4 @@
-"""SPEC W6 (session taint) and W3 (derived state) through sessions and derived_from."""
+"""Session taint and derived state through sessions and derived_from."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One store factory over every backend, for every suite that opens stores (SPEC §6).
+"""One store factory over every backend, for every suite that opens stores.
 
 The fixtures live in ``tests/conftest.py``: ``backend`` is parametrised over :data:`BACKENDS`
 (a test marked ``@pytest.mark.sqlite_only`` gets only ``"sqlite"``), ``store_factory`` is a

@@ -1,4 +1,4 @@
-"""The database is a cache of the key provider's ledger, not the authority (SPEC S9).
+"""The database is a cache of the key provider's ledger, not the authority.
 
 Each test edits the real SQLite file (or a backup's copy) with the stdlib ``sqlite3`` module,
 with the keyring outside the data directory and out of the attacker's reach, and checks that
