@@ -7,14 +7,19 @@ a read transaction refuses an operation that writes (and the rows stay as they w
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
+import cenotaph
 from cenotaph.backends import ops
 from cenotaph.backends.sqlite.backend import SQLiteBackend, SQLiteTxn
+from cenotaph.errors import StorageError
+
+SCOPE = "tenant:acme/user:alice"
 
 
 @pytest.fixture
@@ -39,7 +44,7 @@ def test_the_handler_name_is_the_snake_case_of_the_operation() -> None:
 
 
 def test_a_runner_missing_a_handler_is_refused_when_defined() -> None:
-    with pytest.raises(TypeError, match="no handler clock"):
+    with pytest.raises(TypeError, match="Partial has no handler"):
 
         class Partial(ops.OpRunner):  # no handlers at all
             pass
@@ -77,3 +82,139 @@ def test_keyword_only_and_mapping_fields_reach_their_handlers(backend: SQLiteBac
 def test_an_unknown_operation_is_a_type_error(backend: SQLiteBackend) -> None:
     with backend.read() as txn, pytest.raises(TypeError, match="not an operation"):
         txn.run(object())  # type: ignore[arg-type]
+
+
+# -- read snapshots -------------------------------------------------------------------------
+
+
+def test_a_read_block_is_one_snapshot(tmp_path: Path) -> None:
+    """A write another store commits between two reads of one block is not seen by the second."""
+    with cenotaph.open(tmp_path) as reader, cenotaph.open(tmp_path) as writer:
+        reader.write(SCOPE, "before", "x")
+        with reader._backend.read() as txn:
+            clock = txn.run(ops.Clock())
+            rows = len(list(txn.run(ops.LiveRecords())))
+            writer.write(SCOPE, "during", "y")  # another connection commits meanwhile
+            assert txn.run(ops.Clock()) == clock, "the second read saw a later commit"
+            assert len(list(txn.run(ops.LiveRecords()))) == rows
+        with reader._backend.read() as txn:  # the next block is a new snapshot
+            assert txn.run(ops.Clock()) > clock
+            assert len(list(txn.run(ops.LiveRecords()))) == rows + 1
+
+
+def test_a_read_block_ends_its_snapshot(tmp_path: Path) -> None:
+    """No reader outlives its block: a TRUNCATE checkpoint right after it empties the WAL, and
+    one while another connection's block is open cannot."""
+    first, second = SQLiteBackend(tmp_path), SQLiteBackend(tmp_path)
+    try:
+        with first.write() as txn:
+            txn.run(ops.SetMeta("probe", 1))
+        with first.read() as txn:
+            assert txn.run(ops.Meta("probe")) == 1
+            assert second.physical.checkpoint_truncate(attempts=2)[0] is False, (
+                "the open snapshot let it truncate"
+            )
+        assert not first._conn.in_transaction
+        assert second.physical.checkpoint_truncate(attempts=2) == (True, 0)
+        assert first.physical.checkpoint_truncate(attempts=2) == (True, 0)
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_write_inside_a_read_block_is_refused(backend: SQLiteBackend) -> None:
+    with backend.read(), pytest.raises(StorageError, match="already inside a transaction"), backend.write():
+        pass
+    with backend.write() as txn:  # and the refused one left nothing open
+        txn.run(ops.SetMeta("probe", 1))
+
+
+# -- the change marker ----------------------------------------------------------------------
+
+
+def test_the_marker_moves_for_another_connections_commit_and_not_for_ones_own(tmp_path: Path) -> None:
+    first, second = SQLiteBackend(tmp_path), SQLiteBackend(tmp_path)
+    try:
+        before = first.marker()
+        with first.write() as txn:
+            txn.run(ops.SetMeta("probe", 1))
+        assert first.marker() == before, "one's own commit moved the marker"
+        with second.write() as txn:
+            txn.run(ops.SetMeta("probe", 2))
+        after = first.marker()
+        assert after != before
+        with first.read() as txn:
+            assert txn.run(ops.Marker()) == after
+            assert txn.run(ops.KeyRecords([b"\0" * 32], b"\0" * 32))[0] == after
+    finally:
+        first.close()
+        second.close()
+
+
+def test_the_marker_read_in_a_transaction_is_its_snapshots(tmp_path: Path) -> None:
+    first, second = SQLiteBackend(tmp_path), SQLiteBackend(tmp_path)
+    try:
+        with first.read() as txn:
+            inside = txn.run(ops.Marker())
+            with second.write() as other:
+                other.run(ops.SetMeta("probe", 1))
+            assert txn.run(ops.Marker()) == inside
+            assert txn.run(ops.Meta("probe")) is None, "reading the marker did not begin the snapshot"
+        assert first.marker() != inside
+    finally:
+        first.close()
+        second.close()
+
+
+def test_the_store_decides_what_changed_from_the_markers_it_saw(tmp_path: Path) -> None:
+    with cenotaph.open(tmp_path) as store, cenotaph.open(tmp_path) as other:
+        memory, backend = store._memory, store._backend
+        with backend.serial():
+            memory.saw(backend.marker())
+            store.write(SCOPE, "own", "x")
+            assert not memory.saw(backend.marker()), "its own write counted as another's"
+            other.write(SCOPE, "theirs", "y")
+            assert memory.saw(backend.marker())
+            assert not memory.saw(backend.marker()), "a change is seen once"
+
+
+# -- the store's own lock ---------------------------------------------------------------------
+
+
+def test_the_store_knows_which_thread_is_inside_its_transactions(tmp_path: Path) -> None:
+    with cenotaph.open(tmp_path) as store:
+        backend = store._backend
+        assert not backend.held_here()
+        with backend.serial():
+            assert backend.held_here() and not backend.in_transaction()
+        seen: dict[str, bool] = {}
+        with backend.read():
+            assert backend.held_here() and backend.in_transaction()
+            probe = threading.Thread(target=lambda: seen.update(held=backend.held_here()))
+            probe.start()
+            probe.join(10)
+        assert seen == {"held": False}, "another thread was told it holds the lock"
+        with backend.write() as txn:
+            assert backend.in_transaction()
+            txn.after_commit(lambda: seen.update(after=backend.held_here() and backend.in_transaction()))
+        assert seen["after"], "post-commit actions must run under the store's lock"
+        assert not backend.held_here() and not backend.in_transaction()
+
+
+def test_a_transaction_waits_for_another_threads(tmp_path: Path) -> None:
+    with cenotaph.open(tmp_path) as store:
+        entered, order = threading.Event(), []
+
+        def other() -> None:
+            entered.set()
+            with store._backend.read():
+                order.append("other")
+
+        with store._backend.read():
+            thread = threading.Thread(target=other)
+            thread.start()
+            assert entered.wait(10)
+            thread.join(0.2)
+            order.append("first")
+        thread.join(10)
+        assert order == ["first", "other"]

@@ -1,8 +1,8 @@
 """W7 under real SIGKILL: what returned survives, what did not return happened completely or not at all.
 
-Every test runs the store in a child process (``tests/_workers.py``), kills it with SIGKILL (the
-child's whole process group, so a scan worker it started dies with it, as in a power cut), and
-reopens the data directory in this process.
+Every test runs the store in a child process (a scenario of ``tests/kit/scenarios/crash.py``, run
+by ``tests.kit.proc``), kills it with SIGKILL (the child's whole process group, so a scan worker it
+started dies with it, as in a power cut), and reopens the data directory in this process.
 """
 
 from __future__ import annotations
@@ -13,66 +13,15 @@ import os
 import random
 import signal
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tests.kit.proc import run, spawn
 
 import cenotaph
 from cenotaph.errors import ForgottenError, InvalidValueError
 
-WORKERS = Path(__file__).with_name("_workers.py")
 SCOPE = "tenant:crash/user:u/session:s"
-
-
-class Child:
-    """A worker process in its own process group, read line by line (pytest-timeout guards a hang)."""
-
-    def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(WORKERS), *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        self.lines: list[str] = []
-        self.err = ""
-
-    def readline(self) -> str:
-        """The next stdout line ('' at EOF)."""
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().rstrip("\n")
-        if line:
-            self.lines.append(line)
-        return line
-
-    def wait_for(self, prefix: str) -> str:
-        while True:
-            line = self.readline()
-            if line.startswith(prefix):
-                return line
-            if line == "":
-                self.finish()
-                raise AssertionError(f"child exited ({self.proc.returncode}) before {prefix!r}: {self.err}")
-
-    def kill(self) -> None:
-        """SIGKILL the child and everything it started; collect what it had printed."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.finish()
-
-    def finish(self) -> int:
-        # not communicate(): it reads the raw pipe and would drop lines readline() buffered
-        assert self.proc.stdout is not None and self.proc.stderr is not None
-        with self.proc.stdout, self.proc.stderr:
-            self.lines.extend(line for line in self.proc.stdout.read().splitlines() if line)
-            self.err = self.proc.stderr.read()[-2000:]
-        self.proc.wait(timeout=120)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)  # a grandchild (scan worker) left in the group
-        return self.proc.returncode
 
 
 def _integrity(directory: Path) -> None:
@@ -124,17 +73,19 @@ def test_sigkill_keeps_every_returned_write_and_forget(tmp_path: Path) -> None:
     cycles = 5
     for cycle in range(cycles):
         auto_purge = cycle % 2 == 1  # odd cycles: kills also land inside purges and scans
-        child = Child(
-            "crash-writer", str(tmp_path), f"tenant:c{cycle}", str(cycle), "1" if auto_purge else "0"
-        )
-        child.wait_for("ready")
-        kill_after = rng.randint(5, 400)
-        for _ in range(kill_after):
-            if child.readline() == "":
-                break
-        assert child.proc.poll() is None, "the writer died by itself"
-        child.kill()
-        assert child.proc.returncode == -signal.SIGKILL
+        with spawn(
+            "crash-writer",
+            directory=str(tmp_path),
+            prefix=f"tenant:c{cycle}",
+            seed=cycle,
+            auto_purge=auto_purge,
+        ) as child:
+            child.wait_for("ready")
+            kill_after = rng.randint(5, 400)
+            child.read_lines(kill_after)
+            assert child.alive, "the writer died by itself"
+            child.kill()
+        assert child.returncode == -signal.SIGKILL
         started: set[tuple[str, str]] = set()
         for line in child.lines:
             kind, *rest = line.split(" ")
@@ -194,12 +145,12 @@ def test_sigkill_keeps_every_returned_write_and_forget(tmp_path: Path) -> None:
 # -- tombstones and reauthorization tokens survive SIGKILL -----------------------------------------
 @pytest.mark.parametrize("mode", ["compliance", "operational"])
 def test_sigkill_after_forget_returned(tmp_path: Path, mode: str) -> None:
-    child = Child("crash-after-forget", str(tmp_path), SCOPE, mode)
-    _, request_id, v_f = child.wait_for("forgot ").split(" ")
-    _, v_again, token = child.wait_for("token ").split(" ")
-    child.wait_for("returned")
-    child.kill()
-    assert child.proc.returncode == -signal.SIGKILL
+    with spawn("crash-after-forget", directory=str(tmp_path), scope=SCOPE, mode=mode) as child:
+        _, request_id, v_f = child.wait_for("forgot ").split(" ")
+        _, v_again, token = child.wait_for("token ").split(" ")
+        child.wait_for("returned")
+        child.kill()
+    assert child.returncode == -signal.SIGKILL
 
     with cenotaph.open(tmp_path, auto_purge=False) as store:
         assert store.read(SCOPE, "gone") is None
@@ -232,11 +183,13 @@ def _seed(directory: Path) -> dict[str, str]:
 
 
 def _crash_forget(directory: Path, key: str | None, mode: str, when: str) -> tuple[str, int]:
-    child = Child("crash-in-forget", str(directory), SCOPE, key or "-", mode, when)
-    child.wait_for("opened")
-    _, request_id, version = child.wait_for("plan ").split(" ")
-    assert child.finish() == -signal.SIGKILL, child.err
-    assert "returned" not in child.lines
+    with spawn(
+        "crash-in-forget", directory=str(directory), scope=SCOPE, key=key, mode=mode, when=when
+    ) as child:
+        child.wait_for("opened")
+        _, request_id, version = child.wait_for("plan ").split(" ")
+        assert child.finish() == -signal.SIGKILL, child.stderr
+        assert "returned" not in child.lines
     return request_id, int(version)
 
 
@@ -371,26 +324,22 @@ def test_threads_keep_working_while_forgetting_processes_are_killed(tmp_path: Pa
     threads = [threading.Thread(target=work, args=(seed,), daemon=True) for seed in range(4)]
     for thread in threads:
         thread.start()
-    child = (
-        "import sys, cenotaph\n"
-        "cenotaph.open(sys.argv[1], auto_purge=False).forget(sys.argv[2], sys.argv[3], mode=sys.argv[4])\n"
-    )
     rng = random.Random(7)
     killed = 0
     try:
         for n in range(9):
-            env = {k: v for k, v in os.environ.items() if k != "CENOTAPH_FAULT"}
-            if n % 3 != 2:
-                env["CENOTAPH_FAULT"] = "forget.ledgered"
             mode = rng.choice(["operational", "compliance"])
-            proc = subprocess.run(
-                [sys.executable, "-c", child, str(tmp_path), SCOPE, rng.choice(keys), mode],
-                env=env,
-                capture_output=True,
-                timeout=120,
+            child = run(
+                "forget",
+                fault="forget.ledgered" if n % 3 != 2 else None,
+                location=str(tmp_path),
+                scope=SCOPE,
+                key=rng.choice(keys),
+                mode=mode,
+                close=False,
             )
-            assert proc.returncode in (0, -signal.SIGKILL), proc.stderr.decode()[-500:]
-            killed += proc.returncode == -signal.SIGKILL
+            assert child.returncode in (0, -signal.SIGKILL), child.stderr[-500:]
+            killed += child.killed
     finally:
         stop.set()
         for thread in threads:

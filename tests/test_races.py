@@ -23,13 +23,9 @@ one directory, and as separate OS processes. ``CENOTAPH_RACE_TRIALS`` sets the t
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import os
 import random
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from collections import defaultdict
@@ -37,27 +33,14 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from tests.kit.proc import spawn
+from tests.kit.scenarios import races as workers
 
 import cenotaph
 from cenotaph.errors import ForgottenError, StaleWriteError
-
-WORKERS_PATH = Path(__file__).with_name("_workers.py")
-
-
-def _load_workers() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("cenotaph_test_workers", WORKERS_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-workers = _load_workers()
 
 TOTAL_TRIALS = int(os.environ.get("CENOTAPH_RACE_TRIALS", "1000"))
 SOAK_TRIALS = int(os.environ.get("CENOTAPH_SOAK_TRIALS", "20000"))
@@ -316,37 +299,27 @@ def test_thread_race(tmp_path: Path, own_stores: bool, share: int, seed: int, la
 
 
 # -- process races ----------------------------------------------------------------------------------
-def _run_workers(directory: Path, roles: list[tuple[str, str]], argv: list[str]) -> list[dict[str, Any]]:
+def _run_workers(directory: Path, roles: list[tuple[str, str]], args: dict[str, Any]) -> list[dict[str, Any]]:
     """Start one process per (role, name), release them together, collect their JSON."""
     directory.mkdir(parents=True, exist_ok=True)
     cenotaph.open(directory).close()  # create the store once, so the workers do not race on init
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(WORKERS_PATH), role, str(directory), name, *argv],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for role, name in roles
-    ]
-    try:
+    with ExitStack() as stack:
+        procs = [
+            stack.enter_context(spawn(role, directory=str(directory), name=name, **args))
+            for role, name in roles
+        ]
         deadline = time.monotonic() + 60
         while not all((directory / f"ready-{name}").exists() for _, name in roles):
-            assert all(p.poll() is None for p in procs), "a worker died before the barrier"
+            assert all(p.alive for p in procs), "a worker died before the barrier"
             assert time.monotonic() < deadline, "workers did not get ready"
             time.sleep(0.005)
         (directory / "go").touch()
         docs = []
         for p in procs:
-            out, err = p.communicate(timeout=240)
-            assert p.returncode == 0, f"worker failed ({p.returncode}): {err[-2000:]}"
-            docs.append(json.loads(out))
+            code = p.finish(timeout=240)
+            assert code == 0, f"worker failed ({code}): {p.stderr}"
+            docs.append(p.result())
         return docs
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
 
 
 def _process_races(base: Path, trials: int, seed: int, purge_trials: int, chunk: int = 0) -> Tally:
@@ -357,8 +330,15 @@ def _process_races(base: Path, trials: int, seed: int, purge_trials: int, chunk:
         directory = base / f"round{r}"
         prefix = f"tenant:race/user:p{r}"
         roles = [*(("race-writer", f"w{i}") for i in range(WRITERS)), ("race-forgetter", "f")]
-        argv = [prefix, str(size), "4", str(seed * 1000 + r), "1" if auto_purge else "0", str(chunk)]
-        docs = _run_workers(directory, roles, argv)
+        args = {
+            "prefix": prefix,
+            "trials": size,
+            "threads": 4,
+            "seed": seed * 1000 + r,
+            "auto_purge": auto_purge,
+            "chunk": chunk,
+        }
+        docs = _run_workers(directory, roles, args)
         writes = [w for d in docs if d["role"] == "writer" for w in d["writes"]]
         forgets = [f for d in docs if d["role"] == "forgetter" for f in d["forgets"]]
         timeouts += sum(d.get("wait_timeouts", 0) for d in docs)

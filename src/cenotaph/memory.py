@@ -11,15 +11,16 @@ the store calls back into it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Protocol
 
 from .backends import ops
-from .backends.base import Backend, Txn
+from .backends.base import Txn
 from .crypto.keys import KeyChain
 from .crypto.provider import KeyProvider
 from .errors import InvalidValueError
 from .index.search import SearchIndex
+from .locking import LockedBackend
 from .records import OpenedRecord
 
 __all__ = ["RECORD_CACHE_LIMIT", "StoreMemory"]
@@ -45,7 +46,12 @@ class _Ledger(Protocol):
 
 class StoreMemory:
     def __init__(
-        self, backend: Backend, provider: KeyProvider, keys: KeyChain, search: SearchIndex, ledger: _Ledger
+        self,
+        backend: LockedBackend,
+        provider: KeyProvider,
+        keys: KeyChain,
+        search: SearchIndex,
+        ledger: _Ledger,
     ) -> None:
         self._backend = backend
         self._provider = provider
@@ -62,6 +68,7 @@ class StoreMemory:
         self.forget_epoch = -1  # the database's forget epoch memory was last valid at
         self.sync_pending = False
         self.closed = False
+        self._marker: Hashable | None = None  # the backend's change marker when last looked at
         # called after a sync replayed a forget whose chunks are left (the erasure worker's wake)
         self.on_replayed_chunks: Callable[[], None] = lambda: None
 
@@ -110,21 +117,28 @@ class StoreMemory:
                 self.records.clear()  # bounded: a forget clears it whole, so keep that cheap
             self.records[record.id] = record
 
+    def saw(self, marker: Hashable) -> bool:
+        """Has another connection committed since the marker last seen (``Backend.marker``, or
+        ``ops.Marker`` read with rows)? Remembers ``marker``. Call under ``backend.serial()``."""
+        changed = marker != self._marker
+        self._marker = marker
+        return changed
+
     def sync(self) -> None:
         """Before serving anything: apply forgets another process logged, drop stale caches."""
         self.check_open()
         # One thread at a time: a thread that sees the change must finish dropping the caches
         # before any other thread, which no longer sees it, may answer from them. The lock is the
-        # backend's own (re-entrant), so a thread already inside a backend call can sync too.
+        # store's own (re-entrant, see locking.py), so a thread inside a transaction can sync too.
         with self._backend.serial():
             self.sync_locked()
 
     def sync_locked(self, changed: bool | None = None) -> None:
-        # data_version moves only on other connections' commits; a replay is our own commit.
+        # the marker moves only on other connections' commits; a replay is our own commit.
         # Until this sync completes, the next one acts as if something changed: a failure half
         # way (a busy ledger replay, say) must not leave the change consumed and the caches kept.
-        # ``changed``: the caller read the data version itself (with its rows), else it is read here
-        check = (self._backend.changed() if changed is None else changed) or self.sync_pending
+        # ``changed``: the caller read the marker itself (with its rows), else it is read here
+        check = (self.saw(self._backend.marker()) if changed is None else changed) or self.sync_pending
         self.sync_pending = True
         if check:
             self.invalidate_resolved()

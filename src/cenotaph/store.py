@@ -41,6 +41,7 @@ from .group_writes import GroupWriter
 from .groupcommit import GroupCommit
 from .index.embedder import Embedder, HashingEmbedder
 from .index.search import SearchIndex, check_filter, check_query, matches_filter
+from .locking import LockedBackend
 from .memory import RECORD_CACHE_LIMIT, StoreMemory
 from .model import (
     BackupInfo,
@@ -122,7 +123,7 @@ class Store:
         embedder: Embedder | None = None,
         restored: bool = False,
     ) -> None:
-        self._backend = backend
+        self._backend = LockedBackend(backend)  # the store serialises its own threads
         self._provider = provider
         self._tokens = TokenMaker(provider.erasure_secret())
         self._keys = KeyChain(provider)
@@ -137,9 +138,9 @@ class Store:
         self._planner = ForgetPlanner(self._tokens)
         # the caches and how fresh they are: shared with the erasure side, which syncs and
         # drops what memory holds through it (it never calls back into the store)
-        self._memory = StoreMemory(backend, provider, self._keys, self._search, self._ledger)
+        self._memory = StoreMemory(self._backend, provider, self._keys, self._search, self._ledger)
         self._erasure = ErasureService(
-            backend, provider, self._keys, self._memory, self._ledger, purge_mode(auto_purge)
+            self._backend, provider, self._keys, self._memory, self._ledger, purge_mode(auto_purge)
         )
         self._applier = self._erasure.applier
         self._worker = self._erasure.worker
@@ -412,8 +413,8 @@ class Store:
             # the same snapshot (no statement of its own)
             self._sync_locked(changed=False)
             with self._backend.read() as txn:
-                data_version, found = txn.run(ops.KeyRecords(tokens, key_token))
-                if self._backend.saw_data_version(data_version):
+                marker, found = txn.run(ops.KeyRecords(tokens, key_token))
+                if self._memory.saw(marker):
                     self._sync_locked(changed=True)  # drops what that commit made stale, then we go on
                 generation = self._resolved_gen
                 rows = {r.scope_token: (r, lin) for r, lin in found}
@@ -875,7 +876,7 @@ def _default_provider(directory: Path | None) -> KeyProvider:
     if directory is None:
         raise InvalidValueError(
             "a postgresql:// store has no data directory to keep its keyring in; pass "
-            "key_provider=LocalKeyring(<keyring directory>)"
+            "key_provider=LocalKeyring(<keyring dir>)"
         )
     return keyring_from_env(directory)
 

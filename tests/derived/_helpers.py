@@ -1,43 +1,49 @@
-"""Helpers of the derived suite: second processes, raw SQLite reads, at-rest probes, read-path checks."""
+"""Helpers of the derived suite: second processes (``tests.kit.proc``), raw SQLite reads, at-rest
+probes, read-path checks."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import sqlite3
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tests.kit.proc import run_json
+from tests.kit.stores import Location
 
 from cenotaph import Record, Store
 from cenotaph.index.embedder import HashingEmbedder, l2_normalise, memory_text, value_text
 
-from ._child import scan_directory
-
-CHILD = Path(__file__).with_name("_child.py")
 DB_FILE = "cenotaph.db"
 VECTOR_WINDOW = 32  # bytes (8 float32s) of an embedding searched for at a time
 
 
-def run_child(role: str, *args: object, timeout: float = 60.0) -> Any:
-    """Run ``_child.py ROLE ARGS`` in a real second process; its JSON answer."""
-    done = subprocess.run(
-        [sys.executable, str(CHILD), role, *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
+def _where(location: Location | Path | str) -> dict[str, Any] | str:
+    return location.to_json() if isinstance(location, Location) else str(location)
+
+
+def forget_in_child(
+    location: Location | Path | str, scope: str, key: str | None, mode: str, *, purge: bool = False
+) -> dict[str, Any]:
+    """``forget`` in a real second process (``key`` None: the whole scope); its request's id,
+    version and state."""
+    result: dict[str, Any] = run_json(
+        "forget", location=_where(location), scope=scope, key=key, mode=mode, auto_purge=purge
     )
-    assert done.returncode == 0, f"child {role} failed ({done.returncode}):\n{done.stderr}"
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return result
 
 
-def forget_in_child(directory: Path, scope: str, key: str | None, mode: str, *, purge: bool = False) -> Any:
-    return run_child("forget", directory, scope, "-" if key is None else key, mode, int(purge))
+def forget_subject_in_child(location: Location | Path | str, subject: str) -> dict[str, Any]:
+    result: dict[str, Any] = run_json("forget-subject", location=_where(location), subject=subject)
+    return result
+
+
+def write_in_child(location: Location | Path | str, scope: str, key: str, value: Any) -> dict[str, Any]:
+    """``write`` in a real second process; the record's id and version."""
+    result: dict[str, Any] = run_json("write", location=_where(location), scope=scope, key=key, value=value)
+    return result
 
 
 @contextlib.contextmanager
@@ -82,19 +88,6 @@ def vector_windows(value: object, key: str = "", metadata: dict[str, Any] | None
             out.append(window)
     assert len(out) >= 10, "the embedding should have many informative windows"
     return list(dict.fromkeys(out))
-
-
-def scan_in_child(directory: Path, needles: dict[str, list[bytes]], workdir: Path) -> dict[str, Any]:
-    """Scan ``directory`` from a second process (safe while this process has the store open)."""
-    spec = workdir / f"needles-{len(list(workdir.glob('needles-*')))}.json"
-    spec.write_text(json.dumps({name: [b.hex() for b in items] for name, items in needles.items()}))
-    result: dict[str, Any] = run_child("scan", directory, spec)
-    return result
-
-
-def scan_here(directory: Path, needles: dict[str, list[bytes]]) -> dict[str, Any]:
-    """Scan ``directory`` in this process: only once every store on it is closed."""
-    return scan_directory(directory, needles)
 
 
 # -- read path ----------------------------------------------------------------------------------

@@ -9,10 +9,11 @@ process's memory by then. The cache is also never a path around the final check 
 from __future__ import annotations
 
 import pytest
+from tests.kit.stores import StoreFactory
 
 import cenotaph
 
-from ._helpers import assert_unreadable, forget_in_child, raw_db, run_child
+from ._helpers import assert_unreadable, forget_in_child, forget_subject_in_child, raw_db, write_in_child
 
 SCOPE = "tenant:acme/user:alice/session:s1"
 BOB = "tenant:acme/user:bob"
@@ -49,37 +50,42 @@ OPS = {
 
 @MODES
 @pytest.mark.parametrize("op", sorted(OPS))
-def test_forget_in_another_process_hides_the_record_from_the_next_call(stores, mode: str, op: str) -> None:
-    store = stores()
+def test_forget_in_another_process_hides_the_record_from_the_next_call(
+    store_factory: StoreFactory, mode: str, op: str
+) -> None:
+    store = store_factory()
     note, keep = _warm(store)
-    forget_in_child(stores.path(store), SCOPE, "cardio", mode)
+    forget_in_child(store_factory.location(store), SCOPE, "cardio", mode)
     assert OPS[op](store, note) is None  # the very first call after the forget
     assert_unreadable(store, note, QUERY)
     assert store.read(SCOPE, "dentist") == keep
 
 
 @MODES
-def test_forget_in_another_process_drops_this_process_decrypted_copies(stores, mode: str) -> None:
-    store = stores()
+def test_forget_in_another_process_drops_this_process_decrypted_copies(
+    store_factory: StoreFactory, mode: str
+) -> None:
+    store = store_factory()
     note, _ = _warm(store)
-    forget_in_child(stores.path(store), SCOPE, "cardio", mode)
+    forget_in_child(store_factory.location(store), SCOPE, "cardio", mode)
     assert store.read(SCOPE, "cardio") is None
     assert note.id not in store._cache
     assert note.id not in store._search._vectors
     assert note.id not in store._keys.lineage_keys
 
 
-def test_other_process_compliance_forget_shreds_what_this_process_cached(stores) -> None:
-    store = stores()
+@pytest.mark.sqlite_only
+def test_other_process_compliance_forget_shreds_what_this_process_cached(store_factory: StoreFactory) -> None:
+    store = store_factory()
     source = store.write(SCOPE, "note", "alpha: cardiology appointment")
     derived = store.write(
         BOB, "summary", "beta: colleague's cardiology appointment", derived_from=[source.id]
     )
-    directory = stores.path(store)
+    directory = store_factory.data_dir(store)
     store.close()
     with raw_db(directory) as conn:  # the lineage index misses the edge (W3: "a copy it missed")
         assert conn.execute("DELETE FROM derivations").rowcount == 1
-    store = stores.reopen(store)
+    store = store_factory.reopen(store)
     assert store.get(derived.id) == derived  # cached here, keys unwrapped here
 
     forget_in_child(directory, SCOPE, "note", "compliance")
@@ -94,8 +100,10 @@ def test_other_process_compliance_forget_shreds_what_this_process_cached(stores)
 
 
 @MODES
-def test_forget_in_this_process_clears_caches_before_it_returns(stores, mode: str) -> None:
-    store = stores()
+def test_forget_in_this_process_clears_caches_before_it_returns(
+    store_factory: StoreFactory, mode: str
+) -> None:
+    store = store_factory()
     note, keep = _warm(store)
     assert note.id in store._keys.lineage_keys
     store.forget(SCOPE, "cardio", mode=mode)
@@ -109,10 +117,10 @@ def test_forget_in_this_process_clears_caches_before_it_returns(stores, mode: st
 
 
 @MODES
-def test_a_stale_cache_entry_is_never_served(stores, mode: str) -> None:
+def test_a_stale_cache_entry_is_never_served(store_factory: StoreFactory, mode: str) -> None:
     """Simulate a cache that missed the invalidation: the final materialization step re-checks the
     row (and the keys) before a cached record is returned (R2)."""
-    store = stores()
+    store = store_factory()
     note, keep = _warm(store)
     stale = store._cache[note.id]  # the decrypted entry, as the cache held it before the forget
     store.forget(SCOPE, "cardio", mode=mode)
@@ -130,25 +138,25 @@ def test_a_stale_cache_entry_is_never_served(stores, mode: str) -> None:
     assert store.read(SCOPE, "dentist") == keep
 
 
-def test_a_stale_cache_entry_of_a_replaced_record_is_never_served(stores) -> None:
+def test_a_stale_cache_entry_of_a_replaced_record_is_never_served(store_factory: StoreFactory) -> None:
     """Another process replaced the value: this process returns the new record, not its cached one."""
-    store = stores()
+    store = store_factory()
     first = store.write(SCOPE, "diet", "vegetarian")
     assert store.read(SCOPE, "diet") == first
-    child = run_child("write", stores.path(store), SCOPE, "diet", '"vegan"')
+    child = write_in_child(store_factory.location(store), SCOPE, "diet", "vegan")
     current = store.read(SCOPE, "diet")
     assert current.id == child["id"] and current.value == "vegan"
     assert store.get(first.id) is None
     assert [h.record.value for h in store.search(SCOPE, "vegetarian vegan", k=10)] == ["vegan"]
 
 
-def test_subject_forget_in_another_process_hides_cached_records(stores) -> None:
-    store = stores()
+def test_subject_forget_in_another_process_hides_cached_records(store_factory: StoreFactory) -> None:
+    store = store_factory()
     note = store.write(SCOPE, "cardio", "cardiology appointment on Tuesday")
     derived = store.write(BOB, "summary", "colleague's cardiology appointment", derived_from=[note.id])
     bob_own = store.write(BOB, "own", "bob's own memory")
     assert store.get(derived.id) == derived and store.read(SCOPE, "cardio") == note
-    run_child("forget-subject", stores.path(store), "tenant:acme/user:alice")
+    forget_subject_in_child(store_factory.location(store), "tenant:acme/user:alice")
     assert store.get(derived.id) is None
     assert store.read(SCOPE, "cardio") is None
     for record in (note, derived):

@@ -11,6 +11,7 @@ import json
 import time
 
 import pytest
+from tests.kit.stores import StoreFactory
 
 from cenotaph.errors import DerivedFromForgottenError, ForgottenError
 
@@ -58,9 +59,12 @@ def _lineage_rows(directory, ids):
     return lineage, records, erased
 
 
+@pytest.mark.sqlite_only
 @PURGE
-def test_compliance_forget_cascades_three_levels_across_scopes_and_tenants(stores, purge: bool) -> None:
-    store = stores(purge=purge)
+def test_compliance_forget_cascades_three_levels_across_scopes_and_tenants(
+    store_factory: StoreFactory, purge: bool
+) -> None:
+    store = store_factory(purge=purge)
     a, b, c = _chain(store)
     d = store.write(B_SCOPE, "unrelated", "delta: bob's own cardiology notes")
     assert b.derived_from == (a.id,) and c.derived_from == (b.id,)
@@ -75,7 +79,7 @@ def test_compliance_forget_cascades_three_levels_across_scopes_and_tenants(store
     for record in (b, c):  # nothing can be derived from the cascaded records either
         with pytest.raises(DerivedFromForgottenError):
             store.write(B_SCOPE, "again", "x", derived_from=[record.id])
-    directory = stores.path(store)
+    directory = store_factory.data_dir(store)
     store.close()
 
     ids = [a.id, b.id, c.id, d.id]
@@ -90,15 +94,16 @@ def test_compliance_forget_cascades_three_levels_across_scopes_and_tenants(store
             assert wrapped is None and subjects is None and destroyed == request.version
             assert records[record.id][0] is None and records[record.id][1] == request.version
 
-    store = stores.reopen(store)
+    store = store_factory.reopen(store)
     for record in (a, b, c):
         assert_unreadable(store, record, "cardiology appointment")
     assert store.read(B_SCOPE, "unrelated").id == d.id
 
 
+@pytest.mark.sqlite_only
 @PURGE
-def test_operational_forget_does_not_cascade(stores, purge: bool) -> None:
-    store = stores(purge=purge)
+def test_operational_forget_does_not_cascade(store_factory: StoreFactory, purge: bool) -> None:
+    store = store_factory(purge=purge)
     a, b, c = _chain(store)
 
     request = store.forget(A_SCOPE, "note", mode="operational")
@@ -110,12 +115,12 @@ def test_operational_forget_does_not_cascade(stores, purge: bool) -> None:
         assert store.read(record.scope, record.key) == record
         assert record.id in visible_ids(store, record.scope, "cardiology appointment")
     assert request.status().state == "tombstoned"
-    directory = stores.path(store)
+    directory = store_factory.data_dir(store)
     store.close()
     lineage, _, _ = _lineage_rows(directory, [a.id])
     assert lineage[a.id][0] is not None and lineage[a.id][2] is None  # lineage key kept through it
 
-    store = stores.reopen(store)
+    store = store_factory.reopen(store)
     assert store.get(b.id) == b and store.get(c.id) == c
     # A later compliance forget of the (already hidden, reclaimed) source still cascades.
     store.forget(A_SCOPE, "note")
@@ -123,9 +128,9 @@ def test_operational_forget_does_not_cascade(stores, purge: bool) -> None:
         assert_unreadable(store, record, "cardiology appointment")
 
 
-def test_expiry_of_a_source_does_not_forget_what_was_derived_from_it(stores) -> None:
+def test_expiry_of_a_source_does_not_forget_what_was_derived_from_it(store_factory: StoreFactory) -> None:
     """R3: "a record derived from an expired source is not forgotten by that expiry"."""
-    store = stores()
+    store = store_factory()
     a = store.write(A_SCOPE, "note", "alpha: alice has a cardiology appointment", ttl=0.5)
     b = store.write(B_SCOPE, "summary", "beta: derived from alpha", derived_from=[a.id])
     assert set(b.subjects) == {BOB, ALICE}
@@ -135,7 +140,7 @@ def test_expiry_of_a_source_does_not_forget_what_was_derived_from_it(stores) -> 
     assert store.get(b.id) == b
     store.purge()  # sweeps a's expired row; its lineage key stays
     assert store.get(b.id) == b
-    store = stores.reopen(store)
+    store = store_factory.reopen(store)
     assert store.get(b.id) == b
     assert store.read(B_SCOPE, "summary") == b
 
@@ -151,8 +156,8 @@ def test_expiry_of_a_source_does_not_forget_what_was_derived_from_it(stores) -> 
         assert_unreadable(store, record)
 
 
-def test_derived_records_inherit_the_sources_subjects(stores) -> None:
-    store = stores()
+def test_derived_records_inherit_the_sources_subjects(store_factory: StoreFactory) -> None:
+    store = store_factory()
     a = store.write(ALICE, "fact", "alice prefers tea over coffee")
     b = store.write(BOB, "overheard", "bob heard alice prefers tea", derived_from=[a.id])
     assert set(b.subjects) == {BOB, ALICE}
@@ -186,14 +191,16 @@ def test_derived_records_inherit_the_sources_subjects(stores) -> None:
     # a record carrying the forgotten subject cannot be written again without a token (W1)
     with pytest.raises(ForgottenError):
         store.write(BOB, "new", "about alice again", subjects=[ALICE])
-    store = stores.reopen(store)
+    store = store_factory.reopen(store)
     for record in (a, b, c, d, e):
         assert_unreadable(store, record)
 
 
 @PURGE
-def test_write_derived_from_a_compliance_forgotten_record_is_refused(stores, purge: bool) -> None:
-    store = stores(purge=purge)
+def test_write_derived_from_a_compliance_forgotten_record_is_refused(
+    store_factory: StoreFactory, purge: bool
+) -> None:
+    store = store_factory(purge=purge)
     a = store.write(A_SCOPE, "note", "alpha")
     live = store.write(BOB, "live", "a live source")
     request = store.forget(A_SCOPE, "note")
@@ -218,14 +225,16 @@ def test_write_derived_from_a_compliance_forgotten_record_is_refused(stores, pur
         session.write(BOB, "late", "explicitly derived", derived_from=[a.id])
     assert [(r.id, r.version) for r in store.list("tenant:acme", include_descendants=True)] == before
 
-    store = stores.reopen(store)
+    store = store_factory.reopen(store)
     with pytest.raises(DerivedFromForgottenError):
         store.write(BOB, "late", "derived from alpha", derived_from=[a.id])
 
 
 @pytest.mark.parametrize("purged", [False, True], ids=["before-purge", "after-purge"])
-def test_write_derived_from_an_operationally_forgotten_record_is_refused(stores, purged: bool) -> None:
-    store = stores()
+def test_write_derived_from_an_operationally_forgotten_record_is_refused(
+    store_factory: StoreFactory, purged: bool
+) -> None:
+    store = store_factory()
     a = store.write(A_SCOPE, "note", "alpha: a fact alice asked the agent to stop recalling")
     store.forget(A_SCOPE, "note", mode="operational")
     if purged:
@@ -236,12 +245,12 @@ def test_write_derived_from_an_operationally_forgotten_record_is_refused(stores,
 
 @pytest.mark.parametrize("forget", ["key", "scope"])
 def test_an_operational_forget_covers_overwritten_and_expired_versions_as_sources(
-    stores, forget: str
+    store_factory: StoreFactory, forget: str
 ) -> None:
     """Every version ever written under the forgotten target is forgotten, not only the live one:
     neither an overwritten version (read by a session before the overwrite) nor an expired and
     swept one may be a ``derived_from`` source afterwards."""
-    store = stores()
+    store = store_factory()
     with store.session(ALICE + "/session:agent") as session:
         first = store.write(A_SCOPE, "note", "v1: alice's first note")
         assert session.read(A_SCOPE, "note") == first
@@ -261,20 +270,23 @@ def test_an_operational_forget_covers_overwritten_and_expired_versions_as_source
             store.write(BOB, "late", "derived", derived_from=[source.id])
 
 
+@pytest.mark.sqlite_only
 @PURGE
-def test_cascade_is_cryptographic_even_when_the_lineage_index_misses_a_copy(stores, purge: bool) -> None:
+def test_cascade_is_cryptographic_even_when_the_lineage_index_misses_a_copy(
+    store_factory: StoreFactory, purge: bool
+) -> None:
     """W3/S2: B's key depends on A's lineage key, so destroying A's keys shreds B (and C) even if the
     derivations table lost the edges and the forget could not enumerate them."""
-    store = stores(purge=purge)
+    store = store_factory(purge=purge)
     a, b, c = _chain(store)
     d = store.write(B_SCOPE, "unrelated", "delta: bob's own cardiology notes")
-    directory = stores.path(store)
+    directory = store_factory.data_dir(store)
     store.close()
     with raw_db(directory) as conn:
         deleted = conn.execute("DELETE FROM derivations").rowcount
     assert deleted == 2  # a -> b and b -> c
 
-    store = stores.reopen(store)
+    store = store_factory.reopen(store)
     assert store.get(b.id) == b and store.get(c.id) == c  # still readable: the keys are intact
     assert {b.id, c.id} <= visible_ids(store, "tenant:acme", "cardiology") | visible_ids(
         store, "tenant:globex", "cardiology"
@@ -293,17 +305,17 @@ def test_cascade_is_cryptographic_even_when_the_lineage_index_misses_a_copy(stor
     lineage, _, _ = _lineage_rows(directory, [b.id, c.id])
     assert lineage[b.id][0] is not None  # b's own row is untouched: only cryptography stands here
 
-    store = stores.reopen(store)
+    store = store_factory.reopen(store)
     for record in (a, b, c):
         assert_unreadable(store, record, "cardiology appointment")
     assert "cardiology appointment" not in json.dumps(store.export_subject(BOB))
     assert store.get(d.id) == d
 
 
-def test_cascade_reaches_records_derived_from_an_overwritten_version(stores) -> None:
+def test_cascade_reaches_records_derived_from_an_overwritten_version(store_factory: StoreFactory) -> None:
     """B was derived from A's first version; A was overwritten since. Forgetting A's key for compliance
     still takes B (the old version's lineage row outlives its replaced content)."""
-    store = stores()
+    store = store_factory()
     a1 = store.write(A_SCOPE, "note", "first version: cardiology appointment")
     b = store.write(B_SCOPE, "summary", "derived from the first version", derived_from=[a1.id])
     a2 = store.write(A_SCOPE, "note", "second version: dentist appointment")
@@ -317,10 +329,12 @@ def test_cascade_reaches_records_derived_from_an_overwritten_version(stores) -> 
         store.write(BOB, "late", "derived from the first version", derived_from=[a1.id])
 
 
-def test_repeated_operational_forgets_of_one_key_do_not_relist_its_history(stores) -> None:
+def test_repeated_operational_forgets_of_one_key_do_not_relist_its_history(
+    store_factory: StoreFactory,
+) -> None:
     """Each operational forget marks only the versions no forget marked yet: the plan (which
     goes into the key provider's ledger) grows with the forgotten data, not the key's history."""
-    store = stores()
+    store = store_factory()
     sizes = []
     for i in range(5):
         token = store.reauthorize(A_SCOPE, "note") if i else None

@@ -5,10 +5,11 @@ bad input (InvalidValueError, store unchanged)."""
 from __future__ import annotations
 
 import pytest
+from tests.kit.stores import StoreFactory
 
 from cenotaph.errors import CenotaphError, InvalidScopeError, InvalidValueError
 
-from ._helpers import assert_unreadable, forget_in_child, run_child
+from ._helpers import assert_unreadable, forget_in_child, write_in_child
 
 TENANT = "tenant:acme"
 USER = f"{TENANT}/user:alice"
@@ -21,8 +22,8 @@ def _ids(hits) -> list[str]:
     return [h.record.id for h in hits]
 
 
-def test_relevance_ranks_lexical_overlap_first(stores) -> None:
-    store = stores()
+def test_relevance_ranks_lexical_overlap_first(store_factory: StoreFactory) -> None:
+    store = store_factory()
     cardio = store.write(USER, "cardio", "Cardiology appointment with Dr Heart on Tuesday")
     car = store.write(USER, "car", "Car service appointment next week")
     groceries = store.write(USER, "groceries", "Buy milk, eggs and bread at the grocery store")
@@ -41,8 +42,8 @@ def test_relevance_ranks_lexical_overlap_first(stores) -> None:
     assert store.search(USER, "zzqx") == []
 
 
-def test_k_is_respected(stores) -> None:
-    store = stores()
+def test_k_is_respected(store_factory: StoreFactory) -> None:
+    store = store_factory()
     records = store.write_many(
         [{"scope": USER, "key": f"k{i}", "value": f"project note number {i}"} for i in range(15)]
     )
@@ -55,8 +56,8 @@ def test_k_is_respected(stores) -> None:
     assert _ids(store.search(USER, "project note number 7", k=1)) == [records[7].id]
 
 
-def test_fallthrough_and_include_descendants(stores) -> None:
-    store = stores()
+def test_fallthrough_and_include_descendants(store_factory: StoreFactory) -> None:
+    store = store_factory()
     rec = {
         scope: store.write(scope, "memo", f"project memo for {scope.split(':')[-1]}")
         for scope in (TENANT, USER, S1, S2, BOB, "tenant:globex/user:alice")
@@ -101,8 +102,8 @@ FILTER_CASES = [
 @pytest.mark.parametrize(
     ("conditions", "expected"), FILTER_CASES, ids=[str(c.values[0]) for c in FILTER_CASES]
 )
-def test_metadata_filters(stores, conditions, expected: set[str]) -> None:
-    store = stores()
+def test_metadata_filters(store_factory: StoreFactory, conditions, expected: set[str]) -> None:
+    store = store_factory()
     store.write(USER, "r1", "meeting notes one", metadata={"topic": "health", "prio": 1, "tags": ["a", "b"]})
     store.write(USER, "r2", "meeting notes two", metadata={"topic": "food", "prio": 2, "nested": {"x": 1}})
     store.write(USER, "r3", "meeting notes three", metadata={})
@@ -113,9 +114,9 @@ def test_metadata_filters(stores, conditions, expected: set[str]) -> None:
     assert all(h.record.metadata == store.read(USER, h.record.key).metadata for h in hits)
 
 
-def test_filter_applies_before_k(stores) -> None:
+def test_filter_applies_before_k(store_factory: StoreFactory) -> None:
     """k counts records that pass the filter, not raw candidates: the best match is filtered out."""
-    store = stores()
+    store = store_factory()
     store.write(USER, "best", "cardiology appointment cardiology", metadata={"topic": "health"})
     for i in range(30):
         store.write(USER, f"h{i}", f"cardiology appointment {i}", metadata={"topic": "health"})
@@ -125,8 +126,8 @@ def test_filter_applies_before_k(stores) -> None:
 
 
 @pytest.mark.parametrize("mode", ["compliance", "operational"])
-def test_forgotten_record_never_appears_in_this_process(stores, mode: str) -> None:
-    store = stores()
+def test_forgotten_record_never_appears_in_this_process(store_factory: StoreFactory, mode: str) -> None:
+    store = store_factory()
     note = store.write(S1, "cardio", "cardiology appointment on Tuesday", metadata={"topic": "health"})
     keep = store.write(S1, "dentist", "dentist appointment on Friday", metadata={"topic": "health"})
     # warm everything: the index, the decrypted cache, a session
@@ -143,24 +144,24 @@ def test_forgotten_record_never_appears_in_this_process(stores, mode: str) -> No
         {"filter": {"topic": "health"}},
     ):
         assert _ids(store.search(S1, "cardiology appointment", k=1000, **options)) == [keep.id]
-    store = stores.reopen(store)
+    store = store_factory.reopen(store)
     assert_unreadable(store, note, "cardiology appointment")
     assert _ids(store.search(S1, "cardiology appointment", k=1000)) == [keep.id]
 
 
 @pytest.mark.parametrize("mode", ["compliance", "operational"])
-def test_forgotten_in_another_process_never_appears_here(stores, mode: str) -> None:
+def test_forgotten_in_another_process_never_appears_here(store_factory: StoreFactory, mode: str) -> None:
     """Store B (this process) has a warm index and cache; a child process forgets; B's very next
     search / read / get must not return the record (the index is reset before the read returns)."""
-    store = stores()
-    directory = stores.path(store)
+    store = store_factory()
+    location = store_factory.location(store)
     note = store.write(S1, "cardio", "cardiology appointment on Tuesday")
     keep = store.write(S1, "dentist", "dentist appointment on Friday")
     assert _ids(store.search(S1, "cardiology appointment", k=1000)) == [note.id, keep.id]
     assert store.read(S1, "cardio") == note
     assert note.id in store._search._vectors  # warm: the vector is in this process's index
 
-    forget_in_child(directory, S1, "cardio", mode, purge=mode == "compliance")
+    forget_in_child(location, S1, "cardio", mode, purge=mode == "compliance")
 
     assert _ids(store.search(S1, "cardiology appointment", k=1000)) == [keep.id]  # first call after
     assert store.read(S1, "cardio") is None
@@ -169,20 +170,20 @@ def test_forgotten_in_another_process_never_appears_here(stores, mode: str) -> N
     assert store.read(S1, "dentist") == keep
 
 
-def test_index_catches_up_with_another_process_writes(stores) -> None:
-    store = stores()
-    directory = stores.path(store)
+def test_index_catches_up_with_another_process_writes(store_factory: StoreFactory) -> None:
+    store = store_factory()
+    location = store_factory.location(store)
     first = store.write(S1, "first", "cardiology appointment one")
     assert _ids(store.search(S1, "cardiology appointment")) == [first.id]
-    child = run_child("write", directory, S1, "second", '"cardiology appointment two"')
+    child = write_in_child(location, S1, "second", "cardiology appointment two")
     hits = store.search(S1, "cardiology appointment two", k=10)
     assert _ids(hits) == [child["id"], first.id]
-    forget_in_child(directory, S1, "second", "operational")
+    forget_in_child(location, S1, "second", "operational")
     assert _ids(store.search(S1, "cardiology appointment two", k=10)) == [first.id]
 
 
-def test_session_search_taints(stores) -> None:
-    store = stores()
+def test_session_search_taints(store_factory: StoreFactory) -> None:
+    store = store_factory()
     cardio = store.write(S1, "cardio", "cardiology appointment on Tuesday")
     dentist = store.write(USER, "dentist", "dentist appointment on Friday")
     store.write(USER, "groceries", "milk eggs bread")
@@ -228,8 +229,10 @@ BAD_INPUT = [
 
 
 @pytest.mark.parametrize(("options", "word"), BAD_INPUT, ids=[repr(o)[:40] for o, _ in BAD_INPUT])
-def test_bad_input_is_refused_and_changes_nothing(stores, options: dict, word: str) -> None:
-    store = stores()
+def test_bad_input_is_refused_and_changes_nothing(
+    store_factory: StoreFactory, options: dict, word: str
+) -> None:
+    store = store_factory()
     store.write(USER, "cardio", "cardiology appointment", metadata={"topic": "health"})
     store.write(USER, "dentist", "dentist appointment", metadata={"topic": "teeth"})
     before = [(r.id, r.version) for r in store.list(TENANT, include_descendants=True)]
@@ -249,8 +252,8 @@ def test_bad_input_is_refused_and_changes_nothing(stores, options: dict, word: s
     assert session.read_set == ()
 
 
-def test_boundaries_are_accepted(stores) -> None:
-    store = stores()
+def test_boundaries_are_accepted(store_factory: StoreFactory) -> None:
+    store = store_factory()
     rec = store.write(USER, "cardio", "cardiology appointment")
     assert _ids(store.search(USER, "cardiology " + "x" * (10_000 - 11), k=1000)) == [rec.id]
     assert _ids(store.search(USER, "cardiology", k=1)) == [rec.id]
@@ -258,8 +261,8 @@ def test_boundaries_are_accepted(stores) -> None:
 
 
 @pytest.mark.parametrize("scope", ["", "/tenant:acme", "tenant:acme/", "Tenant:acme", "tenant:"])
-def test_bad_scope_is_refused(stores, scope: str) -> None:
-    store = stores()
+def test_bad_scope_is_refused(store_factory: StoreFactory, scope: str) -> None:
+    store = store_factory()
     store.write(USER, "cardio", "cardiology appointment")
     with pytest.raises(InvalidScopeError) as caught:
         store.search(scope, "cardiology")

@@ -13,6 +13,7 @@ import contextlib
 import json
 
 import pytest
+from tests.kit.stores import StoreFactory
 
 import cenotaph
 from cenotaph.errors import CertificateError, DerivedFromForgottenError, ForgottenError
@@ -26,8 +27,8 @@ SUMMARY = "User mentioned a cardiology appointment"
 QUERY = "cardiology appointment"
 
 
-def test_seeds_scenario_end_to_end(stores) -> None:
-    store = stores(purge=True)  # the default: every compliance forget purges and verifies
+def test_seeds_scenario_end_to_end(store_factory: StoreFactory) -> None:
+    store = store_factory(purge=True)  # the default: every compliance forget purges and verifies
     note = store.write(SESSION, "medical", NOTE, metadata={"kind": "medical"})
     diet = store.write(USER, "diet", "vegetarian")  # alice's own, unrelated memory: must survive
     bob = store.write("tenant:acme/user:bob", "summary", "Bob mentioned a cardiology conference")
@@ -102,7 +103,7 @@ def test_seeds_scenario_end_to_end(stores) -> None:
         cenotaph.verify_certificate(tampered, store.public_key)
 
     # After a restart nothing comes back either.
-    store = stores.reopen(store)
+    store = store_factory.reopen(store)
     for record in (note, summary):
         assert_unreadable(store, record, QUERY)
     assert "cardiology" not in json.dumps(store.export_subject(USER)).lower()
@@ -111,9 +112,9 @@ def test_seeds_scenario_end_to_end(stores) -> None:
 
 
 @pytest.mark.parametrize("mode", ["compliance", "operational"])
-def test_forget_on_user_scope_cascades_to_child_sessions(stores, mode: str) -> None:
+def test_forget_on_user_scope_cascades_to_child_sessions(store_factory: StoreFactory, mode: str) -> None:
     """Secondary observation 1: a parent's tombstone covers every child scope (W2)."""
-    store = stores()
+    store = store_factory()
     children = [
         store.write(f"{USER}/session:s1", "note", "session one cardiology note"),
         store.write(f"{USER}/session:s2", "note", "session two cardiology note"),
@@ -134,16 +135,18 @@ def test_forget_on_user_scope_cascades_to_child_sessions(stores, mode: str) -> N
     assert store.read(f"{USER}/session:s2", "policy").id == tenant.id
     with pytest.raises(ForgottenError):
         store.write(f"{USER}/session:s3", "note", "a new session under the forgotten user")
-    store = stores.reopen(store)
+    store = store_factory.reopen(store)
     for record in children:
         assert_unreadable(store, record, "cardiology")
 
 
 @pytest.mark.parametrize("mode", ["compliance", "operational"])
-def test_vector_candidate_of_forgotten_record_is_never_returned(stores, mode: str) -> None:
+def test_vector_candidate_of_forgotten_record_is_never_returned(
+    store_factory: StoreFactory, mode: str
+) -> None:
     """Secondary observation 2: an index candidate of a forgotten record is re-checked at the final
     materialization step, and a "reranker" that fetches candidates by id gets nothing (R2)."""
-    store = stores()
+    store = store_factory()
     note = store.write(SESSION, "medical", NOTE)
     other = store.write(SESSION, "todo", "book a dentist appointment")
     hits = store.search(SESSION, QUERY)
@@ -171,12 +174,12 @@ def test_vector_candidate_of_forgotten_record_is_never_returned(stores, mode: st
     assert_unreadable(store, note, QUERY)
 
 
-def test_an_undeclared_copy_is_reached_by_the_subject_forget_only(stores) -> None:
+def test_an_undeclared_copy_is_reached_by_the_subject_forget_only(store_factory: StoreFactory) -> None:
     """The limit the README states: a summary written with a plain write, no ``derived_from`` and
     no session, carries no lineage. Forgetting the session scope does not reach it (nothing links
     them), and the certificate covers what it names -- the session's records. Forgetting the
     subject does reach it, through the user subject every record in the user's scopes carries."""
-    store = stores(purge=True)
+    store = store_factory(purge=True)
     note = store.write(SESSION, "note", NOTE)
     assert store.read(SESSION, "note") == note
     summary = store.write(USER, "summary", SUMMARY)  # the agent copied it by hand

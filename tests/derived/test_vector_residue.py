@@ -15,10 +15,12 @@ import secrets
 from pathlib import Path
 
 import pytest
+from tests.kit.oracle import scan_here, scan_in_child
+from tests.kit.stores import StoreFactory
 
 from cenotaph.index.embedder import value_text
 
-from ._helpers import embedding_bytes, scan_here, scan_in_child, text_forms, vector_windows
+from ._helpers import embedding_bytes, text_forms, vector_windows
 
 SCOPE_ID = f"s{secrets.token_hex(6)}"
 SCOPE = f"tenant:acme/user:alice/session:{SCOPE_ID}"
@@ -50,6 +52,7 @@ def _clean(result: dict, where: str) -> None:
     assert result["matches"] == [], f"{where}: leaked {result['matches']}"
 
 
+@pytest.mark.sqlite_only
 def test_the_probes_find_a_planted_vector(tmp_path: Path) -> None:
     """Positive control: the same windows and scanner find an embedding planted in a file."""
     value = "Cardiology appointment with doctor Zyxwv"
@@ -65,16 +68,17 @@ def test_the_probes_find_a_planted_vector(tmp_path: Path) -> None:
     assert scan_here(planted, needles)["matches"] == [["vector", "blob"]]
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize("mode", ["compliance", "operational"])
-def test_no_vector_bytes_or_plaintext_at_rest(stores, tmp_path: Path, mode: str) -> None:
+def test_no_vector_bytes_or_plaintext_at_rest(store_factory: StoreFactory, tmp_path: Path, mode: str) -> None:
     canary = f"cnry{secrets.token_hex(8)}"
     meta = f"meta{secrets.token_hex(8)}"
     key = f"key{secrets.token_hex(8)}"
     values = _values(canary)
     needles = _needles(values, canary, meta, key)
 
-    store = stores(purge=True)
-    directory = stores.path(store)
+    store = store_factory(purge=True)
+    directory = store_factory.data_dir(store)
     records = {
         label: store.write(SCOPE, f"{key}-{label}", value, metadata={"m": meta})
         for label, value in values.items()
@@ -90,7 +94,7 @@ def test_no_vector_bytes_or_plaintext_at_rest(stores, tmp_path: Path, mode: str)
     store.close()
     _clean(scan_here(directory, needles), "closed, before forget")
 
-    store = stores.reopen(store)
+    store = store_factory.reopen(store)
     assert store.search(SCOPE, "cardiology appointment", k=1)[0].record.id == records["string"].id
     request = store.forget(SCOPE, mode=mode)
     if mode == "operational":
@@ -102,7 +106,7 @@ def test_no_vector_bytes_or_plaintext_at_rest(stores, tmp_path: Path, mode: str)
     store.close()
     _clean(scan_here(directory, needles), "closed, after forget")
 
-    store = stores.reopen(store)  # a rebuild of the index after restart writes nothing either
+    store = store_factory.reopen(store)  # a rebuild of the index after restart writes nothing either
     assert store.search("tenant:acme/user:bob", "gardening", k=3)
     store.close()
     _clean(scan_here(directory, needles), "closed, after restart")

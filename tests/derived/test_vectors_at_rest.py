@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.kit.oracle import scan_here
+from tests.kit.stores import StoreFactory
 
 import cenotaph
 from cenotaph import Store
@@ -21,7 +23,7 @@ from cenotaph.index.atrest import VectorCells, sealed_part
 from cenotaph.index.embedder import CallableEmbedder, HashingEmbedder, embedder_id, memory_text
 from cenotaph.index.search import FLUSH_MIN
 
-from ._helpers import forget_in_child, raw_db, scan_here, vector_windows
+from ._helpers import forget_in_child, raw_db, vector_windows
 
 USER = "tenant:acme/user:alice"
 SESSION = f"{USER}/session:s1"
@@ -60,12 +62,13 @@ def _entry(store: Store, record: cenotaph.Record) -> tuple:
     return (row.id, row.version, row.scope_token, row.wrapped, row.epoch, cell)
 
 
-def test_a_restart_reads_vectors_back_instead_of_embedding(stores) -> None:
-    store = stores()
+@pytest.mark.sqlite_only
+def test_a_restart_reads_vectors_back_instead_of_embedding(store_factory: StoreFactory) -> None:
+    store = store_factory()
     records = _fill(store)
     before = {q: store.search(USER, q, k=5) for q in TOPICS}
     assert store._search.embedded == len(records)  # the first search ever embeds every record
-    store = stores.reopen(store)  # close writes the sealed vectors
+    store = store_factory.reopen(store)  # close writes the sealed vectors
     assert len(_cells(store)) == len(records)
     after = {q: store.search(USER, q, k=5) for q in TOPICS}
     assert store._search.embedded == 0  # nothing embedded again: every vector came from its cell
@@ -78,8 +81,9 @@ def test_a_restart_reads_vectors_back_instead_of_embedding(stores) -> None:
     assert store._search.embedded == 1
 
 
-def test_vectors_are_written_in_batches_outside_writes(stores) -> None:
-    store = stores()
+@pytest.mark.sqlite_only
+def test_vectors_are_written_in_batches_outside_writes(store_factory: StoreFactory) -> None:
+    store = store_factory()
     _fill(store, 10)
     assert _cells(store) == {}  # writing never embeds or seals
     store.search(USER, "dentist")
@@ -89,13 +93,14 @@ def test_vectors_are_written_in_batches_outside_writes(stores) -> None:
     assert len(_cells(store)) == 10 + FLUSH_MIN
 
 
-def test_no_plain_vector_bytes_at_rest_while_cells_exist(stores) -> None:
+@pytest.mark.sqlite_only
+def test_no_plain_vector_bytes_at_rest_while_cells_exist(store_factory: StoreFactory) -> None:
     canary = f"cnry{secrets.token_hex(6)}"
-    store = stores()
+    store = store_factory()
     record = store.write(USER, "diet", f"vegetarian since {canary} lentil soup", metadata={"topic": "food"})
     _fill(store)
     store.search(USER, "lentil soup")
-    directory = stores.path(store)
+    directory = store_factory.data_dir(store)
     store.close()
     with raw_db(directory) as db:
         assert db.execute("SELECT count(*) FROM vectors").fetchone()[0] == 41  # cells really are there
@@ -105,11 +110,12 @@ def test_no_plain_vector_bytes_at_rest_while_cells_exist(stores) -> None:
     assert result["matches"] == []
 
 
-def test_a_cell_opens_only_for_its_own_record_and_version(stores) -> None:
-    store = stores()
+@pytest.mark.sqlite_only
+def test_a_cell_opens_only_for_its_own_record_and_version(store_factory: StoreFactory) -> None:
+    store = store_factory()
     a, b = _fill(store, 2)
     store.search(USER, "cardiology")
-    store = stores.reopen(store)
+    store = store_factory.reopen(store)
     ea, eb = _entry(store, a), _entry(store, b)
     assert _opened(store, [ea, eb]) == [0, 1]
     assert _opened(store, [(*eb[:5], ea[5])]) == []  # a's cell on b's row
@@ -121,11 +127,11 @@ def test_a_cell_opens_only_for_its_own_record_and_version(stores) -> None:
     header[5] ^= 1  # the embedder stamp
     assert _opened(store, [(*ea[:5], bytes(header))]) == []
     # swapped in the database, the cell is ignored and the record embedded again, from its own value
-    directory = stores.path(store)
+    directory = store_factory.data_dir(store)
     store.close()
     with raw_db(directory) as db:
         db.execute("UPDATE vectors SET cell=? WHERE version=?", (ea[5], eb[1]))
-    store = stores.reopen(store)
+    store = store_factory.reopen(store)
     assert _ids(store.search(USER, TOPICS[1], k=1)) == [b.id]
     assert store._search.embedded == 1
 
@@ -135,6 +141,7 @@ def _other_embedder(ident: str | None) -> CallableEmbedder:
     return CallableEmbedder(lambda texts: hashing.embed(list(texts))[:, ::-1], dim=64, embedder_id=ident)
 
 
+@pytest.mark.sqlite_only
 def test_a_store_reopened_with_another_embedder_never_uses_the_first_ones_vectors(tmp_path: Path) -> None:
     first = cenotaph.open(tmp_path, embedder=HashingEmbedder(dim=64))
     records = _fill(first)
@@ -165,6 +172,7 @@ def _text(record: cenotaph.Record) -> str:
     return memory_text(record.key, record.value, record.metadata)
 
 
+@pytest.mark.sqlite_only
 def test_an_embedder_without_an_id_keeps_nothing_at_rest(tmp_path: Path) -> None:
     store = cenotaph.open(tmp_path, embedder=_other_embedder(None))
     _fill(store)
@@ -180,20 +188,22 @@ def test_an_embedder_without_an_id_keeps_nothing_at_rest(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize("how", ["key", "scope", "subject", "source"])
-def test_a_forget_shreds_the_vector_even_in_an_old_copy_of_its_row(stores, how: str) -> None:
+def test_a_forget_shreds_the_vector_even_in_an_old_copy_of_its_row(
+    store_factory: StoreFactory, how: str
+) -> None:
     """The cell as it was before the forget (a backup, a stale page) no longer opens: whichever key the
     forget destroys, the vector's key needed it. A scope, subject or source forget destroys a key the old
     row copy does not carry, so even the old copy of the row is useless; a key forget destroys the
     record's own seed, whose old wrapped copy dies with its KEK epoch (the horizon), as the record's
     ciphertext does."""
-    store = stores()
+    store = store_factory()
     note = store.write(SESSION, "cardio", "cardiology appointment on Tuesday", subjects=["idp:alice"])
     source = store.write(USER, "src", "the source of a summary")
     summary = store.write(USER, "summary", "summary: cardiology on Tuesday", derived_from=[source.id])
     keep = store.write("tenant:acme/user:bob", "garden", "tomatoes in the garden")
     store.search(USER, "cardiology", include_descendants=True)
     store.search("tenant:acme/user:bob", "tomatoes")
-    store = stores.reopen(store)
+    store = store_factory.reopen(store)
     target = summary if how == "source" else note
     old, kept = _entry(store, target), _entry(store, keep)
     assert _opened(store, [old, kept]) == [0, 1]
@@ -221,18 +231,19 @@ def test_a_forget_shreds_the_vector_even_in_an_old_copy_of_its_row(stores, how: 
     assert _ids(store.search("tenant:acme/user:bob", "tomatoes", k=1)) == [keep.id]
 
 
-def test_after_purge_the_cell_bytes_are_gone_and_were_probed(stores) -> None:
-    store = stores()
+@pytest.mark.sqlite_only
+def test_after_purge_the_cell_bytes_are_gone_and_were_probed(store_factory: StoreFactory) -> None:
+    store = store_factory()
     note = store.write(SESSION, "cardio", "cardiology appointment on Tuesday")
     _fill(store)
     store.search(USER, "cardiology", include_descendants=True)
-    store = stores.reopen(store)
+    store = store_factory.reopen(store)
     cell = _entry(store, note)[5]
     request = store.forget(SESSION, "cardio")
     report = store.purge()
     assert request.status().state == "verified"
     assert report.scan["probes"] > 0 and report.scan["matches"] == 0
-    directory = stores.path(store)
+    directory = store_factory.data_dir(store)
     store.close()
     sealed = sealed_part(cell)
     assert len(sealed) > 1000
@@ -244,11 +255,11 @@ def test_after_purge_the_cell_bytes_are_gone_and_were_probed(stores) -> None:
     assert scan_here(planted, {"cell": windows})["matches"] == [["cell", "blob"]]  # positive control
 
 
-def test_the_probes_of_a_forget_include_the_sealed_cell(stores) -> None:
-    store = stores()
+def test_the_probes_of_a_forget_include_the_sealed_cell(store_factory: StoreFactory) -> None:
+    store = store_factory()
     note = store.write(SESSION, "cardio", "cardiology appointment on Tuesday")
     store.search(SESSION, "cardiology")
-    store = stores.reopen(store)
+    store = store_factory.reopen(store)
     cell = _entry(store, note)[5]
     plan = ForgetPlan("er_test", "compliance", "key", b"t" * 32, 1, "now", destroy_records=[note.id])
     with store._backend.read() as txn:
@@ -258,6 +269,7 @@ def test_the_probes_of_a_forget_include_the_sealed_cell(stores) -> None:
     assert not any(p in cell[: len(cell) - len(sealed)] for p in probes)  # never the shared header
 
 
+@pytest.mark.sqlite_only
 def test_a_schema_5_store_migrates_and_its_first_search_keeps_vectors(tmp_path: Path) -> None:
     store = cenotaph.open(tmp_path)
     records = _fill(store)
@@ -280,17 +292,20 @@ def test_a_schema_5_store_migrates_and_its_first_search_keeps_vectors(tmp_path: 
     assert versions and versions <= live and records[0].version not in versions
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize("mode", ["compliance", "operational"])
-def test_a_cell_queued_before_another_process_forgets_is_never_written(stores, mode: str) -> None:
+def test_a_cell_queued_before_another_process_forgets_is_never_written(
+    store_factory: StoreFactory, mode: str
+) -> None:
     """This process embedded and sealed a record's vector; another process forgets the record before the
     cell is written: the write finds the record hidden (and its key destroyed) and keeps nothing."""
-    store = stores()
+    store = store_factory()
     note = store.write(SESSION, "cardio", "cardiology appointment on Tuesday")
     other = store.write(USER, "garden", "tomatoes in the garden")
     store.search(USER, "cardiology tomatoes", include_descendants=True)  # two cells queued, none written
     assert _cells(store) == {}
-    forget_in_child(stores.path(store), SESSION, "cardio", mode)
-    directory = stores.path(store)
+    forget_in_child(store_factory.location(store), SESSION, "cardio", mode)
+    directory = store_factory.data_dir(store)
     store.close()  # writes the queued cells
     with raw_db(directory) as db:
         versions = {v for (v,) in db.execute("SELECT version FROM vectors")}
@@ -298,8 +313,9 @@ def test_a_cell_queued_before_another_process_forgets_is_never_written(stores, m
     assert note.version not in versions
 
 
-def test_store_vectors_keeps_only_cells_of_live_unchanged_records(stores) -> None:
-    store = stores()
+@pytest.mark.sqlite_only
+def test_store_vectors_keeps_only_cells_of_live_unchanged_records(store_factory: StoreFactory) -> None:
+    store = store_factory()
     a, b, c = _fill(store, 3)
     with store._backend.write() as txn:
         stored = txn.store_vectors(

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _erasure_kit import sql
+from tests.kit.oracle import sql
 
 import cenotaph
 from cenotaph.errors import ForgottenError

@@ -9,14 +9,12 @@ never turns committed work into an error.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tests.kit.proc import run, spawn
+from tests.kit.stores import StoreFactory
 
 import cenotaph
 from cenotaph.erasure.audit import chain_entry, entry_to_dict
@@ -63,6 +61,7 @@ def _two_forgets(directory: Path) -> None:
         assert store.verify_audit()["anchored_seq"] == 2
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize("forge", ["truncate", "rewrite"])
 def test_deleting_erasure_rows_does_not_launder_a_rewritten_log(tmp_path: Path, forge: str) -> None:
     """Deleting the forgets' request rows makes the store replay them on open; the replay must not
@@ -78,6 +77,7 @@ def test_deleting_erasure_rows_does_not_launder_a_rewritten_log(tmp_path: Path, 
             store.verify_audit()
 
 
+@pytest.mark.sqlite_only
 def test_a_missing_chain_id_on_a_database_with_an_audit_log_is_refused(tmp_path: Path) -> None:
     """Minting a fresh chain id would orphan every anchor and let any log verify."""
     _two_forgets(tmp_path)
@@ -92,39 +92,46 @@ def test_a_missing_chain_id_on_a_database_with_an_audit_log_is_refused(tmp_path:
 
 
 def test_a_failing_ledger_after_commit_leaves_the_forget_done_and_forgotten(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store_factory: StoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The anchor is appended after COMMIT (a forget's, later still: by the background worker or
     the next audit check): if that append fails, the forget has still happened, returns, and is
     not served from memory; the entry is merely unanchored."""
-    with cenotaph.open(tmp_path, auto_purge=False) as store:
-        store.write(SCOPE, "k", "secret")
-        assert store.read(SCOPE, "k") is not None  # cached
-        _fail_anchors(monkeypatch, store)
-        request = store.forget(SCOPE, "k", mode="compliance")
-        assert store.read(SCOPE, "k") is None
-        assert store.erasure(request.id).version == request.version
-        audit = store.verify_audit()  # its anchor fails here: unanchored, not contradicted
-        assert audit["entries"] == 1 and audit["anchored_seq"] == 0
-        monkeypatch.undo()
-        store.write(SCOPE, "other", 1)
-        store.forget(SCOPE, "other")  # the next anchor covers the unanchored entry
-        assert store.verify_audit()["anchored_seq"] == 2
+    store = store_factory()
+    store.write(SCOPE, "k", "secret")
+    assert store.read(SCOPE, "k") is not None  # cached
+    _fail_anchors(monkeypatch, store)
+    request = store.forget(SCOPE, "k", mode="compliance")
+    assert store.read(SCOPE, "k") is None
+    assert store.erasure(request.id).version == request.version
+    audit = store.verify_audit()  # its anchor fails here: unanchored, not contradicted
+    assert audit["entries"] == 1 and audit["anchored_seq"] == 0
+    monkeypatch.undo()
+    store.write(SCOPE, "other", 1)
+    store.forget(SCOPE, "other")  # the next anchor covers the unanchored entry
+    assert store.verify_audit()["anchored_seq"] == 2
 
 
-def test_verify_audit_replays_another_processes_crashed_forget_first(tmp_path: Path) -> None:
-    with cenotaph.open(tmp_path, auto_purge=False) as store:
-        store.write(SCOPE, "k", 1)
-        assert store.verify_audit()["entries"] == 0
-        child = "import sys, cenotaph; cenotaph.open(sys.argv[1], auto_purge=False).forget(sys.argv[2], 'k')"
-        env = dict(os.environ, CENOTAPH_FAULT="forget.ledgered")
-        proc = subprocess.run([sys.executable, "-c", child, str(tmp_path), SCOPE], env=env, timeout=120)
-        assert proc.returncode == -signal.SIGKILL  # killed after its ledger append, before COMMIT
-        audit = store.verify_audit()  # no read in between: verify_audit syncs itself
-        assert audit["entries"] == 1  # the replay's entry (replays are not anchored)
-        assert store.read(SCOPE, "k") is None
+def test_verify_audit_replays_another_processes_crashed_forget_first(store_factory: StoreFactory) -> None:
+    store = store_factory()
+    store.write(SCOPE, "k", 1)
+    assert store.verify_audit()["entries"] == 0
+    # killed after its ledger append, before COMMIT
+    child = run(
+        "forget",
+        fault="forget.ledgered",
+        location=store_factory.location(store).to_json(),
+        scope=SCOPE,
+        key="k",
+        close=False,
+    )
+    assert child.killed, child.stderr
+    audit = store.verify_audit()  # no read in between: verify_audit syncs itself
+    assert audit["entries"] == 1  # the replay's entry (replays are not anchored)
+    assert store.read(SCOPE, "k") is None
 
 
+@pytest.mark.sqlite_only
 def test_a_stale_copy_on_the_same_keyring_does_not_fork_the_sources_anchors(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -148,12 +155,11 @@ def test_a_stale_copy_on_the_same_keyring_does_not_fork_the_sources_anchors(
 
 def _crashed_forget(directory: Path) -> None:
     """A forget killed after its ledger append and before COMMIT (replayed at the next open)."""
-    child = "import sys, cenotaph; cenotaph.open(sys.argv[1], auto_purge=False).forget(sys.argv[2], 'k')"
-    env = dict(os.environ, CENOTAPH_FAULT="forget.ledgered")
-    proc = subprocess.run([sys.executable, "-c", child, str(directory), SCOPE], env=env, timeout=120)
-    assert proc.returncode == -signal.SIGKILL
+    child = run("forget", fault="forget.ledgered", location=str(directory), scope=SCOPE, key="k", close=False)
+    assert child.killed, child.stderr
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize("forge", ["delete", "mode", "version", "records"])
 def test_an_unanchored_replayed_forget_is_still_pinned_by_the_ledger(tmp_path: Path, forge: str) -> None:
     """A replayed forget's audit entry is not anchored; the ledger's forget entry pins it."""
@@ -182,6 +188,7 @@ def test_an_unanchored_replayed_forget_is_still_pinned_by_the_ledger(tmp_path: P
         store.verify_audit()
 
 
+@pytest.mark.sqlite_only
 def test_wiping_the_chain_id_and_the_whole_log_is_refused(tmp_path: Path) -> None:
     """With no audit rows left, the ledger still knows this keyring has history."""
     _two_forgets(tmp_path)
@@ -229,6 +236,7 @@ FORGED_TAILS = {
 }
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize("events", FORGED_TAILS.values(), ids=FORGED_TAILS.keys())
 def test_entries_appended_past_the_newest_anchor_are_detected(
     tmp_path: Path, events: list[tuple[str, dict[str, object]]]
@@ -240,6 +248,7 @@ def test_entries_appended_past_the_newest_anchor_are_detected(
     _verify_fails(tmp_path, "never announced|never recorded")
 
 
+@pytest.mark.sqlite_only
 def test_an_entry_whose_anchor_was_lost_is_vouched_for_and_still_cannot_be_rewritten(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -260,6 +269,7 @@ def test_an_entry_whose_anchor_was_lost_is_vouched_for_and_still_cannot_be_rewri
     _verify_fails(tmp_path, "never announced")
 
 
+@pytest.mark.sqlite_only
 def test_a_database_that_says_verified_without_a_verify_entry_is_not_attested(tmp_path: Path) -> None:
     """The request's row is set to verified in the database; no scan ever said so in the audit
     log, so attest must refuse to sign it."""
@@ -288,6 +298,7 @@ def _honest_verified_forget(directory: Path) -> str:
         return request.id
 
 
+@pytest.mark.sqlite_only
 def test_a_request_planted_in_the_database_is_never_ledgered_nor_certified(tmp_path: Path) -> None:
     """A request row someone wrote into the database (no forget ledgered it) used to be copied
     into the ledger on open, then purged, verified and certified like a real one."""
@@ -309,6 +320,7 @@ def test_a_request_planted_in_the_database_is_never_ledgered_nor_certified(tmp_p
         store.attest(honest)  # the real one still is
 
 
+@pytest.mark.sqlite_only
 def test_a_certificate_states_the_ledger_and_the_audited_scan_not_the_row(tmp_path: Path) -> None:
     honest = _honest_verified_forget(tmp_path)
     with cenotaph.open(tmp_path) as store:
@@ -329,35 +341,23 @@ def test_a_certificate_states_the_ledger_and_the_audited_scan_not_the_row(tmp_pa
         assert after[field] == before[field], field
 
 
-WORKER = """
-import sys, time, cenotaph
-store = cenotaph.open(sys.argv[1], auto_purge=False)
-end, i = time.time() + float(sys.argv[2]), 0
-while time.time() < end:
-    i += 1
-    store.write("tenant:acme/user:alice", f"k{i}", "v")
-    store.forget("tenant:acme/user:alice", f"k{i}")
-    if i % 5 == 0:
-        store.purge()
-store.close()
-"""
-
-
-def test_verify_audit_raises_no_false_alarm_while_another_process_works(tmp_path: Path) -> None:
+def test_verify_audit_raises_no_false_alarm_while_another_process_works(store_factory: StoreFactory) -> None:
     """The log and the ledger are read under the write lock, so another process can never be
     between its ledger append and its COMMIT: an honest neighbour is never reported as tampering
     (reading them apart once flagged ~1 check in 20)."""
-    with cenotaph.open(tmp_path, auto_purge=False) as store:
-        store.write(SCOPE, "k0", "v")
-    worker = subprocess.Popen([sys.executable, "-c", WORKER, str(tmp_path), "4"])
+    first = store_factory()
+    first.write(SCOPE, "k0", "v")
+    first.close()
+    location = store_factory.location(first).to_json()
     checks, alarms = 0, []
-    with cenotaph.open(tmp_path, auto_purge=False) as store:
-        while worker.poll() is None:
+    with spawn("churn", location=location, scope="tenant:acme/user:alice", seconds=4) as worker:
+        store = store_factory.reopen(first)
+        while worker.alive:
             checks += 1
             try:
                 store.verify_audit()
             except StorageError as exc:
                 alarms.append(str(exc)[:80])
-        assert worker.wait() == 0
+        assert worker.finish() == 0, worker.stderr
         assert store.verify_audit()["entries"] > 10  # the worker really worked
     assert checks > 20 and alarms == [], alarms[:3]

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.kit.stores import StoreFactory
 
 import cenotaph
 from cenotaph.erasure import verification
@@ -61,9 +62,9 @@ def scans(monkeypatch: pytest.MonkeyPatch) -> Scans:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[cenotaph.Store]:
-    with cenotaph.open(tmp_path / "data") as s:
-        yield s
+def store(store_factory: StoreFactory) -> cenotaph.Store:
+    """A default store: its worker purges in the background."""
+    return store_factory(purge="background")
 
 
 def _forget_some(store: cenotaph.Store, count: int, prefix: str = "k") -> list[cenotaph.ErasureRequest]:
@@ -129,8 +130,10 @@ def test_a_failed_background_pass_reaches_the_waiter_and_the_next_pass_retries(
     assert request.wait(timeout=60).state == "verified"
 
 
-def test_close_stops_a_background_scan_and_the_next_open_finishes_it(tmp_path: Path, scans: Scans) -> None:
-    store = cenotaph.open(tmp_path / "data")
+def test_close_stops_a_background_scan_and_the_next_open_finishes_it(
+    store_factory: StoreFactory, scans: Scans
+) -> None:
+    store = store_factory(purge="background")
     scans.hold()
     (request,) = _forget_some(store, 1)
     assert scans.started.wait(10)
@@ -138,31 +141,32 @@ def test_close_stops_a_background_scan_and_the_next_open_finishes_it(tmp_path: P
     store.close()  # the held scan checks its progress callback: the worker stops there
     assert time.monotonic() - started < 5
     scans.release()
-    with cenotaph.open(tmp_path / "data") as again:
-        assert again.erasure(request.id).wait(timeout=60).state == "verified"
+    again = store_factory.reopen(store)
+    assert again.erasure(request.id).wait(timeout=60).state == "verified"
 
 
 @pytest.mark.parametrize(
     ("given", "mode"), [("sync", "sync"), (True, "sync"), ("off", "off"), (False, "off")]
 )
-def test_auto_purge_chooses_when_the_purge_runs(tmp_path: Path, given: Any, mode: str) -> None:
-    with cenotaph.open(tmp_path / "data", auto_purge=given) as store:
-        assert store.purge_mode == mode and store.auto_purge is (mode != "off")
-        (request,) = _forget_some(store, 1)
-        if mode == "sync":
-            assert request.status().state == "verified"
-        else:
-            time.sleep(0.3)  # no worker purges in "off" mode: it stays where the forget left it
-            assert request.status().state == "shredded"
-            assert request.wait(timeout=60).state == "verified"  # wait() purges itself
+def test_auto_purge_chooses_when_the_purge_runs(store_factory: StoreFactory, given: Any, mode: str) -> None:
+    store = store_factory(purge=given)
+    assert store.purge_mode == mode and store.auto_purge is (mode != "off")
+    (request,) = _forget_some(store, 1)
+    if mode == "sync":
+        assert request.status().state == "verified"
+    else:
+        time.sleep(0.3)  # no worker purges in "off" mode: it stays where the forget left it
+        assert request.status().state == "shredded"
+        assert request.wait(timeout=60).state == "verified"  # wait() purges itself
 
 
 @pytest.mark.parametrize("bad", ["Background", "yes", 1, None])
-def test_auto_purge_refuses_other_values(tmp_path: Path, bad: Any) -> None:
+def test_auto_purge_refuses_other_values(store_factory: StoreFactory, bad: Any) -> None:
     with pytest.raises(InvalidValueError, match="auto_purge must be 'background'"):
-        cenotaph.open(tmp_path / "data", auto_purge=bad)
+        store_factory(purge=bad)
 
 
+@pytest.mark.sqlite_only
 def test_a_stray_file_holding_residue_is_named_and_not_rescanned_until_it_changes(
     tmp_path: Path, scans: Scans
 ) -> None:

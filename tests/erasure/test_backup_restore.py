@@ -16,13 +16,10 @@ import fcntl
 import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from _erasure_data import (
+from tests.erasure._erasure_data import (
     DB,
     A,
     B,
@@ -32,12 +29,15 @@ from _erasure_data import (
     assert_write_refused,
     populate,
 )
-from _erasure_kit import residue, sql
+from tests.kit.oracle import residue, sql
+from tests.kit.proc import run
 
 import cenotaph
 from cenotaph.erasure import backup as service_module
 from cenotaph.errors import InvalidValueError, StorageError
-from cenotaph.faults import FAULT_ENV
+
+# about SQLite's files and rows (tests/kit/stores.py)
+pytestmark = pytest.mark.sqlite_only
 
 KEY_FILES = {"keyring.json", "ledger.jsonl", ".lock"}
 
@@ -197,17 +197,10 @@ def test_a_restore_killed_before_its_first_commit_is_refused_then_resumed(tmp_pa
     live, backup, a, b = _backup_with_a_forget_after_it(tmp_path)
     keyring = live / "keyring"
     target = tmp_path / "restored"
-    script = (
-        "import sys, cenotaph; cenotaph.restore(sys.argv[1], sys.argv[2], "
-        "key_provider=cenotaph.LocalKeyring(sys.argv[3]))"
+    child = run(
+        "restore", fault="restore.copied", backup=str(backup), target=str(target), keyring=str(keyring)
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", script, str(backup), str(target), str(keyring)],
-        env={**os.environ, FAULT_ENV: "restore.copied"},
-        capture_output=True,
-        timeout=120,
-    )
-    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+    assert child.killed, child.stderr
     # the scenario is real: a whole copy of the backup, with the source's chain id
     assert _chain_id(target / DB) == _chain_id(live / DB)
     provider = cenotaph.LocalKeyring(keyring)

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _erasure_data import A, B, assert_gone, assert_readable, populate
+from tests.erasure._erasure_data import A, B, assert_gone, assert_readable, populate
+from tests.kit.stores import StoreFactory
 
 import cenotaph
 from cenotaph.errors import CertificateError, ErasureNotProvableError
@@ -56,17 +57,14 @@ print("verified", cert["request_id"])
 
 
 @pytest.fixture
-def erased(tmp_path: Path) -> Any:
-    """A store in which subject a was erased (verified), b kept; yields (store, a, b, request)."""
-    store = cenotaph.open(tmp_path / "data", auto_purge="sync")
-    try:
-        a = populate(store, A, "A", short=4, long=1)
-        b = populate(store, B, "B", short=4, long=0)
-        request = store.forget_subject(A)
-        assert request.status().state == "verified"
-        yield store, a, b, request
-    finally:
-        store.close()
+def erased(store_factory: StoreFactory) -> Any:
+    """A store in which subject a was erased (verified), b kept: (store, a, b, request)."""
+    store = store_factory(purge=True)
+    a = populate(store, A, "A", short=4, long=1)
+    b = populate(store, B, "B", short=4, long=0)
+    request = store.forget_subject(A)
+    assert request.status().state == "verified"
+    return store, a, b, request
 
 
 def _verify_elsewhere(text: str, public_key: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -146,8 +144,9 @@ def test_changing_removing_or_adding_any_top_level_field_fails(erased: Any) -> N
     assert cenotaph.verify_certificate(original, public_key) == certificate  # the untouched one still does
 
 
+@pytest.mark.sqlite_only
 def test_a_certificate_has_every_s6_field_and_is_canonical_and_content_free(
-    erased: Any, tmp_path: Path
+    erased: Any, store_factory: StoreFactory
 ) -> None:
     store, a, _b, request = erased
     certificate = store.attest(request.id)
@@ -182,13 +181,13 @@ def test_a_certificate_has_every_s6_field_and_is_canonical_and_content_free(
         assert raw.hex() not in lowered
         for digest in (hashlib.sha256(raw), hashlib.sha1(raw), hashlib.md5(raw)):
             assert digest.hexdigest() not in lowered
-    doc = json.loads((tmp_path / "data" / "keyring" / "keyring.json").read_text())
+    doc = json.loads((store_factory.data_dir(store) / "keyring" / "keyring.json").read_text())
     for secret in [*doc["epochs"].values(), doc["erasure_secret"], doc["signing_key"]]:
         assert secret.lower() not in lowered
 
 
-def test_an_operational_forget_never_reports_erasure(tmp_path: Path) -> None:
-    with cenotaph.open(tmp_path / "data") as store:
+def test_an_operational_forget_never_reports_erasure(store_factory: StoreFactory) -> None:
+    with store_factory(purge="background") as store:
         a = populate(store, A, "A", short=3, long=0)
         b = populate(store, B, "B", short=3, long=0)
         request = store.forget(A, mode="operational")

@@ -2,7 +2,7 @@
 forget, at chunks of its purge, and at every step of a background purge -- then reopen: nothing
 of the target is readable or writable, and the request ends verified with no byte left.
 
-A child (``_crash_child.py``) forgets subject a (or a's scope subtree) of a copy of a template
+A child (the ``erasure-forget`` scenario) forgets subject a (or a's scope subtree) of a copy of a template
 store with ``CENOTAPH_FAULT=<point>@<n>`` set, so it SIGKILLs itself the n-th time it reaches the
 point. In ``chunked`` mode the child applies forgets 3 records at a time: a's 10 records take 4
 chunks and a last step (sweep, unshared keys, marked shredded), so ``forget.chunk@1..5`` are its
@@ -11,17 +11,12 @@ five commit boundaries; a purge there removes one record per transaction.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
-import signal
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from _erasure_data import (
+from tests.erasure._erasure_data import (
     DB,
     A,
     B,
@@ -32,12 +27,14 @@ from _erasure_data import (
     cells,
     populate,
 )
-from _erasure_kit import residue
+from tests.kit.oracle import residue
+from tests.kit.proc import run
 
 import cenotaph
-from cenotaph.faults import FAULT_ENV
 
-CHILD = Path(__file__).with_name("_crash_child.py")
+# about SQLite's files and rows (tests/kit/stores.py)
+pytestmark = pytest.mark.sqlite_only
+
 FORGET_BOUNDARIES = 5  # 10 records, 3 a chunk: 4 chunks and the last step
 BACKGROUND_STEPS = ["purge.chunk", "purge.rows", "purge.wal", "purge.scanned", "purge.done"]
 
@@ -63,25 +60,11 @@ def _crash(tmp_path: Path, template: Template, fault: str, mode: str, target: st
     """A copy of the template, and the lines of a child that SIGKILLed itself at ``fault``."""
     data = tmp_path / "data"
     shutil.copytree(template.path, data)
-    proc = subprocess.Popen(
-        [sys.executable, str(CHILD), str(data), mode, target],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, FAULT_ENV: fault},
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=120)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # its scan worker dies with it, as in a power cut
-    assert proc.returncode == -signal.SIGKILL, (
-        f"not killed at {fault} (exit {proc.returncode}): {err[-2000:]}"
-    )
-    lines = out.splitlines()
-    assert lines and lines[0] == "opened", err[-2000:]
-    return data, lines
+    # its scan worker dies with it, as in a power cut
+    child = run("erasure-forget", fault=fault, data=str(data), mode=mode, target=target)
+    assert child.killed, f"not killed at {fault} (exit {child.returncode}): {child.stderr}"
+    assert child.lines and child.lines[0] == "opened", child.stderr
+    return data, child.lines
 
 
 def _the_request(store: cenotaph.Store, target: str) -> cenotaph.ErasureRequest:

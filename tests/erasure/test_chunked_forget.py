@@ -9,12 +9,10 @@ records takes several transactions; the same code runs with 2,000 per chunk in p
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from _erasure_data import (
+from tests.erasure._erasure_data import (
     DB,
     A,
     B,
@@ -25,7 +23,8 @@ from _erasure_data import (
     cells,
     populate,
 )
-from _erasure_kit import residue, sql
+from tests.kit.oracle import residue, sql
+from tests.kit.stores import StoreFactory
 
 import cenotaph
 from cenotaph.backends.sqlite.backend import SQLiteTxn
@@ -47,25 +46,22 @@ def chunks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return reached
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[cenotaph.Store]:
-    with cenotaph.open(tmp_path / "data", auto_purge="off") as s:
-        yield s
-
-
 def _derived(store: cenotaph.Store, written: Written) -> cenotaph.Record:
     """A record in another subject's scope, derived from one of ``written``'s (W3)."""
     return store.write(OTHER, "summary", "a summary of the forgotten note", derived_from=[written.ids[0]])
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize("target", ["subject", "scope"])
 def test_a_large_compliance_forget_is_applied_in_chunks_and_leaves_nothing(
-    store: cenotaph.Store, tmp_path: Path, chunks: list[str], target: str
+    store_factory: StoreFactory, chunks: list[str], target: str
 ) -> None:
+    store = store_factory()
+    data = store_factory.data_dir(store)
     a = populate(store, A, "A", short=13, long=1)
     b = populate(store, B, "B", short=3, long=0)
     derived = _derived(store, a)
-    a_cells = cells(tmp_path / "data" / DB, a.ids)
+    a_cells = cells(data / DB, a.ids)
     request = store.forget_subject(A) if target == "subject" else store.forget(A)
     planned = len(a.ids) + 1  # and the derived record
     assert chunks == ["forget.chunk"] * (math.ceil(planned / CHUNK) + 1), "chunks, then the last step"
@@ -79,7 +75,7 @@ def test_a_large_compliance_forget_is_applied_in_chunks_and_leaves_nothing(
     assert_readable(store, b)
     assert request.wait(timeout=60).state == "verified"
     assert store.confirm_erasure(request.id).layers["scan"].evidence["probes"] > 0
-    found = residue(tmp_path / "data", texts=[a.canary], blobs=a_cells)
+    found = residue(data, texts=[a.canary], blobs=a_cells)
     assert found["text_hits"] == [] and found["window_hits"] == [], found
     assert_readable(store, b)
 
@@ -101,7 +97,9 @@ def test_a_large_operational_forget_hides_in_chunks_and_never_reports_erasure(
         store.confirm_erasure(request.id)
 
 
-def _write_during_the_survey(monkeypatch: pytest.MonkeyPatch, directory: Path) -> dict[str, Any]:
+def _write_during_the_survey(
+    monkeypatch: pytest.MonkeyPatch, store_factory: StoreFactory, store: cenotaph.Store
+) -> dict[str, Any]:
     """After the survey ran (outside the write lock) and before the forget's transaction, another
     store writes a record into the target and one derived from a target record elsewhere."""
     written: dict[str, Any] = {}
@@ -109,7 +107,7 @@ def _write_during_the_survey(monkeypatch: pytest.MonkeyPatch, directory: Path) -
 
     def survey_then_write(self: ForgetPlanner, *args: Any, **kwargs: Any) -> Any:
         found = survey(self, *args, **kwargs)
-        with cenotaph.open(directory, auto_purge="off") as other:
+        with store_factory.twin(store) as other:
             source = other.list(A, include_descendants=True)[0]
             written["late"] = other.write(f"{A}/session:late", "note", "written after the survey")
             written["derived"] = other.write(OTHER, "late-summary", "derived late", derived_from=[source.id])
@@ -121,11 +119,12 @@ def _write_during_the_survey(monkeypatch: pytest.MonkeyPatch, directory: Path) -
 
 @pytest.mark.parametrize("chunked", [True, False])
 def test_records_written_after_the_survey_are_caught_up_inside_the_lock(
-    store: cenotaph.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunked: bool
+    store_factory: StoreFactory, monkeypatch: pytest.MonkeyPatch, chunked: bool
 ) -> None:
+    store = store_factory()
     a = populate(store, A, "A", short=9 if chunked else 2, long=0)
     monkeypatch.setattr(ledger, "CHUNK_RECORDS", CHUNK)
-    late = _write_during_the_survey(monkeypatch, tmp_path / "data")
+    late = _write_during_the_survey(monkeypatch, store_factory, store)
     request = store.forget_subject(A)
     plan = store._ledger.view.plans[request.id]
     for record in late.values():
@@ -138,33 +137,39 @@ def test_records_written_after_the_survey_are_caught_up_inside_the_lock(
     assert request.wait(timeout=60).state == "verified"
 
 
+@pytest.mark.sqlite_only
 def test_a_record_the_enumeration_missed_is_swept_and_shredded(
-    store: cenotaph.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunks: list[str]
+    store_factory: StoreFactory, monkeypatch: pytest.MonkeyPatch, chunks: list[str]
 ) -> None:
     """Were the catch-up to miss a record written just before the tombstone, the ledger's
     tombstone still hides it from every read, and the sweep after the chunks destroys its keys."""
+    store = store_factory()
     a = populate(store, A, "A", short=9, long=0)
-    late = _write_during_the_survey(monkeypatch, tmp_path / "data")
+    late = _write_during_the_survey(monkeypatch, store_factory, store)
     monkeypatch.setattr(SQLiteTxn, "written_since", lambda self, version: [])
     request = store.forget_subject(A)
     missed = late["late"].id
     assert missed not in store._ledger.view.plans[request.id]["destroy_records"]
     assert store.get(missed) is None and store.read(f"{A}/session:late", "note") is None
     # its keys and lineage seed are gone (the row itself waits for the purge)
-    (wrapped,) = sql(tmp_path / "data" / DB, "SELECT wrapped FROM lineage WHERE record_id=?", [missed])
+    (wrapped,) = sql(
+        store_factory.data_dir(store) / DB, "SELECT wrapped FROM lineage WHERE record_id=?", [missed]
+    )
     assert wrapped == (None,)
     with pytest.raises(DerivedFromForgottenError):
         store.write(OTHER, "x", "y", derived_from=[missed])
     assert_gone(store, a)
 
 
+@pytest.mark.sqlite_only
 def test_a_small_forget_that_cannot_enumerate_its_target_fails_closed(
-    store: cenotaph.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store_factory: StoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Applied whole, the postcondition's sweep runs inside the forget's own transaction: a record
     the plan misses fails the forget, and nothing is changed."""
+    store = store_factory()
     populate(store, A, "A", short=2, long=0)
-    _write_during_the_survey(monkeypatch, tmp_path / "data")
+    _write_during_the_survey(monkeypatch, store_factory, store)
     monkeypatch.setattr(SQLiteTxn, "written_since", lambda self, version: [])
     with pytest.raises(ErasureNotProvableError, match="nothing was changed"):
         store.forget_subject(A)
@@ -174,12 +179,13 @@ def test_a_small_forget_that_cannot_enumerate_its_target_fails_closed(
 
 
 def test_a_write_racing_a_chunked_forget_lands_before_it_or_is_refused(
-    store: cenotaph.Store, tmp_path: Path, chunks: list[str], monkeypatch: pytest.MonkeyPatch
+    store_factory: StoreFactory, chunks: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Between chunks another store writes to the target: refused, whatever chunk is running."""
+    store = store_factory()
     populate(store, A, "A", short=12, long=0)
     outcomes: list[str] = []
-    other = cenotaph.open(tmp_path / "data", auto_purge="off")
+    other = store_factory.twin(store)
 
     def write_between_chunks(point: str) -> None:
         chunks.append(point)
@@ -200,6 +206,7 @@ def test_a_write_racing_a_chunked_forget_lands_before_it_or_is_refused(
     assert request.status().state == "shredded"
 
 
+@pytest.mark.sqlite_only
 def test_purge_and_forget_statements_use_an_index_on_every_large_table(
     store: cenotaph.Store, chunks: list[str]
 ) -> None:
@@ -209,7 +216,7 @@ def test_purge_and_forget_statements_use_an_index_on_every_large_table(
     populate(store, A, "A", short=10, long=0)
     populate(store, B, "B", short=10, long=0)
     _derived(store, populate(store, "tenant:t/user:d", "D", short=2, long=0))
-    conn = store._backend._conn  # type: ignore[attr-defined]
+    conn = store._backend.inner._conn  # type: ignore[attr-defined]
     statements: list[str] = []
     conn.set_trace_callback(statements.append)
     try:

@@ -1,7 +1,7 @@
 """W7 and S3 (resumable purge) at every named crash point of cenotaph.faults.FAULT_POINTS.
 
 A template data directory holds records of two subjects (written by this process, then closed). For
-each point a copy of it is handed to a child (``_crash_child.py``) that compliance-forgets subject a
+each point a copy of it is handed to a child (the ``erasure-forget`` scenario) that compliance-forgets subject a
 with ``CENOTAPH_FAULT=<point>`` set, and so SIGKILLs itself at that step. This process then reopens
 the directory and purges:
 
@@ -18,17 +18,12 @@ reopening and purging resumes to ``verified`` and nothing comes back.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
-import signal
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from _erasure_data import (
+from tests.erasure._erasure_data import (
     DB,
     A,
     B,
@@ -39,12 +34,15 @@ from _erasure_data import (
     cells,
     populate,
 )
-from _erasure_kit import residue
+from tests.kit.oracle import residue
+from tests.kit.proc import run
 
 import cenotaph
-from cenotaph.faults import FAULT_ENV, FAULT_POINTS
+from cenotaph.faults import FAULT_POINTS
 
-CHILD = Path(__file__).with_name("_crash_child.py")
+# about SQLite's files and rows (tests/kit/stores.py)
+pytestmark = pytest.mark.sqlite_only
+
 LEDGERED = FAULT_POINTS.index("forget.ledgered")
 REACHED_LEDGER = frozenset(FAULT_POINTS[LEDGERED:])
 PURGE_POINTS = [p for p in FAULT_POINTS if p.startswith("purge.")]
@@ -72,28 +70,12 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Template:
 
 
 def _crash(data: Path, point: str, mode: str) -> list[str]:
-    """Run the child until it SIGKILLs itself at ``point``; return the lines it printed."""
-    env = {**os.environ, FAULT_ENV: point}
-    proc = subprocess.Popen(
-        [sys.executable, str(CHILD), str(data), mode],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=120)
-    finally:
-        # the scan worker it may have started dies with it, as in a power cut
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == -signal.SIGKILL, (
-        f"the child was not killed at {point} (exit {proc.returncode}): {err[-2000:]}"
-    )
-    lines = out.splitlines()
-    assert lines and lines[0] == "opened", err[-2000:]
-    return lines
+    """Run the child until it SIGKILLs itself at ``point``; return the lines it printed. (The scan
+    worker it may have started dies with it, as in a power cut.)"""
+    child = run("erasure-forget", fault=point, data=str(data), mode=mode)
+    assert child.killed, f"the child was not killed at {point} (exit {child.returncode}): {child.stderr}"
+    assert child.lines and child.lines[0] == "opened", child.stderr
+    return child.lines
 
 
 def _subject_requests(store: cenotaph.Store) -> list[cenotaph.ErasureRequest]:

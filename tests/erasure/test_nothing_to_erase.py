@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tests.kit.stores import StoreFactory
 
 import cenotaph
 
@@ -44,12 +45,11 @@ FORGETS: dict[str, Forget] = {
 }
 
 
-def _open(root: Path, **options: bool | str) -> cenotaph.Store:
-    """A store whose keyring lives outside its data directory (then the scan covers both)."""
-    # forgets purge before they return unless a test says otherwise (these tests are about what
-    # a purge concludes, not about when it runs)
-    options.setdefault("auto_purge", "sync")
-    return cenotaph.open(root / "data", key_provider=cenotaph.LocalKeyring(root / "keyring"), **options)  # type: ignore[arg-type]
+def _open(store_factory: StoreFactory, purge: bool | str = "sync") -> cenotaph.Store:
+    """A store whose keyring lives outside its data directory (then the scan covers both).
+    Forgets purge before they return unless a test says otherwise (these tests are about what a
+    purge concludes, not about when it runs)."""
+    return store_factory(purge=purge, key_provider=cenotaph.LocalKeyring(store_factory.base / "keyring"))
 
 
 def _scan(request: cenotaph.ErasureRequest) -> dict[str, object]:
@@ -75,73 +75,78 @@ def assert_verified_with_nothing_to_erase(store: cenotaph.Store, request: cenota
 
 
 @pytest.mark.parametrize("kind", FORGETS)
-def test_a_repeated_forget_verifies_at_once(tmp_path: Path, kind: str) -> None:
-    with _open(tmp_path) as store:
-        store.write(SESSION, "note", "cardiology appointment on Tuesday")
-        store.write(OTHER, "note", "kept")
-        first = FORGETS[kind](store)
-        assert first.status().state == "verified"
-        assert _scan(first)["nothing_to_erase"] is False and int(_scan(first)["probes"]) > 0  # type: ignore[call-overload]
-        again = FORGETS[kind](store)
-        assert_verified_with_nothing_to_erase(store, again)
-        assert again.wait().state == "verified"  # returns at once: nothing to wait for
-        assert store.read(OTHER, "note") is not None
+def test_a_repeated_forget_verifies_at_once(store_factory: StoreFactory, kind: str) -> None:
+    store = _open(store_factory)
+    store.write(SESSION, "note", "cardiology appointment on Tuesday")
+    store.write(OTHER, "note", "kept")
+    first = FORGETS[kind](store)
+    assert first.status().state == "verified"
+    assert _scan(first)["nothing_to_erase"] is False and int(_scan(first)["probes"]) > 0  # type: ignore[call-overload]
+    again = FORGETS[kind](store)
+    assert_verified_with_nothing_to_erase(store, again)
+    assert again.wait().state == "verified"  # returns at once: nothing to wait for
+    assert store.read(OTHER, "note") is not None
 
 
 @pytest.mark.parametrize("kind", FORGETS)
-def test_forgetting_a_target_the_store_never_held_verifies_at_once(tmp_path: Path, kind: str) -> None:
-    with _open(tmp_path) as store:
-        store.write(OTHER, "note", "kept")
-        request = FORGETS[kind](store)
-        assert_verified_with_nothing_to_erase(store, request)
-        assert store.read(OTHER, "note") is not None
+def test_forgetting_a_target_the_store_never_held_verifies_at_once(
+    store_factory: StoreFactory, kind: str
+) -> None:
+    store = _open(store_factory)
+    store.write(OTHER, "note", "kept")
+    request = FORGETS[kind](store)
+    assert_verified_with_nothing_to_erase(store, request)
+    assert store.read(OTHER, "note") is not None
 
 
 @pytest.mark.parametrize("kind", FORGETS)
 def test_a_forget_without_auto_purge_verifies_at_the_first_purge_and_wait_returns(
-    tmp_path: Path, kind: str
+    store_factory: StoreFactory, kind: str
 ) -> None:
-    with _open(tmp_path, auto_purge=False) as store:
-        store.write(OTHER, "note", "kept")
-        request = FORGETS[kind](store)
-        assert request.status().state == "shredded"
-        outcome: list[cenotaph.ErasureStatus] = []
-        waiter = threading.Thread(target=lambda: outcome.append(request.wait()), daemon=True)
-        waiter.start()
-        waiter.join(60)
-        assert not waiter.is_alive(), "wait() with no timeout hangs on a request with nothing to erase"
-        assert outcome and outcome[0].state == "verified"
-        assert_verified_with_nothing_to_erase(store, request)
+    store = _open(store_factory, purge=False)
+    store.write(OTHER, "note", "kept")
+    request = FORGETS[kind](store)
+    assert request.status().state == "shredded"
+    outcome: list[cenotaph.ErasureStatus] = []
+    waiter = threading.Thread(target=lambda: outcome.append(request.wait()), daemon=True)
+    waiter.start()
+    waiter.join(60)
+    assert not waiter.is_alive(), "wait() with no timeout hangs on a request with nothing to erase"
+    assert outcome and outcome[0].state == "verified"
+    assert_verified_with_nothing_to_erase(store, request)
 
 
 @pytest.mark.parametrize("kind", FORGETS)
 @pytest.mark.parametrize("how", ["expired", "operational"])
 def test_a_forget_of_records_already_expired_or_reclaimed_still_erases_their_lineage(
-    tmp_path: Path, kind: str, how: str
+    store_factory: StoreFactory, kind: str, how: str
 ) -> None:
     """Expiry and operational forgets keep the lineage keys (derived records need them): a later
     compliance forget destroys those, so it has something to erase, takes probes and verifies."""
-    with _open(tmp_path) as store:
-        if how == "expired":
-            store.write(SESSION, "note", "cardiology appointment on Tuesday", ttl=0.05)
-            time.sleep(0.1)
-        else:
-            store.write(SESSION, "note", "cardiology appointment on Tuesday")
-            store.forget(SESSION, "note", mode="operational")
-        assert store.purge().reclaimed >= 1  # the record row is gone, its lineage is not
-        request = FORGETS[kind](store)
-        assert request.status().state == "verified", request.status().gaps
-        scan = _scan(request)
-        assert scan["nothing_to_erase"] is False
-        assert scan["found"]["keys"] > 0 and int(scan["probes"]) > 0  # type: ignore[index, call-overload]
-        assert scan["remaining"] == {"records": 0, "keys": 0}
-        store.attest(request.id)
-        assert_verified_with_nothing_to_erase(store, FORGETS[kind](store))  # and again: nothing
+    store = _open(store_factory)
+    if how == "expired":
+        store.write(SESSION, "note", "cardiology appointment on Tuesday", ttl=0.05)
+        time.sleep(0.1)
+    else:
+        store.write(SESSION, "note", "cardiology appointment on Tuesday")
+        store.forget(SESSION, "note", mode="operational")
+    assert store.purge().reclaimed >= 1  # the record row is gone, its lineage is not
+    request = FORGETS[kind](store)
+    assert request.status().state == "verified", request.status().gaps
+    scan = _scan(request)
+    assert scan["nothing_to_erase"] is False
+    assert scan["found"]["keys"] > 0 and int(scan["probes"]) > 0  # type: ignore[index, call-overload]
+    assert scan["remaining"] == {"records": 0, "keys": 0}
+    store.attest(request.id)
+    assert_verified_with_nothing_to_erase(store, FORGETS[kind](store))  # and again: nothing
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize("kind", FORGETS)
-def test_a_forget_replayed_on_a_copy_that_never_held_the_target_verifies(tmp_path: Path, kind: str) -> None:
-    with _open(tmp_path) as store:
+def test_a_forget_replayed_on_a_copy_that_never_held_the_target_verifies(
+    store_factory: StoreFactory, tmp_path: Path, kind: str
+) -> None:
+    with _open(store_factory) as store:
         store.write(OTHER, "note", "kept")
         info = store.backup(tmp_path / "backup")
         store.write(SESSION, "note", "written after the backup")
@@ -155,37 +160,40 @@ def test_a_forget_replayed_on_a_copy_that_never_held_the_target_verifies(tmp_pat
         assert restored.read(OTHER, "note") is not None
 
 
-def test_a_request_with_nothing_to_erase_holds_no_horizon_back(tmp_path: Path) -> None:
+def test_a_request_with_nothing_to_erase_holds_no_horizon_back(store_factory: StoreFactory) -> None:
     """The old failure: a repeated subject erasure stayed pending, its probes held KEK epoch 1,
     and no other erasure in the store ever reached its horizon."""
-    with _open(tmp_path) as store:
-        store.write(SESSION, "note", "cardiology appointment on Tuesday")
-        store.write(OTHER, "note", "bob's note")
-        requests = [store.forget_subject(SUBJECT), store.forget_subject(SUBJECT), store.forget(OTHER, "note")]
-        assert [r.status().state for r in requests] == ["verified"] * 3
-        assert store.retention() == []
-        report = store.rotate_keys()
-        assert 1 in report.destroyed_epochs and report.retained_epochs == () and report.retained == ()
-        for request in requests:
-            status = request.status()
-            assert status.horizon is not None and status.retained_by == ()
-            assert store.attest(request.id)["horizon"] is not None
+    store = _open(store_factory)
+    store.write(SESSION, "note", "cardiology appointment on Tuesday")
+    store.write(OTHER, "note", "bob's note")
+    requests = [store.forget_subject(SUBJECT), store.forget_subject(SUBJECT), store.forget(OTHER, "note")]
+    assert [r.status().state for r in requests] == ["verified"] * 3
+    assert store.retention() == []
+    report = store.rotate_keys()
+    assert 1 in report.destroyed_epochs and report.retained_epochs == () and report.retained == ()
+    for request in requests:
+        status = request.status()
+        assert status.horizon is not None and status.retained_by == ()
+        assert store.attest(request.id)["horizon"] is not None
 
 
-def test_a_request_that_found_nothing_waits_for_an_earlier_erasure_of_the_same_target(tmp_path: Path) -> None:
+def test_a_request_that_found_nothing_waits_for_an_earlier_erasure_of_the_same_target(
+    store_factory: StoreFactory,
+) -> None:
     """Its claim ("nothing of the target is left") holds only once the earlier request that did
     find the data is verified; both verify in the same purge."""
-    with _open(tmp_path, auto_purge=False) as store:
-        store.write(SESSION, "note", "cardiology appointment on Tuesday")
-        first = store.forget_subject(SUBJECT)
-        again = store.forget_subject(SUBJECT)
-        assert first.status().state == again.status().state == "shredded"
-        report = store.purge()
-        assert report.requests == {first.id: "verified", again.id: "verified"}
-        assert _scan(first)["nothing_to_erase"] is False
-        assert_verified_with_nothing_to_erase(store, again)
+    store = _open(store_factory, purge=False)
+    store.write(SESSION, "note", "cardiology appointment on Tuesday")
+    first = store.forget_subject(SUBJECT)
+    again = store.forget_subject(SUBJECT)
+    assert first.status().state == again.status().state == "shredded"
+    report = store.purge()
+    assert report.requests == {first.id: "verified", again.id: "verified"}
+    assert _scan(first)["nothing_to_erase"] is False
+    assert_verified_with_nothing_to_erase(store, again)
 
 
+@pytest.mark.sqlite_only
 def test_the_cli_verifies_a_repeated_subject_erasure_and_its_certificate_says_what_it_proves(
     tmp_path: Path,
 ) -> None:

@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from tests.kit.stores import StoreFactory
 
 import cenotaph
 from cenotaph.erasure import probes as probes_module
@@ -22,6 +23,7 @@ def _wrapped(db: Path, sql: str) -> list[bytes]:
         conn.close()
 
 
+@pytest.mark.sqlite_only
 def test_capped_probes_still_cover_the_last_records_and_the_subject_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -61,6 +63,7 @@ def _pairs(db: Path, sql: str) -> list[tuple[str, bytes]]:
 CANARY = "cnry-probe-plaintext-5d1e"
 
 
+@pytest.mark.sqlite_only
 def test_probes_in_a_copy_taken_while_pending_die_with_the_horizon(tmp_path: Path) -> None:
     """Probes hold windows of the erased plaintext. They used to be sealed under a key derived
     from the erasure secret, which is never destroyed: a backup taken between the forget and its
@@ -92,8 +95,8 @@ def test_probes_in_a_copy_taken_while_pending_die_with_the_horizon(tmp_path: Pat
                 assert open_probes(key, request.id, bytes(blob), legacy=legacy) is None
 
 
-def test_a_rotation_keeps_a_pending_requests_probes_until_it_verifies(tmp_path: Path) -> None:
-    with cenotaph.open(tmp_path / "data", auto_purge=False) as store:
+def test_a_rotation_keeps_a_pending_requests_probes_until_it_verifies(store_factory: StoreFactory) -> None:
+    with store_factory() as store:
         store.write(SUBJECT, "note", CANARY * 2)
         request = store.forget_subject(SUBJECT)
         first = store.rotate_keys()
@@ -119,6 +122,7 @@ def _rows(
         conn.close()
 
 
+@pytest.mark.sqlite_only
 def test_a_rotation_starting_inside_a_forget_cannot_take_the_probes_out_of_the_horizon(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -150,6 +154,7 @@ def test_a_rotation_starting_inside_a_forget_cannot_take_the_probes_out_of_the_h
         assert store.erasure(request.id).status().horizon is not None
 
 
+@pytest.mark.sqlite_only
 def test_a_backup_works_after_the_epoch_of_destroyed_keys_is_gone(tmp_path: Path) -> None:
     """A destroyed key's row keeps its epoch number until purge; counting it as "in use" would
     make a backup after that epoch's destruction fail as if rotations kept racing it (reachable

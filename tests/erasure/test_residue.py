@@ -7,7 +7,7 @@ directory holds a's canary (plain, hex, HEX, UTF-16-LE) nor any 32-byte window o
 cells; b is still fully readable. The same again with SQLite's ``secure_delete`` default forced
 OFF on every new connection: the store must switch it ON itself (S3: never the build default).
 
-The byte oracle (``_erasure_kit.residue``) is independent of cenotaph's scanner and is checked
+The byte oracle (``tests.kit.oracle.residue``) is independent of cenotaph's scanner and is checked
 against planted residue here first.
 """
 
@@ -19,10 +19,22 @@ import time
 from pathlib import Path
 
 import pytest
-from _erasure_data import DB, A, B, assert_gone, assert_readable, assert_write_refused, cells, populate
-from _erasure_kit import WINDOW, copy_file, forms, residue, sql, write_sql
+from tests.erasure._erasure_data import (
+    DB,
+    A,
+    B,
+    assert_gone,
+    assert_readable,
+    assert_write_refused,
+    cells,
+    populate,
+)
+from tests.kit.oracle import WINDOW, copy_file, forms, residue, sql, write_sql
 
 import cenotaph
+
+# about SQLite's files and rows (tests/kit/stores.py)
+pytestmark = pytest.mark.sqlite_only
 
 
 # -- the oracle has teeth ---------------------------------------------------------------------
@@ -94,7 +106,7 @@ def test_a_subject_erasure_leaves_no_byte_of_it_in_any_file(
     store = cenotaph.open(data, auto_purge="sync")
     try:
         # the store switched secure_delete ON on its own connection, whatever the default was
-        assert store._backend._conn.execute("PRAGMA secure_delete").fetchone()[0] == 1  # type: ignore[attr-defined]
+        assert store._backend.inner._conn.execute("PRAGMA secure_delete").fetchone()[0] == 1  # type: ignore[attr-defined]
         a = populate(store, A, "A", short=12, long=3)
         b = populate(store, B, "B", short=12, long=3)
         a_cells = cells(data / DB, a.ids)

@@ -26,11 +26,23 @@ import time
 from pathlib import Path
 
 import pytest
-from _erasure_data import DB, A, B, Written, assert_gone, assert_readable, assert_write_refused, populate
-from _erasure_kit import sql, write_sql
+from tests.erasure._erasure_data import (
+    DB,
+    A,
+    B,
+    Written,
+    assert_gone,
+    assert_readable,
+    assert_write_refused,
+    populate,
+)
+from tests.kit.oracle import sql, write_sql
 
 import cenotaph
 from cenotaph.errors import StorageError
+
+# about SQLite's files and rows (tests/kit/stores.py)
+pytestmark = pytest.mark.sqlite_only
 
 NO_KEYRING = shutil.ignore_patterns("keyring")
 

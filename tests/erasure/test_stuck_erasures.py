@@ -30,7 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _erasure_kit import write_sql
+from tests.kit.oracle import write_sql
+from tests.kit.proc import spawn
+from tests.kit.stores import StoreFactory
 
 import cenotaph
 from cenotaph.crypto.tokens import TokenMaker
@@ -119,6 +121,7 @@ def stray(root: Path) -> Iterator[tuple[cenotaph.Store, cenotaph.ErasureRequest,
         store.close()
 
 
+@pytest.mark.sqlite_only
 def test_a_stray_copy_makes_the_request_stuck_and_it_says_what_releases_it(
     stray: tuple[cenotaph.Store, cenotaph.ErasureRequest, Path],
 ) -> None:
@@ -146,6 +149,7 @@ def test_a_stray_copy_makes_the_request_stuck_and_it_says_what_releases_it(
     assert isinstance(done, cenotaph.ErasureStatus) and done.state == "verified" and not done.stuck
 
 
+@pytest.mark.sqlite_only
 def test_a_stuck_request_is_named_as_the_holder_of_its_epoch_not_a_backup(
     stray: tuple[cenotaph.Store, cenotaph.ErasureRequest, Path],
 ) -> None:
@@ -172,6 +176,7 @@ def test_a_stuck_request_is_named_as_the_holder_of_its_epoch_not_a_backup(
     assert other.status().horizon is not None and request.status().horizon is not None
 
 
+@pytest.mark.sqlite_only
 def test_the_cli_names_the_request_that_holds_an_epoch(
     root: Path, stray: tuple[cenotaph.Store, cenotaph.ErasureRequest, Path]
 ) -> None:
@@ -207,6 +212,7 @@ def test_the_cli_names_the_request_that_holds_an_epoch(
     assert attest.exit_code == 1 and "purging again will not change this" in attest.stderr
 
 
+@pytest.mark.sqlite_only
 def test_a_registered_backup_is_named_as_what_it_is(root: Path) -> None:
     with _open(root) as store:
         store.write(SESSION, "note", TEXT)
@@ -223,6 +229,7 @@ def test_a_registered_backup_is_named_as_what_it_is(root: Path) -> None:
     assert doctor["epoch retention"]["status"] == "warn" and info.id in doctor["epoch retention"]["detail"]
 
 
+@pytest.mark.sqlite_only
 def test_a_request_that_found_nothing_says_it_waits_for_a_stuck_earlier_one(
     stray: tuple[cenotaph.Store, cenotaph.ErasureRequest, Path],
 ) -> None:
@@ -240,6 +247,7 @@ def test_a_request_that_found_nothing_says_it_waits_for_a_stuck_earlier_one(
     assert again.status().layers["scan"].evidence["nothing_to_erase"] is True
 
 
+@pytest.mark.sqlite_only
 def test_a_row_of_the_target_planted_after_the_forget_is_reported_not_verified(root: Path) -> None:
     """Someone who can write the database makes one of bob's records "carry" alice after her
     erasure: the target is not empty, no erasure will empty it, and the request says so."""
@@ -261,11 +269,14 @@ def test_a_row_of_the_target_planted_after_the_forget_is_reported_not_verified(r
             reopened.wait()
 
 
-def test_an_erased_value_that_quotes_an_id_the_store_keeps_still_verifies(root: Path) -> None:
+def test_an_erased_value_that_quotes_an_id_the_store_keeps_still_verifies(
+    store_factory: StoreFactory,
+) -> None:
     """Its probe matches the request row and the audit log (and the ledger) for ever; those hold
     content-free bookkeeping by design, so the probe is uninformative, not residue. It used to
     leave the request pending for ever, holding its epoch back."""
-    with _open(root) as store:
+    keyring = cenotaph.LocalKeyring(store_factory.base / "keyring")
+    with store_factory(purge="sync", key_provider=keyring) as store:
         store.write(OTHER, "k", "v")
         first = store.forget(OTHER, "k")
         store.write(SESSION, "filed", {"filed": first.id, "note": "the agent kept the request id"})
@@ -278,30 +289,14 @@ def test_an_erased_value_that_quotes_an_id_the_store_keeps_still_verifies(root: 
         assert 1 in store.rotate_keys().destroyed_epochs
 
 
-READER = r"""
-import sqlite3, sys
-conn = sqlite3.connect(sys.argv[1], isolation_level=None)
-conn.execute("BEGIN")
-conn.execute("SELECT count(*) FROM records").fetchone()
-print("holding", flush=True)
-sys.stdin.read()
-conn.execute("COMMIT")
-"""
-
-
+@pytest.mark.sqlite_only
 def test_an_open_reader_is_named_and_wait_gives_up_after_the_busy_timeout(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with _open(root) as store:
         store.write(SESSION, "note", TEXT)
-        reader = subprocess.Popen(
-            [sys.executable, "-c", READER, str(root / "data" / "cenotaph.db")],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            assert reader.stdout is not None and reader.stdout.readline().strip() == "holding"
+        with spawn("hold-reader", keep_stdin=True, db=str(root / "data" / "cenotaph.db")) as reader:
+            assert reader.readline().startswith("holding "), reader.stderr
             request = store.forget_subject(SUBJECT)
             status = request.status()
             assert status.state != "verified" and not status.stuck  # it clears when the reader goes
@@ -315,12 +310,12 @@ def test_an_open_reader_is_named_and_wait_gives_up_after_the_busy_timeout(
             monkeypatch.setenv("CENOTAPH_BUSY_TIMEOUT_MS", "500")
             raised = _wait_in_thread(request)  # no timeout: not for ever
             assert isinstance(raised, ErasureNotProvableError) and "still blocked" in str(raised)
-        finally:
-            reader.communicate("", timeout=30)
+            reader.finish(timeout=30)
         done = _wait_in_thread(request)
         assert isinstance(done, cenotaph.ErasureStatus) and done.state == "verified"
 
 
+@pytest.mark.sqlite_only
 def test_setting_bookkeeping_probes_aside_never_hides_a_real_copy(root: Path) -> None:
     """Only windows made wholly of bytes the store keeps by design are set aside: a copy of a
     value that quoted a request id is still found by its other windows, and a copy next to the

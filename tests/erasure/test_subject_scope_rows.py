@@ -21,11 +21,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _erasure_kit import residue, sql
+from tests.kit.oracle import residue, sql
 
 import cenotaph
 from cenotaph.crypto.tokens import TokenMaker
 from cenotaph.scope import Scope
+
+# about SQLite's files and rows (tests/kit/stores.py)
+pytestmark = pytest.mark.sqlite_only
 
 ALICE = "tenant:acme/user:alice"
 BOB = "tenant:acme/user:bob"

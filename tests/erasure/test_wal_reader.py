@@ -10,8 +10,6 @@ rows deleted) but its ``wal`` layer stays pending, so it is not ``verified``, an
 from __future__ import annotations
 
 import contextlib
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,50 +17,34 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from _erasure_data import DB, A, B, Written, assert_gone, assert_readable, cells, populate
-from _erasure_kit import residue
+from tests.erasure._erasure_data import DB, A, B, Written, assert_gone, assert_readable, cells, populate
+from tests.kit.oracle import residue
+from tests.kit.proc import Child
 
 import cenotaph
 from cenotaph.errors import ErasureNotProvableError
 
-READER = r"""
-import sqlite3, sys
-conn = sqlite3.connect(sys.argv[1], isolation_level=None)
-conn.execute("BEGIN")
-count = conn.execute("SELECT count(*) FROM records").fetchone()[0]
-print(f"holding {count}", flush=True)
-sys.stdin.read()          # hold the snapshot until the parent closes our stdin
-conn.execute("COMMIT")
-conn.close()
-print("released", flush=True)
-"""
+# about SQLite's files and rows (tests/kit/stores.py)
+pytestmark = pytest.mark.sqlite_only
 
 
 class Reader:
-    """A child process holding ``BEGIN; SELECT count(*) FROM records;`` open."""
+    """A child process holding ``BEGIN; SELECT count(*) FROM records;`` open (``hold-reader``)."""
 
     def __init__(self, db: Path) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", READER, str(db)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        assert line.startswith("holding "), self.proc.stderr.read() if self.proc.stderr else line
+        self.child = Child("hold-reader", {"db": str(db)}, keep_stdin=True)
+        line = self.child.readline()
+        assert line.startswith("holding "), self.child.stderr or line
         self.count = int(line.split()[1])
 
     def release(self) -> None:
-        out, err = self.proc.communicate(timeout=30)
-        assert self.proc.returncode == 0, err
-        assert "released" in out
+        """Close its stdin: it commits, says so and exits."""
+        assert self.child.finish(timeout=30) == 0, self.child.stderr
+        assert "released" in self.child.lines
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.communicate(timeout=30)
+        """SIGKILL it if it still holds, and reap it (idempotent)."""
+        self.child.close()
 
 
 def _wal_gaps(gaps: list[str] | tuple[str, ...]) -> list[str]:

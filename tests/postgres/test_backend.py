@@ -186,36 +186,37 @@ def test_a_read_sees_one_snapshot(open_backend: Open) -> None:
         assert txn.clock() == before + 5
 
 
-def test_changed_reports_other_backends_commits_not_its_own(open_backend: Open) -> None:
+def test_the_marker_moves_for_other_backends_commits_not_its_own(open_backend: Open) -> None:
     mine, theirs = open_backend(), open_backend()
-    mine.changed()
-    assert not mine.changed()
+    first = mine.marker()
+    assert mine.marker() == first
     with mine.write() as txn:
         txn.set_meta("x", 1)
-    assert not mine.changed(), "its own commit counted as another's"
+        assert txn.marker() == first  # its own pending bump is its own too
+    assert mine.marker() == first, "its own commit counted as another's"
     with theirs.write() as txn:
         txn.set_meta("x", 2)
-    assert mine.changed()
-    assert not mine.changed()
-    with theirs.write() as txn:  # another's commit, then ours: the other's is not hidden by ours
+    second = mine.marker()
+    assert second != first
+    with theirs.write() as txn:  # another's commit, then ours: ours does not hide the other's
         txn.set_meta("x", 3)
     with mine.write() as txn:
         txn.set_meta("x", 4)
-    assert mine.changed()
+    assert mine.marker() not in (first, second)
 
 
-def test_key_records_carries_the_marker_of_its_snapshot(open_backend: Open) -> None:
+def test_a_snapshot_s_marker_is_the_marker_of_its_snapshot(open_backend: Open) -> None:
     mine, theirs = open_backend(), open_backend()
+    before = mine.marker()
     with mine.read() as txn:
-        first, rows = txn.key_records([_tok("s")], _tok("k"))
-    assert rows == []
-    assert mine.saw_data_version(first)
-    with theirs.write() as txn:
-        txn.set_meta("x", 1)
+        seen, rows = txn.key_records([_tok("s")], _tok("k"))
+        assert rows == [] and seen == before == txn.marker()
+        with theirs.write() as other:
+            other.set_meta("x", 1)
+        assert txn.marker() == before  # committed after the snapshot began
     with mine.read() as txn:
-        second, _ = txn.key_records([_tok("s")], _tok("k"))
-    assert mine.saw_data_version(second)
-    assert not mine.saw_data_version(second)
+        after, _ = txn.key_records([_tok("s")], _tok("k"))
+    assert after != before and after == mine.marker()
 
 
 def test_after_commit_runs_after_commit_and_not_on_rollback(open_backend: Open) -> None:
@@ -261,12 +262,12 @@ def test_a_write_inside_a_write_is_refused_and_a_read_inside_reads_it(open_backe
     backend = open_backend()
     with backend.write() as txn:
         txn.set_meta("inner", 1)
-        assert backend.in_transaction() and backend.held_here()
+        assert backend.in_transaction()
         with backend.read() as inner:
             assert inner.meta("inner") == 1  # the write's own, uncommitted row
         with pytest.raises(StorageError, match="already inside a transaction"), backend.write():
             pass
-    assert not backend.in_transaction() and not backend.held_here()
+    assert not backend.in_transaction()
 
 
 def test_a_constraint_violation_is_a_storage_error(open_backend: Open) -> None:

@@ -10,7 +10,7 @@ Side effects that must follow a commit are registered with ``Txn.after_commit``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -158,30 +158,18 @@ class Txn(Protocol):
 
 
 class Backend(Protocol):
+    """Transactions over one store's rows. A backend protects only its own connections; the store
+    serialises its threads itself (``cenotaph.locking``)."""
+
     @property
     def location(self) -> Path | None: ...
 
     def write(self) -> AbstractContextManager[Txn]: ...
     def read(self) -> AbstractContextManager[Txn]: ...
-    def changed(self) -> bool:
-        """True if another connection committed since the last call (cheap)."""
-        ...
-
-    def saw_data_version(self, current: int) -> bool:
-        """:meth:`changed` for a data version read by the caller (see ``Txn.key_records``)."""
-        ...
-
-    def in_transaction(self) -> bool:
-        """True while this thread is inside one of this backend's transactions (a callback)."""
-        ...
-
-    def held_here(self) -> bool:
-        """True while the calling thread holds this backend's lock (a transaction, ``serial``)."""
-        ...
-
-    def serial(self) -> AbstractContextManager[Any]:
-        """Hold this backend's own lock (re-entrant) across several calls: the one lock a caller
-        may take around backend calls without a lock-order deadlock."""
+    def marker(self) -> Hashable:
+        """The change marker, read outside any transaction (cheap): it differs from the last one
+        read if another connection committed since; one's own commits leave it alone (SQLite's
+        ``data_version``). ``ops.Marker`` reads it as of a transaction's snapshot."""
         ...
 
     @property

@@ -16,7 +16,7 @@ the class is defined, which also checks that every operation has a handler takin
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, fields
 from operator import attrgetter
 from typing import Any, ClassVar, Generic, TypeVar
@@ -39,6 +39,13 @@ class Op(Generic[R]):
 
 
 # clock and change detection
+
+
+@dataclass(frozen=True, slots=True)
+class Marker(Op[Hashable]):
+    """The backend's change marker as of this transaction's snapshot (see ``Backend.marker``)."""
+
+    writes: ClassVar[bool] = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,8 +230,9 @@ class RecordsInSlots(Op[list[RecordRow]]):
 
 
 @dataclass(frozen=True, slots=True)
-class KeyRecords(Op[tuple[int, list[tuple[RecordRow, LineageRow | None]]]]):
-    """The rows of ``key`` in each of a few scopes, and the data version they were read at."""
+class KeyRecords(Op[tuple[Hashable, list[tuple[RecordRow, LineageRow | None]]]]):
+    """The rows of ``key`` in each of a few scopes, and the change marker (``Marker``) of the
+    snapshot they were read in."""
 
     writes: ClassVar[bool] = False
     scope_tokens: Sequence[bytes]

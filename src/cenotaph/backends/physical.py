@@ -48,7 +48,7 @@ class Check:
 
 @dataclass(frozen=True, slots=True)
 class LayerProof:
-    """A layer of a compliance request this backend proves, and how (for people: docs, doctor)."""
+    """A layer of a compliance request this backend proves, and how (what its evidence means)."""
 
     layer: Layer
     how: str

@@ -6,8 +6,9 @@ becomes a StorageError in ``errors``.
   IMMEDIATE``: writers of every process and server are serialised, which the store's dominance
   check W1 relies on), then runs READ COMMITTED, so each statement sees every commit before it.
 - A read transaction is REPEATABLE READ, READ ONLY: one snapshot for all its statements.
-- Every write transaction bumps ``change_marker``; :meth:`PostgresBackend.changed` reads it (one
-  statement) to learn that another process or server committed, as SQLite's ``data_version`` does.
+- Every write transaction bumps ``change_marker``; :meth:`PostgresBackend.marker` reads it (one
+  statement) less this backend's own commits (``marker.OwnCommits``), so it moves when another
+  process or server commits, as SQLite's ``data_version`` does.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from ...errors import InvalidValueError, StorageError
 from ..sqlite.backend import busy_timeout_ms
 from .errors import Endpoint, endpoint, translate, translate_connect
+from .marker import OwnCommits
 from .schema import LATEST, MIGRATIONS, MIGRATIONS_TABLE, create_schema, set_search_path
 from .txn import Connection, PostgresTxn
 
@@ -74,7 +76,7 @@ class PostgresBackend:
         self._key = advisory_key(self.schema)
         self._lock = threading.RLock()
         self._open: list[PostgresTxn] = []  # this thread's transactions, innermost last (under the lock)
-        self._data_version: int | None = None
+        self._own = OwnCommits()
         self._connect_kwargs: dict[str, Any] = {"autocommit": True}
         if "connect_timeout" not in conninfo_to_dict(dsn):
             self._connect_kwargs["connect_timeout"] = CONNECT_TIMEOUT_S
@@ -208,14 +210,21 @@ class PostgresBackend:
             if self._open and not write:  # a read inside this thread's transaction reads in it
                 outer = self._open[-1]
                 outer._start()  # its snapshot, begun now if it had not yet
-                yield PostgresTxn(outer.connection, commits=False)
+                yield PostgresTxn(outer.connection, commits=False, marker_of=outer._marker_of)
                 return
             marker: int | None = None
             if write:
                 conn, marker = self._begin_write()
-                txn = PostgresTxn(conn, commits=True)
+                bump = marker
+                txn = PostgresTxn(conn, commits=True, marker_of=lambda c: self._own.marker(c, bump))
             else:  # begun with its first statement, in the same round trip
-                txn = PostgresTxn(self._getconn(), commits=False, begin=_READ, reconnect=self._reconnect)
+                txn = PostgresTxn(
+                    self._getconn(),
+                    commits=False,
+                    begin=_READ,
+                    reconnect=self._reconnect,
+                    marker_of=self._own.marker,
+                )
             self._open.append(txn)
             try:
                 try:
@@ -231,8 +240,8 @@ class PostgresBackend:
             finally:
                 self._open.pop()
                 self._pool.putconn(txn.connection)
-            if marker is not None and self._data_version == marker - 1:
-                self._data_version = marker  # our own commit alone: not a change by someone else
+            if marker is not None:
+                self._own.committed(marker)  # its own commit: not a change by someone else
             # still under the lock: no other thread of this process may see the commit before
             # the caches and marks that depend on it are updated; every action runs even if one
             # fails (the commit happened), and the first failure is raised afterwards
@@ -251,42 +260,25 @@ class PostgresBackend:
     def read(self) -> contextlib.AbstractContextManager[PostgresTxn]:
         return self._transaction(write=False)
 
-    def held_here(self) -> bool:
-        """Does the calling thread hold this backend's lock (inside one of its transactions or
-        :meth:`serial`)? Such a thread must not wait for another to commit for it."""
-        owned: Callable[[], bool] = self._lock._is_owned  # type: ignore[attr-defined]
-        return owned()
-
     def in_transaction(self) -> bool:
-        """Inside a write transaction (as SQLite's connection is: its reads are autocommit).
-        Meaningful for the calling thread only while it holds :meth:`serial`."""
+        """Is a write transaction of this backend open (on the thread holding its lock)?"""
         return any(txn.commits for txn in self._open)
 
-    def serial(self) -> contextlib.AbstractContextManager[Any]:
-        return self._lock
-
     # -- change detection ----------------------------------------------------------------
-    def _read_marker(self) -> int:
-        conn = self._getconn()
-        try:
+    def marker(self) -> int:
+        """The change marker (``Backend.marker``): the commits of every other connection, read
+        in one statement outside any transaction."""
+
+        def counter(conn: Connection) -> int:
             row = conn.execute("SELECT value FROM change_marker").fetchone()
-        except psycopg.Error as exc:
-            raise translate(exc, self.endpoint) from exc
-        finally:
-            self._pool.putconn(conn)
-        assert row is not None
-        return int(row[0])
+            assert row is not None
+            return int(row[0])
 
-    def saw_data_version(self, current: int) -> bool:
-        """Like :meth:`changed`, for a marker the caller read itself (with its rows, under :meth:`serial`)."""
-        changed = current != self._data_version
-        self._data_version = current
-        return changed
-
-    def changed(self) -> bool:
-        """True if another connection committed since the last call (one statement)."""
         with self._lock:
-            return self.saw_data_version(self._read_marker())
+            value = self._autocommit(counter)
+            if not self._open:
+                self._own.fold(value)
+            return self._own.marker(value)
 
     # -- what the physical part needs ---------------------------------------------------
     @cached_property

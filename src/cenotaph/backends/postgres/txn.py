@@ -126,6 +126,7 @@ class PostgresTxn(OpRunner):
         commits: bool = True,
         begin: str | None = None,
         reconnect: Callable[[Connection], Connection] | None = None,
+        marker_of: Callable[[int], int] = int,
     ) -> None:
         self._c = conn
         self._commits = commits
@@ -135,6 +136,7 @@ class PostgresTxn(OpRunner):
         # none sends nothing); ``reconnect`` swaps a connection found broken then for another
         self._begin = begin
         self._reconnect = reconnect
+        self._marker_of = marker_of  # the change marker of a snapshot at a counter value
 
     @property
     def connection(self) -> Connection:
@@ -209,7 +211,11 @@ class PostgresTxn(OpRunner):
         cursor.executemany(sql, listed)
         return cursor.rowcount
 
-    # -- clock -----------------------------------------------------------------------
+    # -- clock and change marker -----------------------------------------------------
+    def marker(self) -> int:
+        """The change marker as of this snapshot (see ``marker.OwnCommits``)."""
+        return self._marker_of(int(self._one("SELECT value FROM change_marker")))
+
     def clock(self) -> int:
         return int(self._one("SELECT value FROM meta WHERE name='clock'"))
 
@@ -371,7 +377,7 @@ class PostgresTxn(OpRunner):
             for row in rows
             if row[1] is not None
         ]
-        return int(rows[0][0]), found
+        return self._marker_of(int(rows[0][0])), found
 
     def record(self, record_id: str) -> RecordRow | None:
         row = self._x(

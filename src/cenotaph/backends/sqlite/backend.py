@@ -237,7 +237,11 @@ class SQLiteTxn(OpRunner):
         row = self._c.execute(sql, args).fetchone()
         return None if row is None else row[0]
 
-    # -- clock -----------------------------------------------------------------------
+    # -- change marker and clock -------------------------------------------------------
+    def marker(self) -> int:
+        """``data_version`` as of this snapshot (the statement begins it, if nothing did yet)."""
+        return int(self._one("PRAGMA data_version"))
+
     def clock(self) -> int:
         return int(self._one("SELECT value FROM meta WHERE name='clock'"))
 
@@ -893,14 +897,14 @@ class SQLiteTxn(OpRunner):
 
 
 class SQLiteBackend:
-    """One connection per Store, serialised by a lock; several processes share the files."""
+    """One connection per Store, serialised by a lock of its own (a store serialises its threads
+    itself, see ``cenotaph.locking``); several processes share the files."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.path = directory / DB_NAME
         self.read_only = read_only(directory)
         self._lock = threading.RLock()
-        self._data_version: int | None = None
         self._version_cursor: sqlite3.Cursor | None = None
         if self.read_only and not self.path.exists():
             raise StorageError(
@@ -1005,8 +1009,9 @@ class SQLiteBackend:
                     raise
             finally:
                 self._writers.release()
-            # still under the lock: no other thread of this process may see the commit before
-            # the caches and marks that depend on it are updated; every action runs even if one
+            # still under the lock (and the store's, held around the whole block): no other
+            # thread of this process may see the commit before the caches and marks that depend
+            # on it are updated; every action runs even if one
             # fails (the commit happened), and the first failure is raised afterwards
             failure: BaseException | None = None
             for action in txn._after:
@@ -1040,16 +1045,6 @@ class SQLiteBackend:
         finally:
             self._conn.execute(f"PRAGMA busy_timeout={timeout_ms}")
 
-    def held_here(self) -> bool:
-        """Does the calling thread hold this backend's lock (inside one of its transactions or
-        :meth:`serial`)? Such a thread must not wait for another to commit for it."""
-        owned: Callable[[], bool] = self._lock._is_owned  # type: ignore[attr-defined]
-        return owned()
-
-    def in_transaction(self) -> bool:
-        """Meaningful for the calling thread only while it holds :meth:`serial`."""
-        return self._conn.in_transaction
-
     def _rollback(self) -> None:
         if self._conn.in_transaction:
             self._conn.execute("ROLLBACK")
@@ -1059,39 +1054,41 @@ class SQLiteBackend:
 
     @contextlib.contextmanager
     def read(self) -> Iterator[SQLiteTxn]:
-        """Autocommit reads: each statement sees a committed snapshot and holds no lock after it."""
+        """One snapshot for the whole block: a deferred ``BEGIN`` (in WAL mode a reader takes no
+        write lock and blocks no writer; its snapshot starts at its first statement) ended by
+        ``COMMIT``. A block opened inside a transaction of this thread (a callback) reads in that
+        transaction. Writing operations are refused either way."""
         with self._lock:
+            txn = SQLiteTxn(self._conn, commits=False)
+            if self._conn.in_transaction:
+                yield txn
+                return
             try:
-                yield SQLiteTxn(self._conn, commits=False)
+                self._conn.execute("BEGIN")
             except sqlite3.Error as exc:
                 raise translate(exc, self.path) from exc
+            try:
+                yield txn
+                self._conn.execute("COMMIT")  # ends the snapshot: a reader must not outlive its block
+            except sqlite3.Error as exc:
+                self._rollback()
+                raise translate(exc, self.path) from exc
+            except BaseException:
+                self._rollback()
+                raise
 
-    def _read_data_version(self) -> int:
-        # one cursor kept for it (under the lock): this runs before every cache hit
-        cursor = self._version_cursor
-        if cursor is None:
-            cursor = self._version_cursor = self._conn.cursor()
-        return int(cursor.execute("PRAGMA data_version").fetchone()[0])
-
-    def serial(self) -> contextlib.AbstractContextManager[Any]:
-        return self._lock
-
-    def saw_data_version(self, current: int) -> bool:
-        """Like :meth:`changed`, for a data version the caller read itself (with its rows, under
-        :meth:`serial`)."""
-        changed = current != self._data_version
-        self._data_version = current
-        return changed
-
-    def changed(self) -> bool:
+    def marker(self) -> int:
+        """``PRAGMA data_version`` on this backend's connection: it moves when another connection
+        commits, never for this one's own commits."""
         with self._lock:
             try:
-                current = self._read_data_version()
+                # one cursor kept for it (under the lock): this runs before every cache hit
+                cursor = self._version_cursor
+                if cursor is None:
+                    cursor = self._version_cursor = self._conn.cursor()
+                return int(cursor.execute("PRAGMA data_version").fetchone()[0])
             except sqlite3.Error as exc:
                 raise translate(exc, self.path) from exc
-            changed = current != self._data_version
-            self._data_version = current
-            return changed
 
     @cached_property
     def physical(self) -> SQLitePhysical:

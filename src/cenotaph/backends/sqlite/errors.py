@@ -69,7 +69,7 @@ def translate(exc: sqlite3.Error, path: Path | None = None) -> StorageError:
         # the rows are not what it wrote (an edited database, a bug): the storage failed it
         return StorageError(
             f"the database refused a row that breaks one of its constraints ({_name(exc)}), which the "
-            "store does not write: the database may have been altered; run store.verify_audit() "
+            "store does not write: the database may have been altered; run store.check_integrity() "
             "and investigate"
         )
     return _failed(exc)
