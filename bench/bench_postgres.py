@@ -32,9 +32,10 @@ Workloads (warm-up excluded; every implementation gets the records of bench_stor
              streaming replica (tests/postgres/_cluster.py: fsync=off, so compare its rows with each
              other): cenotaph opened with the replica listed (a purge waits for it to replay past the
              purge's commit) and without it, LangGraph's delete beside them.
-Round trips: one extra pass per implementation with psycopg's ``Connection.wait`` (every network
-exchange) and ``Cursor.execute``/``executemany`` counted and timed, per single write, read, batch of B,
-search and forget; the statements of one cenotaph write are listed with their server time.
+Round trips: one extra pass per implementation (cenotaph with auto_purge="off", its purge counted on
+its own) with psycopg's ``Connection.wait`` and ``Cursor.execute``/``executemany`` counted and timed: a
+round trip is a wait outside a pipeline, or one pipeline; per single write, read (first and again), batch
+of B, search, forget, and the statements of one cenotaph write and batch with the time waiting on each.
 Each (workload, implementation) runs --repeat times, implementations interleaved; the table and the
 ratios use the best run; --json also gives the median and every run.
 """
@@ -307,7 +308,7 @@ TRIP_OPS = 50  # operations of each kind counted
 def measure_trips(
     impl: str, dsn: str, items: list[Item], batch: list[Item], queries: list[tuple[str, str]]
 ) -> dict[str, Any]:
-    """Per operation: network waits, statements, time waiting on the server, and time in all.
+    """Per operation: round trips, statements, time waiting on the server, and time in all.
     ``items``: 2 x TRIP_OPS records (the first half preloaded, forgotten at the end)."""
     out: dict[str, Any] = {}
     with fresh("cenotaph-purge-off" if impl == "cenotaph" else impl, dsn) as obj:
