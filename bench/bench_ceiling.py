@@ -1,9 +1,9 @@
-"""How fast can batch writes be at all, once names are HMAC tokens? (SPEC §9 vs W4.)
+"""How fast can batch writes be at all, once names are HMAC tokens?
 
     python bench/bench_ceiling.py            # 20,000 records in batches of 500, best of 5
 
-SPEC §9 asks batch writes of at least half of raw SQLite; W4 asks that every name reaching the
-database is an HMAC-SHA256 token. This benchmark removes cenotaph entirely and adds the costs one at a
+An early target asked batch writes of at least half of raw SQLite, while every name reaching the
+database must be an HMAC-SHA256 token. This benchmark removes cenotaph entirely and adds the costs one at a
 time, on the records of ``bench_store.py`` (~190 bytes of JSON, 20 scopes), each as ``executemany`` of
 500 rows per transaction into ``kv(scope, key, value, PRIMARY KEY(scope, key))`` at WAL +
 ``synchronous=FULL``:

@@ -1,4 +1,4 @@
-"""Erasure cost: forgetting one subject as the store grows, and purge (with its verification scan) (SPEC §9).
+"""Erasure cost: forgetting one subject as the store grows, and purge (with its verification scan).
 
     python bench/bench_erasure.py                       # forget at 10k and 100k records + ~100 MB purge
     python bench/bench_erasure.py --big 1000000         # also forget at 1M records (purge skipped there
@@ -24,7 +24,7 @@
     The scan time is measured by wrapping ``Verifier._scan`` (a bench-side wrapper; nothing in the
     library changes); scan bytes, probes and matches come from ``PurgeReport.scan``. A request whose scan
     fails stays ``purged`` and is scanned again by every later purge (its probes add to the next scan).
-    Target (SPEC §9): median forget at the largest size <= 1.2x the median at the smallest (10k).
+    Target: median forget at the largest size <= 1.2x the median at the smallest (10k).
 (b) purge latency at ~--mb MB: records with ~1 KB values are written until the data dir is ~--mb MB; then
     (reopened, auto_purge=False) one subject is forgotten and ``store.purge()`` is timed, --big-runs times.
 

@@ -1,4 +1,4 @@
-"""Search: cenotaph's exact search next to a bare numpy brute force over the same matrix (SPEC §9).
+"""Search: cenotaph's exact search next to a bare numpy brute force over the same matrix.
 
     python bench/bench_search.py                  # N=100,000 records, 200 queries, k=10
     python bench/bench_search.py --n 20000        # smaller
@@ -14,8 +14,7 @@ What is measured (one process, same data, same queries):
                decrypts every record, embeds it, seals its vector and writes the sealed vectors) is timed
                separately. The OS page cache is warm (the files were just written).
   * reopen     the store is closed and opened again, and the first search timed: the index is now built from
-               the vectors at rest (each opened with its record's keys), nothing is embedded (SPEC target:
-               <= 1 s at 100k records). Both first searches are run --reopens times (fresh data each
+               the vectors at rest (each opened with its record's keys), nothing is embedded. Both first searches are run --reopens times (fresh data each
                time for the first one would need a rebuild, so it is run once) and the median reported.
   * search     --queries queries (2-4 topic words each), k=10, each timed on both sides, interleaved
                (the side that goes first alternates per query):
@@ -260,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         cen_med, np_med = statistics.median(cen_t), statistics.median(np_t)
         ratio = cen_med / np_med
 
-        # numpy with the query embedding excluded, for reference (not the SPEC ratio)
+        # numpy with the query embedding excluded, for reference (not the target's ratio)
         qvecs = ref.embed(queries)
         bare = []
         for qv in qvecs:

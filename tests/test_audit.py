@@ -1,4 +1,4 @@
-"""The audit hash chain (SPEC S7): edits, deletions, reordering, truncation below the anchor: all detected."""
+"""The audit hash chain: edits, deletions, reordering, truncation below the anchor: all detected."""
 
 from __future__ import annotations
 

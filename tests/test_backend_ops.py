@@ -50,6 +50,14 @@ def test_a_runner_missing_a_handler_is_refused_when_defined() -> None:
             pass
 
 
+def test_a_handler_taking_other_parameters_is_refused_when_defined() -> None:
+    with pytest.raises(TypeError, match=r"Wrong.meta\(\) must take Meta's fields \['name'\]"):
+
+        class Wrong(SQLiteTxn):
+            def meta(self, key: str) -> int | None:
+                return None
+
+
 def test_operations_are_frozen_and_slotted() -> None:
     op = ops.SetMeta("name", 1)
     with pytest.raises(AttributeError):

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -397,14 +398,16 @@ OTHER_CALLS: dict[str, Call] = {
     "search filter operator": lambda s: s.search(U, "q", filter={"a": {"$regex": "x"}}),
     "erasure int": lambda s: s.erasure(5),  # type: ignore[arg-type]
     "erasure unknown": lambda s: s.erasure("er_" + "0" * 24),
-    "write_many not dicts": lambda s: s.write_many(["abc"]),
+    "write_many not dicts": lambda s: s.write_many(["abc"]),  # type: ignore[list-item]
     "write_many a str": lambda s: s.write_many("abc"),  # type: ignore[arg-type]
     "write_many missing value": lambda s: s.write_many([{"scope": U, "key": "k"}]),
     "write_many unknown option": lambda s: s.write_many([{"scope": U, "key": "k", "value": 1, "tll": 5}]),
     "write_many None": lambda s: s.write_many(None),  # type: ignore[arg-type]
     "write_many int": lambda s: s.write_many(5),  # type: ignore[arg-type]
-    "write_many a dict": lambda s: s.write_many({"scope": U, "key": "k", "value": 1}),  # type: ignore[arg-type]
-    "write_many option not a str": lambda s: s.write_many([{"scope": U, "key": "k", "value": 1, 1: 2}]),
+    "write_many a dict": lambda s: s.write_many({"scope": U, "key": "k", "value": 1}),  # type: ignore[dict-item]
+    "write_many option not a str": lambda s: s.write_many(
+        [{"scope": U, "key": "k", "value": 1, 1: 2}]  # type: ignore[dict-item]
+    ),
     "erasure lone surrogate": lambda s: s.erasure("er_\ud800"),
     "confirm_erasure lone surrogate": lambda s: s.confirm_erasure("er_\ud800"),
     "attest lone surrogate": lambda s: s.attest("er_\ud800"),
@@ -442,7 +445,7 @@ def test_write_many_with_one_bad_item_writes_nothing(store: Store, data_dir: Pat
         for position in (0, 1, 3):
             items = [*good[:position], item, *good[position:]]
             error = InvalidScopeError if item["scope"] != U else InvalidValueError
-            _check(store, data_dir, lambda s, items=items: s.write_many(items), error)
+            _check(store, data_dir, partial(Store.write_many, items=items), error)
     assert store.read(U, "g0") is None
 
 

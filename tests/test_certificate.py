@@ -1,4 +1,4 @@
-"""Erasure certificates (SPEC S6): canonical, signed, and any change to any field fails verification.
+"""Erasure certificates: canonical, signed, and any change to any field fails verification.
 
 Decision pinned here: verification is over the certificate's meaning, so JSON that was re-indented or had its
 keys reordered still verifies; every change of a value, a field name or the signature fails.

@@ -1,4 +1,4 @@
-"""The ``cenotaph`` CLI (SPEC §7): JSON by default, ``--table`` for people, exit 2 with one line on bad input.
+"""The ``cenotaph`` CLI: JSON by default, ``--table`` for people, exit 2 with one line on bad input.
 
 Most tests drive the click group in-process with ``CliRunner``; a few run the real entry point in a
 subprocess (``python -m cenotaph.cli.main``) so the exit codes and stderr are the ones a shell sees.
@@ -744,7 +744,7 @@ def test_attest_to_an_unwritable_file_changes_nothing(data: Path, tmp_path: Path
 
 def test_arguments_that_are_not_utf8_are_bad_input_not_internal_errors(data: Path) -> None:
     ok_json("write", USER, "k", "v", "--data", str(data))
-    base = [sys.executable, "-m", "cenotaph.cli.main"]
+    base = [os.fsencode(sys.executable), b"-m", b"cenotaph.cli.main"]
     for args in (
         [b"attest", b"er_\xff", b"--data", os.fsencode(data)],
         [b"status", b"er_\xff", b"--data", os.fsencode(data)],

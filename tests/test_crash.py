@@ -16,6 +16,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from tests.kit.checks import present
 from tests.kit.proc import run, spawn
 
 import cenotaph
@@ -90,8 +91,8 @@ def test_sigkill_keeps_every_returned_write_and_forget(tmp_path: Path) -> None:
         for line in child.lines:
             kind, *rest = line.split(" ")
             if kind == "w":
-                scope, key, version, value = rest
-                written[(scope, key)] = (int(version), int(value))
+                scope, key, printed_version, printed_value = rest
+                written[(scope, key)] = (int(printed_version), int(printed_value))
             elif kind == "F":
                 started.add((rest[0], rest[1]))
             elif kind == "f":
@@ -160,13 +161,13 @@ def test_sigkill_after_forget_returned(tmp_path: Path, mode: str) -> None:
         assert info.value.version == int(v_f)
         request = store.erasure(request_id)
         assert (request.version, request.mode) == (int(v_f), mode)
-        assert store.read(SCOPE, "kept").value == "stays"
+        assert present(store.read(SCOPE, "kept")).value == "stays"
         # the token was issued (and printed) before the kill: it still works, once
         assert store.read(SCOPE, "again") is None
         record = store.write(SCOPE, "again", "second", reauthorization=token)
         assert record.version > int(v_again)
     with cenotaph.open(tmp_path, auto_purge=False) as store:  # and that write is durable too
-        assert store.read(SCOPE, "again").value == "second"
+        assert present(store.read(SCOPE, "again")).value == "second"
         assert store.read(SCOPE, "gone") is None
     _integrity(tmp_path)
 
@@ -219,8 +220,8 @@ def test_forget_in_ledger_but_not_committed_is_applied_on_open(
             assert store.read(SCOPE, "other") is None
             assert store.list(SCOPE) == []
         else:
-            assert store.read(SCOPE, "other").value == "same scope"
-        assert store.read("tenant:crash/user:u/session:t", "k").value == "sibling scope"
+            assert present(store.read(SCOPE, "other")).value == "same scope"
+        assert present(store.read("tenant:crash/user:u/session:t", "k")).value == "sibling scope"
         fresh = store.write(SCOPE, "new", 1) if key is not None else None
         assert fresh is None or fresh.version > v_f
     with cenotaph.open(tmp_path, auto_purge=False) as store:  # replay is idempotent
@@ -258,8 +259,8 @@ def test_open_store_stops_returning_a_key_replayed_from_the_ledger(
     ids = _seed(tmp_path)
     with cenotaph.open(tmp_path, auto_purge=False) as b:
         for _ in range(2):  # warm every cache B has
-            assert b.read(SCOPE, "k").value == "secret"
-            assert b.get(ids["k"]).value == "secret"
+            assert present(b.read(SCOPE, "k")).value == "secret"
+            assert present(b.get(ids["k"])).value == "secret"
         request_id, v_f = _crash_forget(tmp_path, key, mode, "after-ledger")
         assert request_id not in _raw_erasure_ids(tmp_path)
         assert b.read(SCOPE, "k") is None
@@ -280,7 +281,7 @@ def test_store_replaying_a_scope_forget_drops_its_cached_keys(tmp_path: Path) ->
     with the destroyed key and is unreadable by every other Store (W7)."""
     _seed(tmp_path)
     with cenotaph.open(tmp_path, auto_purge=False) as b:
-        assert b.read(SCOPE, "k").value == "secret"  # B caches the scope's key
+        assert present(b.read(SCOPE, "k")).value == "secret"  # B caches the scope's key
         _crash_forget(tmp_path, None, "compliance", "after-ledger")
         token = b.reauthorize(SCOPE)
         record = b.write(SCOPE, "k", "after", reauthorization=token)

@@ -9,20 +9,19 @@ stream of grouped writes loses only writes whose return was never seen.
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.kit.checks import present
+from tests.kit.proc import spawn
 
 import cenotaph
-from cenotaph import groupcommit
 from cenotaph.errors import (
     DerivedFromForgottenError,
     ForgottenError,
@@ -45,7 +44,7 @@ class Held:
         self.real: Callable[[Sequence[Any]], Sequence[Any]] = self.queue._commit
         self.entered = threading.Event()
         self.go = threading.Event()
-        self.queue._commit = self._commit  # type: ignore[method-assign]
+        self.queue._commit = self._commit
 
     def _commit(self, works: Sequence[Any]) -> Sequence[Any]:
         if not self.entered.is_set():
@@ -148,12 +147,12 @@ def test_a_refused_write_in_a_group_does_not_fail_the_others(tmp_path: Path) -> 
         for key, value in (("a", 1), ("b", 2), ("e", 5), ("f", 6), ("dup", "two"), ("current", "v2")):
             record = store.read(SCOPE, key)
             assert record is not None and record.value == value, key
-        assert store.read(SCOPE, "dup").version == results["dup2"].version
+        assert present(store.read(SCOPE, "dup")).version == results["dup2"].version
         for key in ("gone", "summary", "c", "about-bob", "d"):
             assert store.read(SCOPE, key) is None, key
     with cenotaph.open(tmp_path) as reopened:  # what landed is durable, what was refused is not there
-        assert reopened.read(SCOPE, "e").value == 5
-        assert reopened.read(SCOPE, "dup").value == "two"
+        assert present(reopened.read(SCOPE, "e")).value == 5
+        assert present(reopened.read(SCOPE, "dup")).value == "two"
         assert reopened.read(SCOPE, "d") is None
         assert reopened.check_integrity() == []
 
@@ -169,13 +168,15 @@ def test_a_storage_failure_fails_every_write_of_the_group(tmp_path: Path) -> Non
             return outcome
 
         store._batches.write = fail_groups  # type: ignore[method-assign]
-        calls = [(f"k{i}", lambda i=i: store.write(SCOPE, f"k{i}", i)) for i in range(6)]
+        calls: list[tuple[str, Callable[[], Any]]] = [
+            (f"k{i}", partial(store.write, SCOPE, f"k{i}", i)) for i in range(6)
+        ]
         with one_group(store, calls) as results:
             pass
         for name, _ in calls:
             assert isinstance(results[name], StorageError), name
             assert store.read(SCOPE, name) is None  # none acknowledged, none landed
-        assert store.read(SCOPE, "held").value == 0
+        assert present(store.read(SCOPE, "held")).value == 0
         store._batches.write = real  # type: ignore[method-assign]
         assert store.write(SCOPE, "k0", "after").value == "after"  # keys and state were rolled back cleanly
     with cenotaph.open(tmp_path) as reopened:
@@ -198,7 +199,7 @@ def test_a_forget_that_commits_while_writes_are_queued_refuses_them(tmp_path: Pa
         assert isinstance(results["x-child"], ForgottenError)
         assert results["y"].version > request.version
         assert store.read(SCOPE, "x") is None
-        assert store.read(SCOPE, "y").value == "lands"
+        assert present(store.read(SCOPE, "y")).value == "lands"
 
 
 def test_sessions_and_lineage_work_through_a_group(tmp_path: Path) -> None:
@@ -216,7 +217,7 @@ def test_sessions_and_lineage_work_through_a_group(tmp_path: Path) -> None:
         assert derived.derived_from and "user:alice" in derived.subjects
         store.forget_subject("user:alice")
         assert store.read(SCOPE, "summary") is None  # W6: the derived record went with its source
-        assert store.read(SCOPE, "other").value == 1
+        assert present(store.read(SCOPE, "other")).value == 1
 
 
 def test_a_writer_inside_a_transaction_still_gets_the_clear_error(tmp_path: Path) -> None:
@@ -273,79 +274,27 @@ def test_many_threads_at_a_barrier_share_groups(tmp_path: Path) -> None:
 
 
 # -- SIGKILL mid-group --------------------------------------------------------------------------
-_CHILD = r"""
-import os, sys, threading, time
-import cenotaph
-
-store = cenotaph.open(sys.argv[1])
-scope = "tenant:crash/user:u/session:s"
-os.write(1, b"ready\n")
-
-def value(key):
-    return {"key": key, "text": key * 8}
-
-def singles(t):
-    i = 0
-    while True:
-        key = f"s{t}-{i}"
-        record = store.write(scope, key, value(key))
-        os.write(1, f"w {key} {record.version}\n".encode())
-        i += 1
-
-def batches(t):
-    i = 0
-    while True:
-        keys = [f"b{t}-{i}-{j}" for j in range(3)]
-        records = store.write_many([{"scope": scope, "key": k, "value": value(k)} for k in keys])
-        os.write(1, ("".join(f"w {r.key} {r.version}\n" for r in records)).encode())
-        i += 1
-
-def groups():
-    while True:
-        os.write(1, f"g {store._group.largest}\n".encode())
-        time.sleep(0.01)
-
-for t in range(6):
-    threading.Thread(target=singles, args=(t,), daemon=True).start()
-for t in range(2):
-    threading.Thread(target=batches, args=(t,), daemon=True).start()
-threading.Thread(target=groups, daemon=True).start()
-time.sleep(120)
-"""
-
-
 @pytest.mark.timeout(180)
 def test_sigkill_mid_group_loses_only_unacknowledged_writes(tmp_path: Path) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, str(tmp_path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
-    assert proc.stdout is not None and proc.stderr is not None
     acked: dict[str, int] = {}
     largest = 0
-    try:
-        assert proc.stdout.readline() == b"ready\n", proc.stderr.read()[-2000:]
+    with spawn("group-writer", directory=str(tmp_path)) as child:
+        child.wait_for("ready")
         while len(acked) < 600 or largest < 2:
-            line = proc.stdout.readline().decode()
-            assert line, proc.stderr.read()[-2000:].decode()
+            line = child.readline()
+            assert line, child.stderr
             kind, *rest = line.split()
             if kind == "w":
                 acked[rest[0]] = int(rest[1])
             elif kind == "g":
                 largest = int(rest[0])
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # mid-stream: groups are being committed right now
-        with proc.stdout, proc.stderr:
-            for line in proc.stdout.read().decode().splitlines():
-                if line.startswith("w "):  # printed before the kill: returned, so it must survive
-                    _, key, version = line.split()
-                    acked[key] = int(version)
-        proc.wait(30)
-    assert proc.returncode == -signal.SIGKILL
+        seen = len(child.lines)
+        child.kill()  # mid-stream: groups are being committed right now
+        for line in child.lines[seen:]:
+            if line.startswith("w "):  # printed before the kill: returned, so it must survive
+                _, key, printed = line.split()
+                acked[key] = int(printed)
+    assert child.returncode == -signal.SIGKILL
     assert largest >= 2, "no group of more than one write formed before the kill"
     with cenotaph.open(tmp_path) as store:
         scope = "tenant:crash/user:u/session:s"
@@ -397,7 +346,7 @@ def test_the_queue_gives_each_caller_its_own_outcome_in_groups() -> None:
     _queued(queue, 1)
     sizes = {1: 1, 2: 1, 3: 2, 4: 1, 6: 3, 8: 1, 10: 1}  # work -> records; 6 with 3 more passes the bound
     for number, work in enumerate(sizes, start=2):
-        threads.append(_run(results, str(work), lambda w=work: queue.submit(w, sizes[w], alone=w == 8)))
+        threads.append(_run(results, str(work), partial(queue.submit, work, sizes[work], alone=work == 8)))
         _queued(queue, number)
     recorder.release.set()
     for thread in threads:
@@ -418,7 +367,7 @@ def test_a_failed_commit_fails_every_caller_of_its_group_and_no_other() -> None:
     threads = [_run(results, "held", lambda: queue.submit(2))]
     _queued(queue, 1)
     for number, work in enumerate((4, -1, 6), start=2):
-        threads.append(_run(results, str(work), lambda w=work: queue.submit(w)))
+        threads.append(_run(results, str(work), partial(queue.submit, work)))
         _queued(queue, number)
     recorder.release.set()
     for thread in threads:
@@ -439,7 +388,7 @@ def test_an_interrupted_waiter_leaves_the_queue_and_the_others_go_on(monkeypatch
                 raise KeyboardInterrupt
             return super().wait(timeout)
 
-    monkeypatch.setattr(groupcommit.threading, "Condition", Interrupting)
+    monkeypatch.setattr(threading, "Condition", Interrupting)  # groupcommit.threading is this module
     results: dict[str, Any] = {}
     threads = [_run(results, "held", lambda: queue.submit(0))]
     _queued(queue, 1)

@@ -9,19 +9,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.kit.checks import present
+from tests.test_cli import assert_one_line_error, ok_json, run
 
 import cenotaph
 from cenotaph import InvalidScopeError, InvalidValueError, Store
-from test_cli import assert_one_line_error, ok_json, run
 
 U = "tenant:acme/user:alice"
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
+def store(tmp_path: Path) -> Iterator[Store]:
     with cenotaph.open(tmp_path / "data", auto_purge=False) as opened:
         yield opened
 
@@ -36,7 +38,7 @@ def test_a_base_version_from_the_future_is_refused(store: Store) -> None:
             store.write(U, "k", 3, base_version=future)
         with pytest.raises(InvalidValueError):
             store.write(U, "new", 3, base_version=future)  # a slot that never held anything, too
-    assert store.read(U, "k").value == 2 and store.read(U, "new") is None
+    assert present(store.read(U, "k")).value == 2 and store.read(U, "new") is None
 
 
 def test_a_base_version_from_the_future_fails_a_whole_batch(store: Store) -> None:
@@ -123,7 +125,7 @@ def test_a_scope_id_that_hides_a_mistake_is_refused(store: Store, scope: str) ->
 @pytest.mark.parametrize("scope", ALLOWED_SCOPES)
 def test_a_space_inside_an_id_is_still_allowed(store: Store, scope: str) -> None:
     store.write(scope, "k", 1)
-    assert store.read(scope, "k").scope == scope
+    assert present(store.read(scope, "k")).scope == scope
 
 
 def test_a_refused_scope_is_bad_input_on_the_cli(tmp_path: Path) -> None:

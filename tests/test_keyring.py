@@ -212,7 +212,6 @@ def test_a_keyring_saved_by_another_process_during_a_load_is_picked_up(
     """A load reads and stamps the same file. Stamping by path after reading let a save in
     between pair the new file's stamp with the old contents, which were then never reloaded:
     this process went on wrapping keys under an epoch the other one had destroyed."""
-    import cenotaph.crypto.provider as provider
 
     location = tmp_path / "keyring"
     mine, other = LocalKeyring(location), LocalKeyring(location)
@@ -227,9 +226,9 @@ def test_a_keyring_saved_by_another_process_during_a_load_is_picked_up(
         return real_fstat(fd)
 
     (location / "keyring.json").touch()  # a new stamp: mine reloads at its next call
-    monkeypatch.setattr(provider.os, "fstat", fstat_after_a_rotation)
+    monkeypatch.setattr(os, "fstat", fstat_after_a_rotation)  # provider.os is this module
     assert mine.current_epoch() == 1  # this load read the file as it was before the rotation
-    monkeypatch.setattr(provider.os, "fstat", real_fstat)
+    monkeypatch.setattr(os, "fstat", real_fstat)
     assert raced == [2]
     assert mine.current_epoch() == 2 and mine.live_epochs() == [2]
 

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from tests.test_cli import assert_one_line_error, ok_json, run, run_process
 
 import cenotaph
 from cenotaph.cli.main import cli
 from cenotaph.crypto.provider import KEYRING_ENV, MASTER_KEY_ENV, LocalKeyring
 from cenotaph.errors import KeyProviderError
-from test_cli import assert_one_line_error, ok_json, run, run_process
 
 USER = "tenant:acme/user:alice"
 MASTER = "11" * 32
@@ -92,7 +92,9 @@ def snapshot(root: Path) -> dict[str, bytes]:
 
 def readable(data: Path, **env: str) -> bool:
     result = keyring_cli("read", USER, "note", "--data", str(data), **env)
-    return result.exit_code == 0 and json.loads(result.stdout)["value"] == "cardiology appointment on Tuesday"
+    return result.exit_code == 0 and bool(
+        json.loads(result.stdout)["value"] == "cardiology appointment on Tuesday"
+    )
 
 
 # -- seal -----------------------------------------------------------------------------------

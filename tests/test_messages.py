@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.test_cli import USER, assert_one_line_error, ok_json, run
 
 import cenotaph
 from cenotaph.cli.spelling import API_ONLY, API_TO_CLI, speak_cli
-from test_cli import USER, assert_one_line_error, ok_json, run
 
 SRC = Path(cenotaph.__file__).parent
 CLI_DIR = SRC / "cli"
@@ -49,9 +49,10 @@ def _strings(path: Path, *, docstrings: bool) -> Iterator[tuple[int, str]]:
         and isinstance(node.body[0].value, ast.Constant)
     }
     for node in ast.walk(tree):
-        text = node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
-        if text is not None and not SQL.search(text) and (docstrings or id(node) not in docs):
-            yield node.lineno, text
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+            continue
+        if not SQL.search(node.value) and (docstrings or id(node) not in docs):
+            yield node.lineno, node.value
 
 
 def _store_messages() -> Iterator[tuple[str, str]]:

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from tests.test_cli import ENV_VARS, USER, assert_one_line_error, ok_json, run, subprocess_env
 
 import cenotaph
 from cenotaph.cli.main import cli
 from cenotaph.validation import MAX_VALUE_BYTES
-from test_cli import ENV_VARS, USER, assert_one_line_error, ok_json, run, subprocess_env
 
 
 @pytest.fixture(autouse=True)

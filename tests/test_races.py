@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.kit.checks import present
 from tests.kit.proc import spawn
 from tests.kit.scenarios import races as workers
 
@@ -486,7 +487,7 @@ def test_reauth_same_token_concurrently(two_stores: tuple[Path, cenotaph.Store, 
         assert all(isinstance(r, cenotaph.Record) for r in results), results
         first, second = sorted(results, key=lambda r: r.version)
         assert v_f < first.version < second.version
-        assert a.read(scope, KEY).version == second.version
+        assert present(a.read(scope, KEY)).version == second.version
         with pytest.raises(ForgottenError):
             a.write(f"{scope}/sub:x", KEY, "other slot: not covered by a key token")
     assert _db_count(directory, "SELECT count(*) FROM lifts") == REAUTH_TRIALS
@@ -507,7 +508,7 @@ def test_reauth_same_token_compare_and_set(two_stores: tuple[Path, cenotaph.Stor
         failed = [r for r in results if not isinstance(r, cenotaph.Record)]
         assert len(ok) == 1, results
         assert isinstance(failed[0], StaleWriteError), results
-        assert b.read(scope, KEY).value == ok[0].value
+        assert present(b.read(scope, KEY)).value == ok[0].value
     assert _db_count(directory, "SELECT count(*) FROM lifts") == REAUTH_TRIALS
 
 

@@ -112,9 +112,16 @@ def _warm(tmp_path_factory: pytest.TempPathFactory) -> None:
     with cenotaph.open(data, auto_purge=False) as store:
         store.forget(USER, "k2")
         store.purge()
-    for args in (("status",), ("audit", "verify"), ("doctor",), ("purge",), ("rotate-keys",)):
+    commands: tuple[tuple[str, ...], ...] = (
+        ("status",),
+        ("audit", "verify"),
+        ("doctor",),
+        ("purge",),
+        ("rotate-keys",),
+    )
+    for command in commands:
         for table in ((), ("--table",)):
-            cli_run(*args, *table, "--data", data)
+            cli_run(*command, *table, "--data", data)
     "x".encode("utf-16-le"), "x".encode("utf-16-be")
 
 
@@ -182,7 +189,7 @@ def test_every_read_command_works_on_a_read_only_directory(store_dir: dict[str, 
     data = str(store_dir["data"])
 
     def reads() -> dict[str, Any]:
-        out = {" ".join(args): cli_run(*args, "--data", data) for args in READS}
+        out: dict[str, Any] = {" ".join(args): cli_run(*args, "--data", data) for args in READS}
         out["status ID"] = cli_run("status", store_dir["request"], "--data", data)
         out["verify-cert"] = cli_run(
             "verify-cert", store_dir["cert"], "--public-key", store_dir["public_key"]

@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 import cenotaph
@@ -91,10 +94,10 @@ def test_the_floor_is_the_embedders_own_and_is_checked() -> None:
     class Bare:  # an embedder with no opinion gets the default floor
         dim = 2
 
-        def embed(self, texts):
+        def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
             return np.ones((len(texts), 2), dtype=np.float32)
 
-    assert min_score(Bare()) == DEFAULT_MIN_SCORE  # type: ignore[arg-type]
+    assert min_score(Bare()) == DEFAULT_MIN_SCORE
     for bad in (1.0, -1.5, float("nan"), True, "0.1"):
         with pytest.raises(InvalidValueError):
             HashingEmbedder(min_score=bad)  # type: ignore[arg-type]
@@ -124,7 +127,12 @@ def test_the_index_stops_before_the_floor_and_never_asks_about_what_is_below() -
 
 def test_a_custom_embedders_floor_applies_in_the_store(tmp_path: Path) -> None:
     hashing = HashingEmbedder(dim=64, min_score=-1.0)
-    strict = CallableEmbedder(lambda t: hashing.embed(list(t)), dim=64, min_score=0.5)
+
+    def rows(texts: Sequence[str]) -> Sequence[Sequence[float]]:
+        # an ndarray of rows, which CallableEmbedder takes (its annotation says sequences)
+        return cast(Sequence[Sequence[float]], hashing.embed(list(texts)))
+
+    strict = CallableEmbedder(rows, dim=64, min_score=0.5)
     store = cenotaph.open(tmp_path, embedder=strict)
     store.write_many([{"scope": USER, "key": k, "value": v} for k, v in MEMORIES.items()])
     hits = store.search(USER, "cardiology appointment with Dr Heart", k=4)

@@ -1,4 +1,4 @@
-"""The residue scanner finds every planted probe in real files, and nothing else (SPEC S4)."""
+"""The residue scanner finds every planted probe in real files, and nothing else."""
 
 from __future__ import annotations
 

@@ -13,8 +13,7 @@ A token names a scope (its subtree) or a key in one scope, and optionally a subj
 names, and it lifts what blocked that write: its scope or key target if a scope or key tombstone
 did, the named subject if that subject's did. So one token reopens a target forgotten both by a
 scope forget and by a subject erasure. A subject lift, like the subject tombstone it lifts,
-covers every record carrying the subject, in any scope (SPEC W1: after the token's write, writes
-to that target need no token). Tokens of kind ``subject`` were issued before tokens named a
+covers every record carrying the subject, in any scope. Tokens of kind ``subject`` were issued before tokens named a
 scope (schema 3); they are accepted in any scope and lift only their subject.
 """
 

@@ -290,7 +290,7 @@ class RecordCrypto:
         its records in one call); drawn here if not given."""
         if material is None:
             material = os.urandom(RANDOM_BYTES)
-        # the id (random, SPEC §1), the content seed, the lineage seed, then one nonce per seal
+        # the id (random), the content seed, the lineage seed, then one nonce per seal
         record_id = material[:16].hex()
         content_seed, lineage_seed = material[16:48], material[48:80]
         n1, n2, n3, n4 = material[80:92], material[92:104], material[104:116], material[116:128]

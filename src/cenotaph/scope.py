@@ -123,7 +123,7 @@ def _parse_segment(part: str) -> tuple[str, str]:
 
 @lru_cache(maxsize=65_536)
 def default_subjects(scope: Scope) -> tuple[str, ...]:
-    """The scope's path up to and including each ``user:`` segment (SPEC §1)."""
+    """The scope's path up to and including each ``user:`` segment."""
     return tuple(
         Scope(scope.segments[: n + 1]).path
         for n, (kind, _) in enumerate(scope.segments)

@@ -1,4 +1,4 @@
-"""The Store: SPEC §2's API and all of its policy. No SQL here (see ``backends``)."""
+"""The Store: the public API and all of its policy. No SQL here (see ``backends``)."""
 
 from __future__ import annotations
 
@@ -844,8 +844,15 @@ def open_store(
     key_provider: KeyProvider | None = None,
     auto_purge: bool | str = "background",
     embedder: Embedder | None = None,
+    replicas: Sequence[str] = (),
 ) -> Store:
     """Open (creating if needed) a store: a directory (embedded SQLite) or a postgresql:// URL.
+
+    A PostgreSQL store keeps its tables in one schema of the database (the URL's ``?schema=``,
+    default ``cenotaph``) and needs a ``key_provider`` (it has no data directory for a default
+    keyring). ``replicas`` lists the addresses of the primary's streaming replicas: a purge waits
+    for each to replay past it, and one that lags, is paused or cannot be reached keeps the
+    erasure unverified with the replica named (a data directory has no replicas).
 
     ``auto_purge`` says what a compliance forget does about its purge (row removal, WAL
     truncation, the verifying scan):
@@ -869,7 +876,10 @@ def open_store(
     # the provider before the backend: the default keyring tells a new store from one whose
     # keyring is missing by whether the database file exists yet
     provider = key_provider if key_provider is not None else _default_provider(place.directory)
-    return Store(place.open(), provider, auto_purge=auto_purge, embedder=embedder)
+    if isinstance(replicas, str) or not all(isinstance(r, str) for r in replicas):
+        raise InvalidValueError("replicas must be a list of postgresql:// addresses, one per replica")
+    options: dict[str, Any] = {"replicas": list(replicas)} if replicas else {}
+    return Store(place.open(**options), provider, auto_purge=auto_purge, embedder=embedder)
 
 
 def _default_provider(directory: Path | None) -> KeyProvider:

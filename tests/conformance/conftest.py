@@ -1,4 +1,4 @@
-"""Fixtures of the backend-neutral conformance suite (SPEC §6: one suite, every backend).
+"""Fixtures of the backend-neutral conformance suite.
 
 ``store_factory`` and ``store`` come from ``tests/conftest.py`` (the factory is
 ``tests.kit.stores.StoreFactory``), parametrised over every backend. ``store_factory()`` opens

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import ahocorasick
 import pytest
-from _scopes import S1, T, U, V
+from tests.conformance._scopes import S1, T, U, V
+from tests.kit.stores import StoreFactory
 
 from cenotaph import Store
 from cenotaph.index.embedder import HashingEmbedder, memory_text
@@ -216,7 +217,7 @@ def test_the_leak_detector_finds_every_form(tmp_path: Path) -> None:
 # -- S1 -------------------------------------------------------------------------------------
 @PURGE
 def test_no_canary_reaches_any_file_before_after_forgetting_and_after_close(
-    store_factory, purge: bool
+    store_factory: StoreFactory, purge: bool
 ) -> None:
     store = store_factory(purge=purge)
     c = Canaries()
@@ -241,7 +242,7 @@ def test_no_canary_reaches_any_file_before_after_forgetting_and_after_close(
     assert detector.files(store_factory.files(store)) == {}, "plaintext after close"
 
 
-def test_a_wal_file_is_scanned_too(store_factory) -> None:
+def test_a_wal_file_is_scanned_too(store_factory: StoreFactory) -> None:
     """The scan is not vacuous: while the store is open, the -wal file exists and holds its writes."""
     store = store_factory()
     Canaries().populate(store)
@@ -252,7 +253,7 @@ def test_a_wal_file_is_scanned_too(store_factory) -> None:
 
 # -- W4 -------------------------------------------------------------------------------------
 @PURGE
-def test_no_table_holds_a_raw_name_value_or_unsalted_hash(store_factory, purge: bool) -> None:
+def test_no_table_holds_a_raw_name_value_or_unsalted_hash(store_factory: StoreFactory, purge: bool) -> None:
     store = store_factory(purge=purge)
     c = Canaries()
     detector = c.detector()
@@ -269,7 +270,7 @@ def test_no_table_holds_a_raw_name_value_or_unsalted_hash(store_factory, purge: 
         assert len(kinds) >= 3  # key, scope and subject tombstones were all inspected
 
 
-def _targets(factory, names: Canaries) -> set[bytes]:
+def _targets(factory: StoreFactory, names: Canaries) -> set[bytes]:
     store = factory()
     names.populate(store)
     names.forget_all(store)
@@ -282,7 +283,7 @@ def _targets(factory, names: Canaries) -> set[bytes]:
     return targets
 
 
-def test_tombstone_targets_are_32_byte_tokens_that_differ_between_stores(store_factory) -> None:
+def test_tombstone_targets_are_32_byte_tokens_that_differ_between_stores(store_factory: StoreFactory) -> None:
     same_names = Canaries()
     first = _targets(store_factory, same_names)
     second = _targets(store_factory, same_names)
@@ -315,7 +316,7 @@ def _wrapped_of(db: sqlite3.Connection, table: str, token: bytes) -> object:
 
 
 @PURGE
-def test_a_key_forget_destroys_the_record_and_lineage_keys(store_factory, purge: bool) -> None:
+def test_a_key_forget_destroys_the_record_and_lineage_keys(store_factory: StoreFactory, purge: bool) -> None:
     store = store_factory(purge=purge)
     gone = store.write(U, "k", "secret")
     child = store.write(S1, "k", "secret too")
@@ -335,7 +336,7 @@ def test_a_key_forget_destroys_the_record_and_lineage_keys(store_factory, purge:
 
 
 @PURGE
-def test_a_scope_forget_destroys_the_subtree_scope_keys(store_factory, purge: bool) -> None:
+def test_a_scope_forget_destroys_the_subtree_scope_keys(store_factory: StoreFactory, purge: bool) -> None:
     store = store_factory(purge=purge)
     above = store.write(T, "k", "tenant")
     inside = [store.write(U, "k", "u"), store.write(S1, "k2", "s1")]
@@ -361,7 +362,7 @@ def test_a_scope_forget_destroys_the_subtree_scope_keys(store_factory, purge: bo
 
 
 @PURGE
-def test_a_subject_forget_destroys_the_subject_key(store_factory, purge: bool) -> None:
+def test_a_subject_forget_destroys_the_subject_key(store_factory: StoreFactory, purge: bool) -> None:
     store = store_factory(purge=purge)
     about = store.write(U, "k", "about idp:s", subjects=["idp:s"])
     control = store.write(U, "j", "only the default subject")
@@ -408,7 +409,7 @@ def _restore_rows(db: sqlite3.Connection, record_id: str, saved: tuple[tuple[obj
 
 
 @pytest.mark.parametrize("destroyed", ["scope", "subject", "source lineage"])
-def test_destroying_any_one_key_shreds_the_record(store_factory, destroyed: str) -> None:
+def test_destroying_any_one_key_shreds_the_record(store_factory: StoreFactory, destroyed: str) -> None:
     """S2/W3: even with its own keys put back from an old copy, a record whose scope key,
     subject key or source's lineage key was destroyed cannot be decrypted."""
     store = store_factory()
@@ -437,7 +438,7 @@ def test_destroying_any_one_key_shreds_the_record(store_factory, destroyed: str)
     assert victim.id not in {r.id for r in store.list(T, include_descendants=True)}
 
 
-def test_the_row_restore_itself_works_so_the_test_above_is_sound(store_factory) -> None:
+def test_the_row_restore_itself_works_so_the_test_above_is_sound(store_factory: StoreFactory) -> None:
     """Control: blank a record's own key columns (no forget), put them back, and it reads again."""
     store = store_factory()
     victim = store.write(S1, "k", "victim", subjects=["idp:s"])

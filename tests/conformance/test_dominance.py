@@ -1,4 +1,4 @@
-"""SPEC W1: tombstones dominate writes; reauthorization tokens; compare-and-set; subjects."""
+"""Tombstones dominate writes; reauthorization tokens; compare-and-set; subjects."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import time
 from datetime import UTC, datetime
 
 import pytest
-from _scopes import MODES, S1, S2, T, U, V
+from tests.conformance._scopes import MODES, S1, S2, T, U, V
 
 from cenotaph import Store
 from cenotaph.errors import ForgottenError, StaleWriteError

@@ -1,9 +1,10 @@
-"""SPEC W5: operational forgets never report erasure; compliance forgets return shredded or later."""
+"""Modes: operational forgets never report erasure; compliance forgets return shredded or later."""
 
 from __future__ import annotations
 
 import pytest
-from _scopes import U
+from tests.conformance._scopes import U
+from tests.kit.stores import StoreFactory
 
 from cenotaph import ErasureRequest, Store
 from cenotaph.errors import ErasureNotProvableError, InvalidValueError
@@ -18,7 +19,9 @@ def _forgets(store: Store, mode: str) -> list[ErasureRequest]:
     return [store.forget(U, "k", mode=mode), store.forget("tenant:t/user:w", mode=mode)]
 
 
-def test_an_operational_forget_stays_tombstoned_and_never_reports_erasure(store_factory) -> None:
+def test_an_operational_forget_stays_tombstoned_and_never_reports_erasure(
+    store_factory: StoreFactory,
+) -> None:
     store = store_factory()
     requests = _forgets(store, "operational")
     for request in requests:

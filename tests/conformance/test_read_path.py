@@ -1,4 +1,4 @@
-"""SPEC §3: R1 (resolution), R2 (nothing forgotten/expired/shredded is returned), R3 (TTL)."""
+"""The read path: resolution, nothing forgotten/expired/shredded is returned, TTL."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from _scopes import MODES, S1, S2, T, U, V
+from tests.conformance._scopes import MODES, S1, S2, T, U, V
+from tests.kit.stores import StoreFactory
 
 from cenotaph import Record, Store
 
@@ -152,7 +153,7 @@ def test_changing_a_returned_record_changes_nothing_the_store_returns(store: Sto
         assert record is not None
         assert record.value == {"diet": "vegetarian", "allergies": ["nuts"]}
         assert record.metadata == {"source": "intake"}
-        record.value["allergies"].append("mutated")  # type: ignore[index,union-attr]
+        record.value["allergies"].append("mutated")
         record.metadata["source"] = "mutated"  # type: ignore[index]
 
     for _ in range(2):
@@ -236,7 +237,7 @@ def test_export_subject_never_returns_forgotten_or_expired_records(store: Store)
     assert [r["id"] for r in exported] == [kept.id]
 
 
-def test_forgotten_records_stay_hidden_after_reopen(store_factory) -> None:
+def test_forgotten_records_stay_hidden_after_reopen(store_factory: StoreFactory) -> None:
     store = store_factory()
     op = store.write(U, "op", 1)
     co = store.write(U, "co", 2)
@@ -268,7 +269,7 @@ def test_ttl_as_seconds_and_timedelta_sets_expires_at(store: Store) -> None:
 
 
 @pytest.mark.parametrize("ttl", [TINY_TTL, timedelta(seconds=TINY_TTL)], ids=["float", "timedelta"])
-def test_expired_records_are_never_returned_without_a_sweep(store: Store, ttl: object) -> None:
+def test_expired_records_are_never_returned_without_a_sweep(store: Store, ttl: float | timedelta) -> None:
     start = time.monotonic()
     short = store.write(S1, "k", "short-lived", ttl=ttl)
     store.write(U, "k", "parent")
@@ -287,7 +288,7 @@ def test_expired_records_are_never_returned_without_a_sweep(store: Store, ttl: o
     assert store.get(long.id) == long
 
 
-def test_expired_records_stay_expired_after_reopen(store_factory) -> None:
+def test_expired_records_stay_expired_after_reopen(store_factory: StoreFactory) -> None:
     store = store_factory()
     rec = store.write(U, "k", "v", ttl=TINY_TTL)
     _sleep_past(rec)

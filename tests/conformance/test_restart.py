@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from _scopes import S1, U, V
+from tests.conformance._scopes import S1, U, V
+from tests.kit.stores import StoreFactory
 
 from cenotaph.errors import ForgottenError, StaleWriteError
 
 
 @pytest.mark.parametrize("mode", ["compliance", "operational"])
-def test_tombstones_survive_a_restart(store_factory, mode: str) -> None:
+def test_tombstones_survive_a_restart(store_factory: StoreFactory, mode: str) -> None:
     store = store_factory()
     store.write(U, "k", 1)
     store.write(V, "x", 2)
@@ -20,14 +21,14 @@ def test_tombstones_survive_a_restart(store_factory, mode: str) -> None:
 
     store = store_factory.reopen(store)
 
-    for scope, key, kwargs, request in (
-        (S1, "k", {}, key_forget),
-        (V, "x", {}, scope_forget),
-        ("tenant:t/user:v/session:new", "y", {}, scope_forget),
-        ("tenant:other", "z", {"subjects": ["idp:1"]}, subject_forget),
+    for scope, key, subjects, request in (
+        (S1, "k", None, key_forget),
+        (V, "x", None, scope_forget),
+        ("tenant:t/user:v/session:new", "y", None, scope_forget),
+        ("tenant:other", "z", ["idp:1"], subject_forget),
     ):
         with pytest.raises(ForgottenError) as info:
-            store.write(scope, key, "again", **kwargs)
+            store.write(scope, key, "again", subjects=subjects)
         assert info.value.version == request.version
     assert store.read(U, "k") is None
     assert store.list(V, include_descendants=True) == []
@@ -36,7 +37,7 @@ def test_tombstones_survive_a_restart(store_factory, mode: str) -> None:
         assert store.erasure(request.id).status().state in expected
 
 
-def test_tokens_and_lifts_survive_restarts(store_factory) -> None:
+def test_tokens_and_lifts_survive_restarts(store_factory: StoreFactory) -> None:
     store = store_factory()
     old = store.write(U, "k", 1)
     request = store.forget(U, "k")
@@ -59,7 +60,7 @@ def test_tokens_and_lifts_survive_restarts(store_factory) -> None:
         store.write(U, "k", 4, reauthorization=token)  # consumed, and predates the new forget
 
 
-def test_a_token_issued_before_a_restart_and_a_forget_stays_invalid(store_factory) -> None:
+def test_a_token_issued_before_a_restart_and_a_forget_stays_invalid(store_factory: StoreFactory) -> None:
     store = store_factory()
     early = store.reauthorize(U)
     store = store_factory.reopen(store)
@@ -72,7 +73,7 @@ def test_a_token_issued_before_a_restart_and_a_forget_stays_invalid(store_factor
     assert store.read(S1, "k") is not None
 
 
-def test_versions_keep_increasing_across_restarts(store_factory) -> None:
+def test_versions_keep_increasing_across_restarts(store_factory: StoreFactory) -> None:
     store = store_factory()
     first = store.write(U, "k", 1)
     request = store.forget(V)
@@ -82,7 +83,7 @@ def test_versions_keep_increasing_across_restarts(store_factory) -> None:
 
 
 @pytest.mark.parametrize("mode", ["compliance", "operational"])
-def test_a_second_open_store_sees_forgets_at_once(store_factory, mode: str) -> None:
+def test_a_second_open_store_sees_forgets_at_once(store_factory: StoreFactory, mode: str) -> None:
     """Two stores on one location (as two processes would be): caches never outlive a forget."""
     a = store_factory()
     b = store_factory.twin(a)

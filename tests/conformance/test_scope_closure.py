@@ -1,4 +1,4 @@
-"""SPEC W2: scope closure -- a forget covers the subtree and fails closed on ancestor copies."""
+"""Scope closure -- a forget covers the subtree and fails closed on ancestor copies."""
 
 from __future__ import annotations
 
@@ -6,9 +6,11 @@ import time
 from datetime import UTC, datetime
 
 import pytest
-from _scopes import MODES, S1, S2, T, U, V
+from tests.conformance._scopes import MODES, S1, S2, T, U, V
+from tests.kit.stores import StoreFactory
 
 from cenotaph import Store
+from cenotaph.erasure import forget as forget_module
 from cenotaph.erasure import ledger
 from cenotaph.errors import ErasureNotProvableError, ForgottenError, ScopeClosureError
 
@@ -47,7 +49,7 @@ def test_a_key_forget_covers_every_descendant(store: Store, mode: str) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_an_ancestor_copy_fails_closed_and_changes_nothing(store_factory, mode: str) -> None:
+def test_an_ancestor_copy_fails_closed_and_changes_nothing(store_factory: StoreFactory, mode: str) -> None:
     store = store_factory()
     store.write(T, "k", "tenant copy")
     store.write(U, "k", "user copy")
@@ -184,7 +186,7 @@ def test_a_forget_that_would_leave_a_record_readable_fails_closed_and_changes_no
         finally:
             plan.hide, plan.destroy_records = hide, destroy
 
-    real_apply = ledger.apply_plan
+    real_apply = forget_module.apply_plan  # what ledger.apply_plan is
     monkeypatch.setattr(ledger, "apply_plan", leaky)
 
     def forget() -> object:

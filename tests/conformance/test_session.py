@@ -1,9 +1,9 @@
-"""SPEC W6 (session taint) and W3 (derived state) through sessions and derived_from."""
+"""Session taint and derived state through sessions and derived_from."""
 
 from __future__ import annotations
 
 import pytest
-from _scopes import U, V
+from tests.conformance._scopes import U, V
 
 from cenotaph import Store
 from cenotaph.errors import DerivedFromForgottenError, ForgottenError

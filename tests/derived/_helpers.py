@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +62,7 @@ def text_forms(text: str) -> list[bytes]:
     return [raw, raw.hex().encode(), raw.hex().upper().encode(), text.encode("utf-16-le")]
 
 
-def embedding_bytes(value: object, key: str = "", metadata: dict[str, Any] | None = None) -> list[bytes]:
+def embedding_bytes(value: object, key: str = "", metadata: Mapping[str, Any] | None = None) -> list[bytes]:
     """The float32 bytes the store computes for a record of this key, value and metadata
     (``memory_text``): the default embedder's row, and that row normalised again as the in-memory
     index holds it (they usually agree to the bit)."""
@@ -71,7 +71,7 @@ def embedding_bytes(value: object, key: str = "", metadata: dict[str, Any] | Non
     return list(dict.fromkeys(forms))
 
 
-def vector_windows(value: object, key: str = "", metadata: dict[str, Any] | None = None) -> list[bytes]:
+def vector_windows(value: object, key: str = "", metadata: Mapping[str, Any] | None = None) -> list[bytes]:
     """Every float-aligned 32-byte window of a record's embedding that could not match by chance.
 
     Skipped: windows that are all zero or one byte repeated (the brief's rule), and also windows with

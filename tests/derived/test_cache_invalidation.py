@@ -8,10 +8,14 @@ process's memory by then. The cache is also never a path around the final check 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
+from tests.kit.checks import present
 from tests.kit.stores import StoreFactory
 
 import cenotaph
+from cenotaph import Record, Store
 
 from ._helpers import assert_unreadable, forget_in_child, forget_subject_in_child, raw_db, write_in_child
 
@@ -21,7 +25,7 @@ QUERY = "cardiology appointment"
 MODES = pytest.mark.parametrize("mode", ["compliance", "operational"])
 
 
-def _warm(store):
+def _warm(store: Store) -> tuple[Record, Record]:
     note = store.write(SCOPE, "cardio", "cardiology appointment on Tuesday")
     keep = store.write(SCOPE, "dentist", "dentist appointment on Friday")
     assert store.read(SCOPE, "cardio") == note
@@ -32,12 +36,12 @@ def _warm(store):
     return note, keep
 
 
-def _session_read(store, rec):
+def _session_read(store: Store, rec: Record) -> Record | None:
     with store.session(rec.scope) as session:
         return session.read(rec.scope, rec.key)
 
 
-OPS = {
+OPS: dict[str, Callable[[Store, Record], Record | None]] = {
     "read": lambda store, rec: store.read(rec.scope, rec.key),
     "get": lambda store, rec: store.get(rec.id),
     "search": lambda store, rec: next(
@@ -144,7 +148,7 @@ def test_a_stale_cache_entry_of_a_replaced_record_is_never_served(store_factory:
     first = store.write(SCOPE, "diet", "vegetarian")
     assert store.read(SCOPE, "diet") == first
     child = write_in_child(store_factory.location(store), SCOPE, "diet", "vegan")
-    current = store.read(SCOPE, "diet")
+    current = present(store.read(SCOPE, "diet"))
     assert current.id == child["id"] and current.value == "vegan"
     assert store.get(first.id) is None
     assert [h.record.value for h in store.search(SCOPE, "vegetarian vegan", k=10)] == ["vegan"]

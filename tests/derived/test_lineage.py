@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
+from tests.kit.checks import present
 from tests.kit.stores import StoreFactory
 
+from cenotaph import Record, Store
 from cenotaph.errors import DerivedFromForgottenError, ForgottenError
 
 from ._helpers import assert_unreadable, raw_db, visible_ids
@@ -25,7 +29,7 @@ BOB = "tenant:acme/user:bob"
 PURGE = pytest.mark.parametrize("purge", [False, True], ids=["no-purge", "auto-purge"])
 
 
-def _chain(store):
+def _chain(store: Store) -> tuple[Record, Record, Record]:
     a = store.write(A_SCOPE, "note", "alpha: alice has a cardiology appointment")
     b = store.write(B_SCOPE, "summary", "beta: a colleague has a cardiology appointment", derived_from=[a.id])
     c = store.write(
@@ -34,7 +38,9 @@ def _chain(store):
     return a, b, c
 
 
-def _lineage_rows(directory, ids):
+def _lineage_rows(
+    directory: Path, ids: list[str]
+) -> tuple[dict[str, tuple[Any, ...]], dict[str, tuple[Any, ...]], dict[str, Any]]:
     with raw_db(directory) as conn:
         marks = ",".join("?" * len(ids))
         lineage = {
@@ -73,7 +79,7 @@ def test_compliance_forget_cascades_three_levels_across_scopes_and_tenants(
 
     for record in (a, b, c):
         assert_unreadable(store, record, "cardiology appointment")
-    assert store.read(B_SCOPE, "unrelated").id == d.id
+    assert present(store.read(B_SCOPE, "unrelated")).id == d.id
     assert visible_ids(store, "tenant:acme", "cardiology") == {d.id}
     assert visible_ids(store, "tenant:globex", "cardiology") == set()
     for record in (b, c):  # nothing can be derived from the cascaded records either
@@ -97,7 +103,7 @@ def test_compliance_forget_cascades_three_levels_across_scopes_and_tenants(
     store = store_factory.reopen(store)
     for record in (a, b, c):
         assert_unreadable(store, record, "cardiology appointment")
-    assert store.read(B_SCOPE, "unrelated").id == d.id
+    assert present(store.read(B_SCOPE, "unrelated")).id == d.id
 
 
 @pytest.mark.sqlite_only
@@ -134,7 +140,7 @@ def test_expiry_of_a_source_does_not_forget_what_was_derived_from_it(store_facto
     a = store.write(A_SCOPE, "note", "alpha: alice has a cardiology appointment", ttl=0.5)
     b = store.write(B_SCOPE, "summary", "beta: derived from alpha", derived_from=[a.id])
     assert set(b.subjects) == {BOB, ALICE}
-    time.sleep(max(0.0, a.expires_at.timestamp() - time.time()) + 0.05)
+    time.sleep(max(0.0, present(a.expires_at).timestamp() - time.time()) + 0.05)
 
     assert store.read(A_SCOPE, "note") is None and store.get(a.id) is None  # expired at once
     assert store.get(b.id) == b

@@ -4,9 +4,13 @@ bad input (InvalidValueError, store unchanged)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from tests.kit.checks import present
 from tests.kit.stores import StoreFactory
 
+from cenotaph import SearchHit
 from cenotaph.errors import CenotaphError, InvalidScopeError, InvalidValueError
 
 from ._helpers import assert_unreadable, forget_in_child, write_in_child
@@ -18,7 +22,7 @@ S2 = f"{USER}/session:s2"
 BOB = f"{TENANT}/user:bob"
 
 
-def _ids(hits) -> list[str]:
+def _ids(hits: list[SearchHit]) -> list[str]:
     return [h.record.id for h in hits]
 
 
@@ -63,7 +67,7 @@ def test_fallthrough_and_include_descendants(store_factory: StoreFactory) -> Non
         for scope in (TENANT, USER, S1, S2, BOB, "tenant:globex/user:alice")
     }
 
-    def found(scope: str, **options) -> set[str]:
+    def found(scope: str, **options: Any) -> set[str]:
         return {h.record.scope for h in store.search(scope, "project memo", k=1000, **options)}
 
     assert found(S1) == {S1, USER, TENANT}
@@ -102,7 +106,9 @@ FILTER_CASES = [
 @pytest.mark.parametrize(
     ("conditions", "expected"), FILTER_CASES, ids=[str(c.values[0]) for c in FILTER_CASES]
 )
-def test_metadata_filters(store_factory: StoreFactory, conditions, expected: set[str]) -> None:
+def test_metadata_filters(
+    store_factory: StoreFactory, conditions: dict[str, Any], expected: set[str]
+) -> None:
     store = store_factory()
     store.write(USER, "r1", "meeting notes one", metadata={"topic": "health", "prio": 1, "tags": ["a", "b"]})
     store.write(USER, "r2", "meeting notes two", metadata={"topic": "food", "prio": 2, "nested": {"x": 1}})
@@ -111,7 +117,7 @@ def test_metadata_filters(store_factory: StoreFactory, conditions, expected: set
     hits = store.search(USER, "meeting notes", k=1000, filter=conditions)
     assert len(hits) == len(expected)
     assert {h.record.key for h in hits} == expected
-    assert all(h.record.metadata == store.read(USER, h.record.key).metadata for h in hits)
+    assert all(h.record.metadata == present(store.read(USER, h.record.key)).metadata for h in hits)
 
 
 def test_filter_applies_before_k(store_factory: StoreFactory) -> None:
@@ -230,7 +236,7 @@ BAD_INPUT = [
 
 @pytest.mark.parametrize(("options", "word"), BAD_INPUT, ids=[repr(o)[:40] for o, _ in BAD_INPUT])
 def test_bad_input_is_refused_and_changes_nothing(
-    store_factory: StoreFactory, options: dict, word: str
+    store_factory: StoreFactory, options: dict[str, Any], word: str
 ) -> None:
     store = store_factory()
     store.write(USER, "cardio", "cardiology appointment", metadata={"topic": "health"})

@@ -13,6 +13,7 @@ import contextlib
 import json
 
 import pytest
+from tests.kit.checks import present
 from tests.kit.stores import StoreFactory
 
 import cenotaph
@@ -35,7 +36,7 @@ def test_seeds_scenario_end_to_end(store_factory: StoreFactory) -> None:
 
     # The agent's session reads the note and writes a summary into the user scope (W6).
     with store.session(SESSION) as agent:
-        assert agent.read(SESSION, "medical").id == note.id
+        assert present(agent.read(SESSION, "medical")).id == note.id
         summary = agent.write(USER, "summary", SUMMARY)
     assert summary.derived_from == (note.id,)
     assert USER in summary.subjects
@@ -59,7 +60,7 @@ def test_seeds_scenario_end_to_end(store_factory: StoreFactory) -> None:
     assert store.list(SESSION) == []
     assert [r.id for r in store.list(USER, include_descendants=True)] == [diet.id]
     assert visible_ids(store, USER, QUERY) == set()
-    assert store.read(USER, "diet").id == diet.id
+    assert present(store.read(USER, "diet")).id == diet.id
     assert visible_ids(store, "tenant:acme", QUERY) == {bob.id}  # another user's record is untouched
 
     # A late summary derived from the note is refused, explicitly and through the session that read it.
@@ -132,7 +133,7 @@ def test_forget_on_user_scope_cascades_to_child_sessions(store_factory: StoreFac
     assert store.list(USER, include_descendants=True) == []
     assert visible_ids(store, "tenant:acme", "cardiology") == {bob.id, tenant.id}
     # the child session still falls through to the tenant, which was not forgotten
-    assert store.read(f"{USER}/session:s2", "policy").id == tenant.id
+    assert present(store.read(f"{USER}/session:s2", "policy")).id == tenant.id
     with pytest.raises(ForgottenError):
         store.write(f"{USER}/session:s3", "note", "a new session under the forgotten user")
     store = store_factory.reopen(store)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import secrets
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.kit.oracle import scan_here, scan_in_child
@@ -47,7 +48,7 @@ def _needles(values: dict[str, object], canary: str, meta: str, key: str) -> dic
     return needles
 
 
-def _clean(result: dict, where: str) -> None:
+def _clean(result: dict[str, Any], where: str) -> None:
     assert result["files"] >= 2 and result["bytes"] > 0, f"{where}: nothing was scanned: {result}"
     assert result["matches"] == [], f"{where}: leaked {result['matches']}"
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import secrets
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ from tests.kit.stores import StoreFactory
 
 import cenotaph
 from cenotaph import Store
+from cenotaph.backends import ops
 from cenotaph.backends.sqlite.backend import DB_NAME
 from cenotaph.backends.sqlite.schema import MIGRATIONS
 from cenotaph.erasure.forget import ForgetPlan
@@ -45,7 +48,7 @@ def _ids(hits: list[cenotaph.SearchHit]) -> list[str]:
     return [h.record.id for h in hits]
 
 
-def _opened(store: Store, entries: list[tuple]) -> list[int]:
+def _opened(store: Store, entries: list[tuple[Any, ...]]) -> list[int]:
     """Which of these (id, version, scope token, wrapped, epoch, cell) entries the store can open now."""
     cells = VectorCells(store._crypto, embedder_id(store._search.embedder) or "", store._search.dim)
     out = np.zeros((len(entries), store._search.dim), dtype=np.float32)
@@ -53,11 +56,11 @@ def _opened(store: Store, entries: list[tuple]) -> list[int]:
         return sorted(cells.open(txn, entries, out))
 
 
-def _entry(store: Store, record: cenotaph.Record) -> tuple:
+def _entry(store: Store, record: cenotaph.Record) -> tuple[Any, ...]:
     with store._backend.read() as txn:
-        row = txn.record(record.id)
+        row = txn.run(ops.Record(record.id))
         assert row is not None
-        cell = txn.vector_cell(row.version)
+        cell = txn.run(ops.VectorCell(row.version))
     assert cell is not None, "the record's vector should be at rest"
     return (row.id, row.version, row.scope_token, row.wrapped, row.epoch, cell)
 
@@ -138,7 +141,12 @@ def test_a_cell_opens_only_for_its_own_record_and_version(store_factory: StoreFa
 
 def _other_embedder(ident: str | None) -> CallableEmbedder:
     hashing = HashingEmbedder(dim=64)
-    return CallableEmbedder(lambda texts: hashing.embed(list(texts))[:, ::-1], dim=64, embedder_id=ident)
+
+    def reversed_rows(texts: Sequence[str]) -> Sequence[Sequence[float]]:
+        # an ndarray of rows, which CallableEmbedder takes (its annotation says sequences)
+        return cast(Sequence[Sequence[float]], hashing.embed(list(texts))[:, ::-1])
+
+    return CallableEmbedder(reversed_rows, dim=64, embedder_id=ident)
 
 
 @pytest.mark.sqlite_only
@@ -216,8 +224,8 @@ def test_a_forget_shreds_the_vector_even_in_an_old_copy_of_its_row(
     else:
         store.forget(USER, "src")  # the summary is derived from it
     with store._backend.read() as txn:
-        assert txn.vector_cell(old[1]) is None  # the live cell is deleted in the forget's statement
-        row = txn.record(target.id)
+        assert txn.run(ops.VectorCell(old[1])) is None  # the live cell is deleted in the forget's statement
+        row = txn.run(ops.Record(target.id))
     assert row is None or row.wrapped is None
     assert _opened(store, [(*old[:3], None, None, old[5]), kept]) == [1]  # the seed is gone
     if how == "key":
@@ -318,11 +326,15 @@ def test_store_vectors_keeps_only_cells_of_live_unchanged_records(store_factory:
     store = store_factory()
     a, b, c = _fill(store, 3)
     with store._backend.write() as txn:
-        stored = txn.store_vectors(
-            [(b"cell-a", a.id, a.version), (b"cell-b", b.id, b.version + 1), (b"cell-c", a.id, c.version)]
+        stored = txn.run(
+            ops.StoreVectors(
+                [(b"cell-a", a.id, a.version), (b"cell-b", b.id, b.version + 1), (b"cell-c", a.id, c.version)]
+            )
         )
     assert stored == 1 and _cells(store) == {a.version: b"cell-a"}  # wrong version, wrong id: refused
     store.forget(USER, "note0", mode="operational")
     assert _cells(store) == {}  # hiding the record deleted its cell
     with store._backend.write() as txn:
-        assert txn.store_vectors([(b"cell-a", a.id, a.version)]) == 0  # and a hidden record takes none
+        assert (
+            txn.run(ops.StoreVectors([(b"cell-a", a.id, a.version)])) == 0
+        )  # and a hidden record takes none

@@ -16,7 +16,7 @@ import pytest
 from tests.kit.stores import StoreFactory
 
 import cenotaph
-from cenotaph.erasure import verification
+from cenotaph.erasure import scan_worker, verification
 from cenotaph.errors import ErasureNotProvableError, InvalidValueError, StorageError
 
 SCOPE = "tenant:acme/user:alice/session:s1"
@@ -32,7 +32,7 @@ class Scans:
         self._gate = threading.Event()
         self._gate.set()
         self.failing: BaseException | None = None  # every scan raises it while set
-        real = verification.scan_in_child
+        real = scan_worker.scan_in_child  # what verification.scan_in_child is
 
         def counted(
             roots: Any, probes: Any, progress: Callable[[int, int], None] | None = None, **kw: Any

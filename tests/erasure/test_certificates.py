@@ -28,7 +28,7 @@ from tests.kit.stores import StoreFactory
 import cenotaph
 from cenotaph.errors import CertificateError, ErasureNotProvableError
 
-# SPEC S6, spelled out here (not imported from the implementation)
+# the certificate format, spelled out here (not imported from the implementation)
 S6_FIELDS = (
     "format",
     "request_id",

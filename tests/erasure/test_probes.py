@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.kit.stores import StoreFactory
@@ -112,9 +113,7 @@ def test_a_rotation_keeps_a_pending_requests_probes_until_it_verifies(store_fact
         assert store.erasure(request.id).status().horizon is not None
 
 
-def _rows(
-    db: Path, query: str, params: tuple[object, ...], *, live: bool = False
-) -> list[tuple[object, ...]]:
+def _rows(db: Path, query: str, params: tuple[object, ...], *, live: bool = False) -> list[tuple[Any, ...]]:
     conn = sqlite3.connect(db) if live else sqlite3.connect(f"file:{db}?immutable=1", uri=True)
     try:
         return list(conn.execute(query, params))
@@ -133,11 +132,11 @@ def test_a_rotation_starting_inside_a_forget_cannot_take_the_probes_out_of_the_h
 
     with cenotaph.open(tmp_path / "data", auto_purge=False) as store:
         store.write(SUBJECT, "note", CANARY * 2)
-        real = store_module.sample_probes
+        real = probes_module.sample_probes  # what store_module.sample_probes is
 
-        def sample_during_a_rotation(*args: object, **kwargs: object) -> list[bytes]:
+        def sample_during_a_rotation(*args: Any, **kwargs: Any) -> probes_module.ProbeSample:
             store._provider.new_epoch()  # the other process's rotation, first step
-            return real(*args, **kwargs)  # type: ignore[arg-type]
+            return real(*args, **kwargs)
 
         monkeypatch.setattr(store_module, "sample_probes", sample_during_a_rotation)
         request = store.forget_subject(SUBJECT)

@@ -17,6 +17,7 @@ import secrets
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.erasure._erasure_data import (
@@ -85,8 +86,8 @@ def secure_delete_default(request: pytest.FixtureRequest, monkeypatch: pytest.Mo
     if request.param == "default-forced-off":
         real_connect = sqlite3.connect
 
-        def connect(*args: object, **kwargs: object) -> sqlite3.Connection:
-            conn = real_connect(*args, **kwargs)  # type: ignore[arg-type]
+        def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+            conn: sqlite3.Connection = real_connect(*args, **kwargs)
             conn.execute("PRAGMA secure_delete=OFF")
             return conn
 

@@ -24,6 +24,7 @@ import shutil
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.erasure._erasure_data import (
@@ -146,7 +147,7 @@ def audited(tmp_path: Path) -> Path:
     return live
 
 
-def _entries(db: Path) -> list[tuple[int, dict[str, object]]]:
+def _entries(db: Path) -> list[tuple[int, dict[str, Any]]]:
     return [
         (int(seq), json.loads(entry))
         for seq, entry in sql(db, "SELECT seq, entry FROM audit ORDER BY seq", immutable=True)
@@ -177,7 +178,7 @@ def test_rehashing_the_whole_chain_after_an_edit_is_detected_by_the_ledger_ancho
     rewritten = []
     head = GENESIS
     for n, (seq, entry) in enumerate(entries):
-        fields = dict(entry["fields"])  # type: ignore[arg-type]
+        fields = dict(entry["fields"])
         if n == 0:
             fields["records"] = 0  # the edit
         new = chain_entry(head, seq, str(entry["at"]), str(entry["event"]), fields)

@@ -9,7 +9,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import uvicorn
@@ -87,7 +87,8 @@ class World:
         self.store.close()
 
     def client(self, transport: str) -> httpx.Client:
-        return self.asgi if transport == "asgi" else self.http
+        # starlette's TestClient subclasses httpx2.Client, httpx's API under another name
+        return cast(httpx.Client, self.asgi) if transport == "asgi" else self.http
 
     def base_url(self, transport: str) -> str:
         return "http://testserver" if transport == "asgi" else self.server.url
@@ -95,7 +96,10 @@ class World:
     def tenant(self) -> Tenant:
         tid = "t" + secrets.token_hex(4)
         root, alice = f"tenant:{tid}", f"tenant:{tid}/user:alice"
-        make = lambda prefix, role: self.keys.create(tenant=tid, prefix=prefix, role=role)[1]  # noqa: E731
+
+        def make(prefix: str, role: str) -> str:
+            return self.keys.create(tenant=tid, prefix=prefix, role=role)[1]
+
         return Tenant(
             id=tid,
             root=root,

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from _support import TRANSPORTS, Tenant, World
+from tests.http._support import TRANSPORTS, Tenant, World
 
 import cenotaph
 

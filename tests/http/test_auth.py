@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from _support import Tenant, World, wait_verified
+from tests.http._support import Tenant, World, wait_verified
 
 from cenotaph.service.http.problems import NOT_FOUND_MESSAGE
 
@@ -72,7 +72,7 @@ def _routes(v: Victim) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 # routes that reach no particular object: they answer for the caller's own tenant only
-UNAIMED = [
+UNAIMED: list[tuple[str, str, dict[str, Any]]] = [
     ("GET", "/v1/erasures", {}),
     ("GET", "/v1/backups", {}),
     ("POST", "/v1/backups", {}),

@@ -7,7 +7,7 @@ import sys
 from datetime import timedelta
 
 import pytest
-from _support import Tenant, World
+from tests.http._support import Tenant, World
 
 import cenotaph
 from cenotaph import client as client_module

@@ -9,7 +9,7 @@ import threading
 from collections import defaultdict
 
 import httpx
-from _support import Tenant, World
+from tests.http._support import Tenant, World
 
 CLIENTS = 8
 OPS_PER_CLIENT = 60

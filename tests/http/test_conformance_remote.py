@@ -10,25 +10,18 @@ stay in ``tests/conformance``. Where the server answers differently by design, t
 from __future__ import annotations
 
 import inspect
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
+from tests.conformance import test_dominance, test_modes, test_read_path, test_scope_closure, test_session
 
 import cenotaph
 from cenotaph.service.apikeys import ApiKeyRing
 from cenotaph.service.http import create_app
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "conformance"))
-
-import test_dominance
-import test_modes
-import test_read_path
-import test_scope_closure
-import test_session
 
 MODULES = (test_read_path, test_dominance, test_modes, test_session, test_scope_closure)
 FOREIGN_SUBJECT = (
@@ -102,7 +95,8 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[cenotaph.
     try:
         with (
             TestClient(app, base_url="http://testserver") as http,
-            cenotaph.Client("http://testserver", secret, http_client=http) as client,
+            # starlette's TestClient subclasses httpx2.Client, httpx's API under another name
+            cenotaph.Client("http://testserver", secret, http_client=cast(httpx.Client, http)) as client,
         ):
             yield client
     finally:

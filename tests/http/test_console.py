@@ -14,10 +14,11 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-from _support import UvicornThread
+from tests.http._support import UvicornThread
 
 import cenotaph
 from cenotaph.service.apikeys import ApiKeyRing
@@ -57,10 +58,10 @@ class Site:
         self.operator_key, self.operator = self.keys.create(tenant="acme", role="operator")
         self.agent = self.keys.create(tenant="acme", prefix=ALICE, role="agent")[1]
 
-    def api(self, method: str, path: str, secret: str, **options: object) -> httpx.Response:
+    def api(self, method: str, path: str, secret: str, **options: Any) -> httpx.Response:
         return httpx.request(
             method, self.url + path, headers={"Authorization": f"Bearer {secret}"}, **options
-        )  # type: ignore[arg-type]
+        )
 
     def close(self) -> None:
         self.server.__exit__(None, None, None)

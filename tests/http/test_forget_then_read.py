@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from _support import Tenant, World, wait_verified
+from tests.http._support import Tenant, World, wait_verified
 
 import cenotaph
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import httpx
-from _support import Tenant, World
+from tests.http._support import Tenant, World
 
 REQUESTS = 6
 
@@ -33,7 +33,7 @@ def test_concurrent_write_requests_share_one_transaction(world: World, tenant: T
             assert go.wait(30)
         return real(works)
 
-    queue._commit = held  # type: ignore[method-assign]
+    queue._commit = held
     statuses: dict[str, int] = {}
 
     def post(key: str) -> None:
@@ -58,7 +58,7 @@ def test_concurrent_write_requests_share_one_transaction(world: World, tenant: T
             t.join(60)
     finally:
         go.set()
-        queue._commit = real  # type: ignore[method-assign]
+        queue._commit = real
     assert queue.largest >= REQUESTS  # the queued requests committed as one group
     assert statuses["gone"] == 409  # refused alone
     assert all(statuses[k] == 201 for k in ["first", *keys[:-1]])

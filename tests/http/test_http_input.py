@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
-from _support import Tenant, World
+from tests.http._support import Tenant, World
 
 from cenotaph.service.http import MAX_BODY_BYTES
 
@@ -97,7 +99,7 @@ def test_bodies_over_the_limit_are_413(api: httpx.Client, tenant: Tenant) -> Non
     )
     _refusal(_post(api, tenant, "/v1/memories", big), 413, "1 MiB")
 
-    def chunks():  # no Content-Length: the limit holds for a streamed body too
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the limit holds for a streamed body too
         for _ in range(MAX_BODY_BYTES // 65536 + 2):
             yield b"x" * 65536
 
@@ -140,7 +142,7 @@ def test_a_value_at_the_store_limit_fits_through_the_server(api: httpx.Client, t
     ],
 )
 def test_malformed_requests_on_other_routes(
-    api: httpx.Client, tenant: Tenant, method: str, path: str, options: dict
+    api: httpx.Client, tenant: Tenant, method: str, path: str, options: dict[str, Any]
 ) -> None:
     options = json.loads(json.dumps(options).replace("tenant:x", tenant.alice))
     r = api.request(method, path, headers=tenant.auth(tenant.agent), **options)

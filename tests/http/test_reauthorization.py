@@ -9,7 +9,7 @@ import json
 
 import httpx
 import pytest
-from _support import Tenant, World
+from tests.http._support import Tenant, World
 
 import cenotaph
 from cenotaph.errors import AccessDeniedError, ForgottenError

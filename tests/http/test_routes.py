@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import httpx
 import pytest
-from _support import Tenant, World, wait_verified
+from tests.http._support import Tenant, World, wait_verified
 
 import cenotaph
 
@@ -19,14 +20,15 @@ def _write(
     value: object,
     secret: str | None = None,
     **extra: object,
-) -> dict:
+) -> dict[str, Any]:
     r = api.post(
         "/v1/memories",
         json={"scope": scope, "key": key, "value": value, **extra},
         headers=t.auth(secret or t.agent),
     )
     assert r.status_code == 201, r.text
-    return r.json()
+    created: dict[str, Any] = r.json()
+    return created
 
 
 def test_write_read_get_list(api: httpx.Client, tenant: Tenant) -> None:
@@ -66,7 +68,11 @@ def test_list_pages_with_a_cursor(api: httpx.Client, tenant: Tenant) -> None:
     assert r.status_code == 201 and len(r.json()["records"]) == 25
     seen, cursor = [], None
     while True:
-        params = {"scope": tenant.alice, "limit": 10, **({"cursor": cursor} if cursor else {})}
+        params: dict[str, str | int] = {
+            "scope": tenant.alice,
+            "limit": 10,
+            **({"cursor": cursor} if cursor else {}),
+        }
         page = api.get("/v1/memories/list", params=params, headers=tenant.auth(tenant.agent)).json()
         seen += [r["key"] for r in page["records"]]
         cursor = page["next_cursor"]

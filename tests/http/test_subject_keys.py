@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 
 import httpx
-from _support import Tenant, World, wait_verified
 from click.testing import CliRunner
+from tests.http._support import Tenant, World, wait_verified
 
 import cenotaph
 from cenotaph.cli.main import cli

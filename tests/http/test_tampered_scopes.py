@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import httpx
-from _support import Tenant, World
+from tests.http._support import Tenant, World
 
 _EDIT = """
 import sqlite3, sys

@@ -18,7 +18,7 @@ with warnings.catch_warnings():  # langmem 0.0.30 imports a name langgraph 1.x d
     warnings.simplefilter("ignore", DeprecationWarning)
     from langmem import create_manage_memory_tool, create_search_memory_tool
 
-import bag_of_words
+from tests.integrations import bag_of_words
 
 import cenotaph
 from cenotaph.integrations.langgraph import CenotaphStore
@@ -108,8 +108,8 @@ def test_langmem_memory_tools_run_on_the_store(tmp_path: Path) -> None:
     graph.add_edge(START, "remember")
     graph.add_edge("remember", END)
     app = graph.compile(store=store)
-    config = {"configurable": {"langgraph_user_id": "carol"}}
-    found = json.loads(app.invoke({"found": ""}, config)["found"])  # type: ignore[arg-type]
+    config: RunnableConfig = {"configurable": {"langgraph_user_id": "carol"}}
+    found = json.loads(app.invoke({"found": ""}, config)["found"])
     assert found[0]["value"]["content"] == "allergic to penicillin and aspirin"
     assert len(store.search(("memories", "carol"))) == 2
 
@@ -122,11 +122,11 @@ def test_langmem_memory_tools_run_on_the_store(tmp_path: Path) -> None:
     graph2.add_node("forget", forget_one)
     graph2.add_edge(START, "forget")
     graph2.add_edge("forget", END)
-    left = json.loads(graph2.compile(store=store).invoke({"found": ""}, config)["found"])  # type: ignore[arg-type]
+    left = json.loads(graph2.compile(store=store).invoke({"found": ""}, config)["found"])
     assert all("Lyon" not in m["value"]["content"] for m in left)
     assert max(store.cenotaph.erasures(), key=lambda r: r.version).wait(30).state == "verified"
 
     store.forget_user("carol")
     assert store.search(("memories", "carol")) == []
-    assert json.loads(app.invoke({"found": ""}, {"configurable": {"langgraph_user_id": "dave"}})["found"])  # type: ignore[arg-type]
+    assert json.loads(app.invoke({"found": ""}, {"configurable": {"langgraph_user_id": "dave"}})["found"])
     store.close()

@@ -9,9 +9,9 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-import bag_of_words
 import pytest
 from langgraph.store.base import InvalidNamespaceError, PutOp
+from tests.integrations import bag_of_words
 
 import cenotaph
 from cenotaph.errors import ForgottenError, StaleWriteError

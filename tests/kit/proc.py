@@ -21,9 +21,10 @@ whole group (a scan worker the child started too) gets SIGKILL, and no zombie is
     result = run_json("oracle-sql", db=str(db), query="SELECT 1", params=[], immutable=True)
 
 :func:`run` waits for the child to end (or kills it at ``timeout``); :func:`run_json` also checks
-that it exited 0 and returns its last line decoded. A child that outlives its test is impossible:
-waiting for a line has no timeout of its own (pytest-timeout ends a hung test), and the test's
-failure unwinds through ``spawn``'s cleanup.
+that it exited 0 and returns its last line decoded. Waiting for a line has no timeout of its own:
+pytest-timeout ends a hung test, and its exception, like any failure, unwinds through ``spawn``'s
+cleanup, so no child outlives its test. Children run with this checkout's ``tests`` importable
+and the test's environment (``env`` replaces it; ``fault`` sets or clears ``CENOTAPH_FAULT``).
 """
 
 from __future__ import annotations

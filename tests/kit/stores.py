@@ -1,4 +1,4 @@
-"""One store factory over every backend, for every suite that opens stores (SPEC §6).
+"""One store factory over every backend, for every suite that opens stores.
 
 The fixtures live in ``tests/conftest.py``: ``backend`` is parametrised over :data:`BACKENDS`
 (a test marked ``@pytest.mark.sqlite_only`` gets only ``"sqlite"``), ``store_factory`` is a
@@ -29,15 +29,16 @@ import contextlib
 import os
 import sqlite3
 import uuid
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.kit.locations import KEYRING_OPTION, Location, open_location
 
-import cenotaph
 from cenotaph import Store
+
+__all__ = ["BACKENDS", "SQLITE_ONLY", "Location", "StoreFactory", "open_location", "skip_or_fail_postgres"]
 
 BACKENDS = ("sqlite", "postgres")
 SQLITE_ONLY = "sqlite_only"  # the marker of a test about SQLite's files or rows
@@ -57,7 +58,6 @@ PURGE_MODES = {True: "sync", False: "off"}
 # `cenotaph.open("postgresql://...")` exists: CI (CENOTAPH_CI set) must provide
 # CENOTAPH_TEST_PG_DSN, and a skipped postgres run there is a failure.
 POSTGRES_BACKEND_BUILT = True
-KEYRING_OPTION = "keyring"  # a Location's JSON-able stand-in for key_provider=LocalKeyring(path)
 
 
 def skip_or_fail_postgres() -> None:
@@ -70,31 +70,6 @@ def skip_or_fail_postgres() -> None:
         pytest.skip(f"{PG_DSN_ENV} is not set")
     if not POSTGRES_BACKEND_BUILT:  # pragma: no cover - kept for a backend that is not built
         pytest.skip("PostgreSQL backend not built yet")
-
-
-@dataclass(frozen=True)
-class Location:
-    """Where a store lives: ``cenotaph.open(target, **options)`` opens it (JSON-able, so a child
-    process can open it too)."""
-
-    target: str
-    options: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"target": self.target, "options": dict(self.options)}
-
-
-def open_location(location: Location | Mapping[str, Any] | str, **options: Any) -> Store:
-    """Open a store at ``location`` (a :class:`Location`, its ``to_json()`` or a bare target such
-    as a data directory), with ``options``."""
-    if isinstance(location, str):
-        location = Location(location)
-    elif not isinstance(location, Location):
-        location = Location(str(location["target"]), dict(location["options"]))
-    chosen = {**location.options, **options}
-    if KEYRING_OPTION in chosen:  # a server store has no data directory for its default keyring
-        chosen["key_provider"] = cenotaph.LocalKeyring(Path(chosen.pop(KEYRING_OPTION)))
-    return cenotaph.open(location.target, **chosen)
 
 
 class StoreFactory:

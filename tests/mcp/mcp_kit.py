@@ -52,7 +52,8 @@ class Tools:
         assert result.structured_content is not None
         text = result.content[0].text  # type: ignore[union-attr]
         assert text, "every result is readable as text too"
-        return result.structured_content
+        content: dict[str, Any] = result.structured_content
+        return content
 
     async def refused(self, name: str, **arguments: Any) -> str:
         result = await self.call(name, **arguments)

@@ -17,7 +17,7 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp_kit import SESSION, TENANT, USER, Tools, spawn_http
+from tests.mcp.mcp_kit import SESSION, TENANT, USER, Tools, spawn_http
 
 import cenotaph
 from cenotaph.service.apikeys import ApiKeyRing
@@ -108,7 +108,7 @@ async def test_each_key_reaches_only_its_prefix(cli_data: Path, secrets: dict[st
             assert written["record"]["scope"] == BOB and written["record"]["derived_from"]
             listed = await alice.ok("memory_list", scope=USER, include_descendants=True)
             assert [r["key"] for r in listed["records"]] == ["note"]
-            descriptions = {t.name: t.description for t in (await alice.client.list_tools()).tools}
+            descriptions = {t.name: t.description or "" for t in (await alice.client.list_tools()).tools}
             assert BOB not in descriptions["memory_write"] and "API key" in descriptions["memory_write"]
         async with keyed(url, secrets["tenant"]) as wide:  # a key wider than the server: the server's prefix
             assert (await wide.ok("memory_read", key="secret", scope=BOB))["found"]

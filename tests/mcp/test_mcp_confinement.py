@@ -8,8 +8,11 @@ there, nothing outside changes, and the store still holds what it held.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from mcp_kit import SESSION, TENANT, USER, dump, memory_client
+from tests.kit.checks import present
+from tests.mcp.mcp_kit import SESSION, TENANT, USER, Tools, dump, memory_client
 
 import cenotaph
 
@@ -41,7 +44,7 @@ MALFORMED = [
 ]
 
 
-async def answers(tools, scope: str) -> list[str]:
+async def answers(tools: Tools, scope: str) -> list[str]:
     """Everything the read tools say about a scope, as comparable text."""
     return [
         dump(await tools.ok("memory_read", key="secret", scope=scope)),
@@ -55,7 +58,7 @@ async def answers(tools, scope: str) -> list[str]:
 
 
 @pytest.mark.parametrize("outside", OUTSIDE)
-async def test_outside_the_prefix_answers_as_if_nothing_were_there(tmp_path, outside: str) -> None:
+async def test_outside_the_prefix_answers_as_if_nothing_were_there(tmp_path: Path, outside: str) -> None:
     with cenotaph.open(tmp_path / "full") as full, cenotaph.open(tmp_path / "empty") as empty:
         full.write(outside, "secret", "bob secret diagnosis")
         full.write(f"{outside}/doc:d", "secret", "bob secret diagnosis, a child copy")
@@ -67,7 +70,9 @@ async def test_outside_the_prefix_answers_as_if_nothing_were_there(tmp_path, out
         assert with_data == without
         assert with_data[0] == missing_inside  # and the same as a key that does not exist inside
         assert "bob secret" not in " ".join(with_data)
-        assert full.read(outside, "secret").value == "bob secret diagnosis"  # nothing outside changed
+        assert (
+            present(full.read(outside, "secret")).value == "bob secret diagnosis"
+        )  # nothing outside changed
         assert full.erasures() == []
 
 
@@ -86,7 +91,7 @@ async def test_a_malformed_scope_is_bad_input_whatever_it_names(
         ):
             text = await tools.refused(tool, scope=malformed, **arguments)
             assert text.startswith(("invalid scope", "invalid arguments")), text
-    assert mcp_store.read("tenant:acme/user:bob", "secret").value == "bob's"
+    assert present(mcp_store.read("tenant:acme/user:bob", "secret")).value == "bob's"
 
 
 async def test_inside_the_prefix_every_depth_is_reachable(mcp_store: cenotaph.Store) -> None:
@@ -119,4 +124,4 @@ async def test_a_forget_whose_closure_reaches_outside_is_refused_and_changes_not
         text = await tools.refused("memory_forget", key="k")
         assert "wider scope" in text and "tenant copy" not in text
         assert (await tools.ok("memory_read", key="k"))["record"]["value"] == "session copy"
-    assert mcp_store.read(TENANT, "k").value == "tenant copy"
+    assert present(mcp_store.read(TENANT, "k")).value == "tenant copy"

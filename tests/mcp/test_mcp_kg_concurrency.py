@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 from mcp import Client
-from mcp_kit import USER, Tools, stdio_params
+from tests.mcp.mcp_kit import USER, Tools, stdio_params
 
 pytestmark = pytest.mark.anyio
 

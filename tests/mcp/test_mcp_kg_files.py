@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from mcp import Client
-from mcp_kit import CENOTAPH, USER, stdio_params
+from tests.mcp.mcp_kit import CENOTAPH, USER, stdio_params
 
 from cenotaph.service.mcp.graph import Entity, Relation
 from cenotaph.service.mcp.jsonl import dump_graph, parse_graph

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from mcp import Client, StdioServerParameters
-from mcp_kit import USER, stdio_params
+from tests.mcp.mcp_kit import USER, stdio_params
 
 pytestmark = pytest.mark.anyio
 

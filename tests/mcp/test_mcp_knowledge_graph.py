@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
-from mcp_kit import USER, Tools, dump, find_canary, graph_client
+from tests.mcp.mcp_kit import USER, Tools, dump, find_canary, graph_client
 
 import cenotaph
 from cenotaph.scope import Scope
@@ -27,15 +28,15 @@ REFERENCE = json.loads((Path(__file__).with_name("reference_tools.json")).read_t
 ]
 
 
-def person(name: str, *observations: str, kind: str = "person") -> dict:
+def person(name: str, *observations: str, kind: str = "person") -> dict[str, Any]:
     return {"name": name, "entityType": kind, "observations": list(observations)}
 
 
-def knows(source: str, target: str, kind: str = "knows") -> dict:
+def knows(source: str, target: str, kind: str = "knows") -> dict[str, Any]:
     return {"from": source, "to": target, "relationType": kind}
 
 
-async def graph(tools: Tools) -> dict:
+async def graph(tools: Tools) -> dict[str, Any]:
     return await tools.ok("read_graph")
 
 
@@ -291,7 +292,9 @@ async def openable(tools: Tools) -> None:
         ([], [], []),
     ],
 )
-async def test_open_nodes(mcp_store: cenotaph.Store, names: list, entities: list, relations: list) -> None:
+async def test_open_nodes(
+    mcp_store: cenotaph.Store, names: list[str], entities: list[str], relations: list[tuple[str, str]]
+) -> None:
     async with graph_client(mcp_store) as tools:
         await openable(tools)
         result = await tools.ok("open_nodes", names=names)

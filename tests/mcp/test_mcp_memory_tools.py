@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
-from mcp_kit import SESSION, TENANT, USER, Tools, memory_client
+from tests.kit.checks import present
+from tests.mcp.mcp_kit import SESSION, TENANT, USER, Tools, memory_client
 
 import cenotaph
 
@@ -22,12 +25,12 @@ async def test_the_six_tools_have_typed_output_schemas_and_name_the_prefix(mcp_s
         assert tool.output_schema and tool.output_schema["type"] == "object", tool.name
         assert tool.description and len(tool.description) > 80, tool.name
         assert "ctx" not in tool.input_schema["properties"]
-    descriptions = {t.name: t.description for t in listed}
+    descriptions = {t.name: t.description or "" for t in listed}
     assert USER in descriptions["memory_write"] and SESSION in descriptions["memory_write"]
     assert "compliance" in descriptions["memory_forget"] and "verified" in descriptions["erasure_status"]
     write = next(t for t in listed if t.name == "memory_write")
     assert set(write.input_schema["required"]) == {"key", "value"}
-    assert set(write.output_schema["properties"]) == {"record", "reauthorized"}
+    assert set(present(write.output_schema)["properties"]) == {"record", "reauthorized"}
 
 
 @pytest.mark.parametrize(
@@ -52,7 +55,7 @@ async def test_write_then_read_returns_exactly_the_value(mcp_store: cenotaph.Sto
         read = await tools.ok("memory_read", key="k")
     assert written["record"]["value"] == value and type(written["record"]["value"]) is type(value)
     assert read == {"found": True, "record": written["record"]}
-    assert mcp_store.read(SESSION, "k").value == value  # strings that look like JSON stay strings
+    assert present(mcp_store.read(SESSION, "k")).value == value  # strings that look like JSON stay strings
 
 
 async def test_results_are_readable_as_text(mcp_store: cenotaph.Store) -> None:
@@ -139,10 +142,10 @@ async def test_base_version_refuses_a_stale_write(mcp_store: cenotaph.Store) -> 
         await tools.ok("memory_write", key="k", value=2, base_version=first["version"])
         stale = await tools.refused("memory_write", key="k", value=3, base_version=first["version"])
         assert stale.startswith("refused:") and "re-read" in stale
-    assert mcp_store.read(SESSION, "k").value == 2
+    assert present(mcp_store.read(SESSION, "k")).value == 2
 
 
-async def test_erasure_status_reports_layers_and_waits(tmp_path) -> None:
+async def test_erasure_status_reports_layers_and_waits(tmp_path: Path) -> None:
     with cenotaph.open(tmp_path / "d", auto_purge=False) as store:
         async with memory_client(store) as tools:
             await tools.ok("memory_write", key="k", value="v")
@@ -201,7 +204,7 @@ BAD_CALLS = [
 
 @pytest.mark.parametrize(("tool", "arguments", "named"), BAD_CALLS, ids=[f"{t}-{n}" for t, _, n in BAD_CALLS])
 async def test_bad_arguments_are_one_line_tool_errors(
-    mcp_store: cenotaph.Store, tool: str, arguments: dict, named: str
+    mcp_store: cenotaph.Store, tool: str, arguments: dict[str, Any], named: str
 ) -> None:
     async with memory_client(mcp_store) as tools:
         text = await tools.refused(tool, **arguments)
@@ -210,7 +213,9 @@ async def test_bad_arguments_are_one_line_tool_errors(
         assert (await tools.ok("memory_list"))["records"] == []  # nothing was written
 
 
-async def test_an_internal_error_says_only_its_type(mcp_store: cenotaph.Store, monkeypatch) -> None:
+async def test_an_internal_error_says_only_its_type(
+    mcp_store: cenotaph.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("the secret value cardiology")
 
@@ -220,7 +225,9 @@ async def test_an_internal_error_says_only_its_type(mcp_store: cenotaph.Store, m
     assert "RuntimeError" in text and "cardiology" not in text and "internal error" in text
 
 
-async def test_a_storage_failure_is_a_tool_error(mcp_store: cenotaph.Store, monkeypatch) -> None:
+async def test_a_storage_failure_is_a_tool_error(
+    mcp_store: cenotaph.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def locked(*args: object, **kwargs: object) -> None:
         raise cenotaph.StorageError("the database is locked; retry")
 

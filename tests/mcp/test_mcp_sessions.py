@@ -9,8 +9,11 @@ refused, saying which.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from mcp_kit import SESSION, USER, find_canary, memory_client
+from tests.kit.checks import present
+from tests.mcp.mcp_kit import SESSION, USER, find_canary, memory_client
 
 import cenotaph
 
@@ -20,7 +23,7 @@ NOTE = "cardiology appointment Tuesday"
 SUMMARY = "User mentioned a cardiology appointment"
 
 
-async def test_the_seeds_scenario_the_summary_dies_with_the_session(tmp_path) -> None:
+async def test_the_seeds_scenario_the_summary_dies_with_the_session(tmp_path: Path) -> None:
     data = tmp_path / "data"
     with cenotaph.open(data, auto_purge="sync") as store:  # memory_forget answers verified
         store.write(SESSION, "note", NOTE)
@@ -82,7 +85,7 @@ async def test_a_connection_may_write_again_what_it_forgot(mcp_store: cenotaph.S
         assert again["reauthorized"] is True
         later = await tools.ok("memory_write", key="diet", value="pescetarian")
         assert later["reauthorized"] is False  # the token's lift holds until the next forget
-    assert mcp_store.read(SESSION, "diet").value == "pescetarian"
+    assert present(mcp_store.read(SESSION, "diet")).value == "pescetarian"
 
 
 async def test_a_rewrite_after_reading_and_forgetting_replaces_rather_than_derives(
@@ -108,7 +111,7 @@ async def test_a_whole_scope_forgotten_by_the_connection_reopens_key_by_key(
         assert (await tools.ok("memory_write", key="a", value=3))["reauthorized"]
         assert (await tools.ok("memory_write", key="b", value=4, scope=f"{SESSION}/doc:d"))["reauthorized"]
         assert (await tools.ok("memory_write", key="new", value=5))["reauthorized"]
-    assert mcp_store.read(SESSION, "a").value == 3
+    assert present(mcp_store.read(SESSION, "a")).value == 3
 
 
 async def test_another_connections_forget_is_refused(mcp_store: cenotaph.Store) -> None:

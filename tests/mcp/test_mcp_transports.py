@@ -16,7 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 from mcp import Client
-from mcp_kit import CENOTAPH, SESSION, USER, Tools, find_canary, spawn_http, stdio_params
+from tests.kit.checks import present
+from tests.mcp.mcp_kit import CENOTAPH, SESSION, USER, Tools, find_canary, spawn_http, stdio_params
 
 import cenotaph
 
@@ -79,7 +80,7 @@ async def test_every_tool_over_a_real_process(cli_data: Path, transport: str) ->
             "memory_write", key="x", value=1, scope="tenant:globex/user:alice"
         )
     with cenotaph.open(cli_data) as store:
-        assert store.read("tenant:acme/user:bob", "secret").value == "bob's secret"
+        assert present(store.read("tenant:acme/user:bob", "secret")).value == "bob's secret"
 
 
 @pytest.mark.parametrize("transport", ["stdio", "streamable-http"])

@@ -85,7 +85,7 @@ class Server:
 
     def query(self, sql: str) -> list[tuple[object, ...]]:
         with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10) as conn:
-            cursor = conn.execute(sql)  # type: ignore[arg-type]
+            cursor = conn.execute(sql)
             return cursor.fetchall() if cursor.description else []
 
 

@@ -307,7 +307,7 @@ def test_every_backend_method_exists() -> None:
 S1, S2, S3, K1, K2, SUBJECT = (_tok(n) for n in ("s1", "s2", "s3", "k1", "k2", "subject"))
 
 
-def _setup(txn: Txn) -> None:
+def _setup(txn: SQLiteTxn | PostgresTxn) -> None:
     txn.insert_scopes(
         [ScopeKeyRow(S1, None, b"ws1", 1), ScopeKeyRow(S2, S1, b"ws2", 1), ScopeKeyRow(S3, S2, b"w3", 2)]
     )
@@ -361,7 +361,7 @@ def _setup(txn: Txn) -> None:
     txn.append_audit(1, '{"kind": "forget", "id": "er_one"}')
 
 
-def _reads(txn: Txn) -> dict[str, Any]:
+def _reads(txn: SQLiteTxn | PostgresTxn) -> dict[str, Any]:
     _, keyed = txn.key_records([S1, S2, S3], K1)
     _, rewritten = txn.key_records([S1, S2], K2)
     return {
@@ -425,7 +425,7 @@ def _reads(txn: Txn) -> dict[str, Any]:
     }
 
 
-def _changes(txn: Txn) -> dict[str, Any]:
+def _changes(txn: SQLiteTxn | PostgresTxn) -> dict[str, Any]:
     out: dict[str, Any] = {}
     out["vectors_kept"] = txn.store_vectors([(b"cell1", "r1", 1), (b"cell3", "r3", 3), (b"stale", "r2", 7)])
     out["hidden"] = txn.hide_records(["r3", "nope"], 6, "operational")

@@ -8,6 +8,7 @@ import json
 
 import pytest
 from fastapi.testclient import TestClient
+from tests.kit.checks import present
 
 from cenotaph.errors import ErasureNotProvableError
 from cenotaph.service.apikeys import ApiKeyRing
@@ -41,7 +42,7 @@ def test_a_request_row_set_to_verified_does_not_report_verified(setup: Setup) ->
         status = store.erasure(request_id).status()
         assert status.state != "verified" and status.gaps, status
         assert any("audit log" in gap for gap in status.gaps), status.gaps
-        assert status.stuck and "check_integrity" in status.next_step, status
+        assert status.stuck and "check_integrity" in present(status.next_step), status
         # no purge can make the row true: wait() says so at once instead of purging forever
         with pytest.raises(ErasureNotProvableError) as refused:
             store.erasure(request_id).wait(None)

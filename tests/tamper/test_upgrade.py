@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from tests.kit.checks import present
 
 from cenotaph.errors import ForgottenError, StorageError
 
@@ -34,8 +35,8 @@ def old(tmp_path: Path) -> Setup:
 def test_an_older_store_opens_and_keeps_its_records_and_tokens(old: Setup) -> None:
     token = json.loads((FIXTURE / "tokens.json").read_text())["unused_scope_token"]
     with reopened(old) as store:
-        assert store.read(S1, "kept").value == "legacy value"  # sealed with the id alone
-        assert store.read(S1, "gone").value == "rewritten"  # written with a token, lifted
+        assert present(store.read(S1, "kept")).value == "legacy value"  # sealed with the id alone
+        assert present(store.read(S1, "gone")).value == "rewritten"  # written with a token, lifted
         store.write(S1, "gone", "again")  # the lift carried into the ledger still holds
         with pytest.raises(ForgottenError):
             store.write(S2, "k", "back")  # the operational forget of s2 still dominates

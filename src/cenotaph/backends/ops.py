@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from .base import ErasureRow, LineageRow, RecordRow, ScopeKeyRow
 
-__all__ = ["OPS", "Op", "OpRunner"]  # and every operation class (see OPS)
+__all__ = ["OPS", "Op", "OpRunner", "handler_name"]  # and every operation class (see OPS)
 
 R = TypeVar("R", covariant=True)
 
@@ -35,10 +35,7 @@ class Op(Generic[R]):
     writes: ClassVar[bool]
 
 
-# one savepoint at a time inside a write: a group commit undoes a refused write alone
-
-
-# clock and change detection
+# change marker and clock
 
 
 @dataclass(frozen=True, slots=True)
@@ -623,6 +620,7 @@ class AuditEntries(Op[list[str]]):
     writes: ClassVar[bool] = False
 
 
+# every operation defined above, in the order defined
 OPS: tuple[type[Op[Any]], ...] = tuple(
     v for v in list(globals().values()) if isinstance(v, type) and issubclass(v, Op) and v is not Op
 )
@@ -642,29 +640,31 @@ def _caller(runner: type, op: type[Op[Any]]) -> _Call:
     The handler is looked up by name on each call (a test may patch it); its signature is checked
     once, here, on ``runner``."""
     name = handler_name(op)
-    handler = getattr(runner, name, None)
-    if not callable(handler):
-        raise TypeError(f"{runner.__name__} has no handler {name}() for the operation {op.__name__}")
-    params = list(inspect.signature(handler).parameters.values())[1:]  # after self
-    names = [f.name for f in fields(op)]  # type: ignore[arg-type]
-    if names != [p.name for p in params]:
-        raise TypeError(f"{runner.__name__}.{name}() must take {op.__name__}'s fields {names} in order")
+    params = _handler_params(runner, name, op)
     positional = _tuple_of([p.name for p in params if p.kind == p.POSITIONAL_OR_KEYWORD])
     keyword = [p.name for p in params if p.kind == p.KEYWORD_ONLY]
     spread = next((p.name for p in params if p.kind == p.VAR_KEYWORD), None)
-    if spread is not None:  # the mapping field alone is spread into keywords (update_erasure)
+    if spread is not None:  # the mapping field is spread into keywords (update_erasure's **fields)
         mapping = attrgetter(spread)
         return lambda txn, o: getattr(txn, name)(*positional(o), **mapping(o))
-    if len(keyword) == 1:  # every keyword-only parameter today is a lone flag
-        flag = keyword[0]
-        value = attrgetter(flag)
-        return lambda txn, o: getattr(txn, name)(*positional(o), **{flag: value(o)})
     if keyword:
         return lambda txn, o: getattr(txn, name)(*positional(o), **{k: getattr(o, k) for k in keyword})
-    if len(params) == 1:  # the common cases, and the fast ones
+    if len(params) == 1:  # the commonest case, and the fastest
         one = attrgetter(params[0].name)
         return lambda txn, o: getattr(txn, name)(one(o))
     return lambda txn, o: getattr(txn, name)(*positional(o))
+
+
+def _handler_params(runner: type, name: str, op: type[Op[Any]]) -> list[inspect.Parameter]:
+    """The parameters (after ``self``) of ``runner``'s handler ``name``, which must be ``op``'s fields."""
+    handler = getattr(runner, name, None)
+    if not callable(handler):
+        raise TypeError(f"{runner.__name__} has no handler {name}() for the operation {op.__name__}")
+    params = list(inspect.signature(handler).parameters.values())[1:]
+    names = [f.name for f in fields(op)]  # type: ignore[arg-type]
+    if names != [p.name for p in params]:
+        raise TypeError(f"{runner.__name__}.{name}() must take {op.__name__}'s fields {names} in order")
+    return params
 
 
 def _tuple_of(names: Sequence[str]) -> Callable[[Any], tuple[Any, ...]]:

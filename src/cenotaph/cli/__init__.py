@@ -1,4 +1,4 @@
-"""The ``cenotaph`` command line (SPEC §7): JSON on stdout by default, ``--table`` for people.
+"""The ``cenotaph`` command line: JSON on stdout by default, ``--table`` for people.
 
 One module per concern: ``main`` holds the command group, exit codes and the list of commands;
 ``options`` the shared ``--data`` and ``--table`` options; ``output`` JSON and table rendering;

@@ -1,4 +1,4 @@
-"""The audit hash chain (SPEC S7): append-only, content-free, anchored outside the database.
+"""The audit hash chain: append-only, content-free, anchored outside the database.
 
 >>> first = chain_entry(GENESIS, 1, "2025-01-01T00:00:00+00:00", "forget", {"request_id": "r1", "version": 7})
 >>> second = chain_entry(first.head, 2, "2025-01-01T00:00:05+00:00", "purge", {"request_id": "r1"})
@@ -11,7 +11,7 @@ and the JSON is UTF-8 encoded. Storing entries is the backend's job; this module
 chain.
 
 **Content-free.** ``fields`` hold request ids, HMAC tokens, versions, counts and epoch numbers only — never
-a key, scope id, subject id, value, unsalted hash or vector (SPEC W4). This rule is the caller's to keep.
+a key, scope id, subject id, value, unsalted hash or vector. This rule is the caller's to keep.
 
 **What the chain proves.** Recomputing the chain detects any edit, deletion or reordering that the editor
 did not also re-hash. Someone who can write the database can re-hash, so the head is also recorded in the

@@ -1,4 +1,4 @@
-"""Signed erasure certificates (SPEC S6): issue with :class:`Signer`, check with :func:`verify_certificate`.
+"""Signed erasure certificates: issue with :class:`Signer`, check with :func:`verify_certificate`.
 
 >>> signer = Signer.generate()
 >>> fields = dict.fromkeys(REQUIRED_FIELDS, None)
@@ -11,7 +11,7 @@ Ed25519 signature over the canonical JSON (:func:`cenotaph.model.canonical_json`
 other field. Extra fields are allowed and are signed like the rest.
 
 **Content-free.** Callers pass only HMAC tokens, request ids, versions, counts, layer states and
-timestamps: never a key, scope id, subject id, value, unsalted hash or vector (SPEC W4). Nothing here can
+timestamps: never a key, scope id, subject id, value, unsalted hash or vector. Nothing here can
 tell a token from a name, so this rule is the caller's to keep.
 
 **What is verified.** The signature covers the *meaning* of the certificate, not its bytes as transmitted:

@@ -1,4 +1,4 @@
-"""The residue scanner (SPEC S4): prove that no sampled byte string of erased data is left on disk.
+"""The residue scanner: prove that no sampled byte string of erased data is left on disk.
 
 After a forget and purge, cenotaph samples *probes* from what was removed (ciphertext windows,
 wrapped-key bytes, plaintext canaries, float32 vector bytes) and scans every file it owns for them::

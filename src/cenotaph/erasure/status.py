@@ -1,7 +1,7 @@
 """Where an erasure request stands, as its caller sees it: ``status``, ``confirm_erasure`` and
 ``wait`` (why a request is not verified is ``erasure.standing``; its horizon ``erasure.horizon``).
 
-States only move forward on evidence (SPEC W5, S3-S6)::
+States only move forward on evidence::
 
     tombstoned (operational; stays there)
     shredded   keys destroyed with the tombstone, in the forget's transaction

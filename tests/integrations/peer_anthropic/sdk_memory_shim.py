@@ -95,7 +95,7 @@ class BetaAsyncLocalFilesystemMemoryTool(AsyncCenotaphMemoryTool):
 class _AsyncRoot(type(Path())):  # type: ignore[misc]
     """The mirror's root as the async tool's tests use it: a path whose is_dir is awaitable."""
 
-    async def is_dir(self) -> bool:  # type: ignore[override]
+    async def is_dir(self) -> bool:
         return await run_sync(Path(self).is_dir)
 
 

@@ -23,7 +23,7 @@ from anthropic.types.beta import (
     BetaMemoryTool20250818StrReplaceCommand,
 )
 from anthropic.lib.tools._beta_functions import ToolError
-from sdk_memory_shim import (  # retargeted
+from tests.integrations.peer_anthropic.sdk_memory_shim import (  # retargeted
     BetaLocalFilesystemMemoryTool,
     BetaAsyncLocalFilesystemMemoryTool,
 )

@@ -8,7 +8,7 @@ them); it runs as a strict xfail, so a change that makes it pass is noticed. Und
 from __future__ import annotations
 
 import pytest
-from lg_shim import TARGET
+from tests.integrations.peer_langgraph.lg_shim import TARGET
 
 DIFFERENCES = {
     "test_lg_sqlite_async_store.py::test_no_running_loop": (

@@ -58,7 +58,7 @@ _open: list[tuple[CenotaphStore, str]] = []
 def full_sqlite() -> Any:
     """A ``sqlite3`` module that can load extensions (pysqlite3 if installed, else the stdlib's)."""
     try:
-        import pysqlite3.dbapi2 as full  # type: ignore[import-not-found]
+        import pysqlite3.dbapi2 as full
     except ImportError:
         return sqlite3
     return full

@@ -20,7 +20,7 @@ from langgraph.store.base import (
     get_text_at_path,
 )
 from langgraph.store.base.batch import AsyncBatchedBaseStore
-from lg_shim import InMemoryStore  # retargeted
+from tests.integrations.peer_langgraph.lg_shim import InMemoryStore  # retargeted
 from lg_embed_test_utils import CharacterEmbeddings  # retargeted
 
 

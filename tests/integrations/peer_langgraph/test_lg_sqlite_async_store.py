@@ -18,8 +18,8 @@ from langgraph.store.base import (
     SearchOp,
 )
 
-from lg_shim import AsyncSqliteStore  # retargeted
-from lg_shim import SqliteIndexConfig  # retargeted
+from tests.integrations.peer_langgraph.lg_shim import AsyncSqliteStore  # retargeted
+from tests.integrations.peer_langgraph.lg_shim import SqliteIndexConfig  # retargeted
 from test_lg_sqlite_store import CharacterEmbeddings  # retargeted
 
 

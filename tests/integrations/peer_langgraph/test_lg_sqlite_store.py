@@ -24,8 +24,8 @@ from langgraph.store.base import (
     SearchOp,
 )
 
-from lg_shim import SqliteStore  # retargeted
-from lg_shim import (  # retargeted
+from tests.integrations.peer_langgraph.lg_shim import SqliteStore  # retargeted
+from tests.integrations.peer_langgraph.lg_shim import (  # retargeted
     NS_MATCH_FUNCTION,
     BaseSqliteStore,
     SqliteIndexConfig,

@@ -12,8 +12,8 @@ from collections.abc import Generator
 import pytest
 from langgraph.store.base import TTLConfig
 
-from lg_shim import SqliteStore  # retargeted
-from lg_shim import AsyncSqliteStore  # retargeted
+from tests.integrations.peer_langgraph.lg_shim import SqliteStore  # retargeted
+from tests.integrations.peer_langgraph.lg_shim import AsyncSqliteStore  # retargeted
 
 
 @pytest.fixture

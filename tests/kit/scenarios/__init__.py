@@ -1,8 +1,8 @@
 """The scenarios a child process of :mod:`tests.kit.proc` can run, by name.
 
 Each maps to ``module:function``; the function takes the JSON arguments as keywords, may print
-lines with :func:`say` and returns a JSON-able value (printed as its last line). Nothing here asserts: the tests do.
-Imported by the child before anything else, so stdlib only.
+lines with :func:`say` and returns a JSON-able value (printed as its last line). Nothing here
+asserts: the tests do. Imported by the child before anything else, so stdlib only.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ SCENARIOS = {
     "crash-in-forget": "tests.kit.scenarios.crash:crash_in_forget",
     "erasure-forget": "tests.kit.scenarios.crash:erasure_forget",
     "restore": "tests.kit.scenarios.crash:restore",
-    # one store operation from a second process, at a location (tests.kit.stores.Location)
+    "group-writer": "tests.kit.scenarios.crash:group_writer",
+    # one store operation from a second process, at a location (tests.kit.locations.Location)
     "forget": "tests.kit.scenarios.store_ops:forget",
     "forget-subject": "tests.kit.scenarios.store_ops:forget_subject",
     "write": "tests.kit.scenarios.store_ops:write",
@@ -31,6 +32,12 @@ SCENARIOS = {
     "oracle-residue": "tests.kit.scenarios.oracle:residue",
     "oracle-scan": "tests.kit.scenarios.oracle:scan",
     "hold-reader": "tests.kit.scenarios.oracle:hold_reader",
+    # PostgreSQL app servers on one schema (tests/postgres/_scenarios.py)
+    "pg-race-forgetter": "tests.postgres._scenarios:race_forgetter",
+    "pg-race-writer": "tests.postgres._scenarios:race_writer",
+    "pg-forget-subject": "tests.postgres._scenarios:forget_subject",
+    "pg-reader": "tests.postgres._scenarios:reader",
+    "pg-finish": "tests.postgres._scenarios:finish",
 }
 
 

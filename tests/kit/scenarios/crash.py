@@ -89,11 +89,12 @@ def crash_in_forget(directory: str, scope: str, key: str | None, mode: str, when
     if when == "after-ledger":
         original = Ledger.commit_plan
 
-        def commit_then_die(self: Ledger, *args: Any, **kwargs: Any) -> None:
-            original(self, *args, **kwargs)
+        def commit_then_die(self: Ledger, *args: Any, **kwargs: Any) -> bool:
+            whole = original(self, *args, **kwargs)
             plan = next(a for a in (*args, *kwargs.values()) if isinstance(a, ForgetPlan))
             say(f"plan {plan.request_id} {plan.version}")
             os.kill(os.getpid(), signal.SIGKILL)
+            return whole  # never reached
 
         Ledger.commit_plan = commit_then_die  # type: ignore[method-assign]
     elif when == "before-ledger":
@@ -150,3 +151,43 @@ def erasure_forget(data: str, mode: str, target: str = "subject") -> None:
 def restore(backup: str, target: str, keyring: str) -> None:
     """``cenotaph.restore`` of ``backup`` into ``target`` with the keyring at ``keyring``."""
     cenotaph.restore(backup, target, key_provider=cenotaph.LocalKeyring(keyring))
+
+
+def group_writer(directory: str) -> None:
+    """Six threads write single records and two write batches of three, until killed: the
+    writes meet in group commits. Lines: ``ready``; ``w KEY VERSION`` once a write returned (a
+    batch's lines in one write); ``g LARGEST`` every 10 ms, the largest group committed so far."""
+    store = cenotaph.open(directory)
+    scope = "tenant:crash/user:u/session:s"
+    say("ready")
+
+    def value(key: str) -> dict[str, str]:
+        return {"key": key, "text": key * 8}
+
+    def singles(t: int) -> None:
+        i = 0
+        while True:
+            key = f"s{t}-{i}"
+            record = store.write(scope, key, value(key))
+            say(f"w {key} {record.version}")
+            i += 1
+
+    def batches(t: int) -> None:
+        i = 0
+        while True:
+            keys = [f"b{t}-{i}-{j}" for j in range(3)]
+            records = store.write_many([{"scope": scope, "key": k, "value": value(k)} for k in keys])
+            say("\n".join(f"w {r.key} {r.version}" for r in records))
+            i += 1
+
+    def groups() -> None:
+        while True:
+            say(f"g {store._group.largest}")
+            time.sleep(0.01)
+
+    for t in range(6):
+        threading.Thread(target=singles, args=(t,), daemon=True).start()
+    for t in range(2):
+        threading.Thread(target=batches, args=(t,), daemon=True).start()
+    threading.Thread(target=groups, daemon=True).start()
+    time.sleep(120)  # the parent kills us long before this

@@ -1,5 +1,5 @@
 """One store operation from a second process, on a store's location (a
-:class:`tests.kit.stores.Location` as JSON, or a data directory): what another process of the
+:class:`tests.kit.locations.Location` as JSON, or a data directory): what another process of the
 same deployment does while the test's own stores stay open. Each returns what the call returned.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tests.kit.stores import open_location
+from tests.kit.locations import open_location
 
 
 def forget(
