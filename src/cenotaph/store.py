@@ -924,6 +924,7 @@ def restore(
     if is_postgres_url(target):
         return _finish_restore(_load_postgres(backup, str(target), key_provider), progress)
     target_path = check_path(target, "the restore target")  # a Path: never read as a URL
+    _refuse_postgres_backup(backup)
     with restoring(backup, target_path):
         # committed in its constructor: its own chain id, the ledger replayed; then it may serve
         store = Store(open_backend(target_path), key_provider, restored=True)
@@ -940,24 +941,38 @@ def _load_postgres(backup: Path, url: str, key_provider: KeyProvider) -> Store:
     it as :func:`restore` opens a restored copy; a restore refused once loaded drops what it loaded."""
     place = locate(url)  # refused now if the PostgreSQL driver is missing
     assert place.url is not None
-    from .backends.postgres import split_schema  # the driver is there: locate() checked
-    from .backends.postgres.dump import RestoredBackend, drop_schema, load_dump
+    from .backends.postgres import DEFAULT_SCHEMA, split_schema  # the driver is there: locate() checked
+    from .backends.postgres.dump import RestoredBackend, drop_schema, load_dump, restore_lock
 
     address, named = split_schema(place.url)
-    schema = named or "cenotaph"
-    chain, existed = load_dump(address, schema, backup)
-    try:
-        # its first commit puts the source's chain id back, verifies the copy's log, mints its own
-        store = Store(RestoredBackend(address, schema=schema, chain=chain), key_provider, restored=True)
+    schema = named or DEFAULT_SCHEMA
+    with restore_lock(address, schema):
+        chain, existed = load_dump(address, schema, backup)
         try:
-            store.verify_audit()  # before its first read: an altered copy is removed, not served
+            # its first commit puts the source's chain id back, verifies the copy's log, mints its own
+            store = Store(RestoredBackend(address, schema=schema, chain=chain), key_provider, restored=True)
+            try:
+                store.verify_audit()  # before its first read: an altered copy is removed, not served
+            except BaseException:
+                store.close()
+                raise
         except BaseException:
-            store.close()
+            drop_schema(address, schema, recreate=existed)
             raise
-    except BaseException:
-        drop_schema(address, schema, recreate=existed)
-        raise
     return store
+
+
+def _refuse_postgres_backup(backup: Path) -> None:
+    """A PostgreSQL store's backup (a logical dump) restores into a schema, never a directory."""
+    try:
+        from .backends.postgres.dump import holds_dump
+    except ModuleNotFoundError:  # no driver here: no dump was made by this installation either
+        return
+    if holds_dump(backup):
+        raise InvalidValueError(
+            "the backup is a PostgreSQL store's (a logical dump); restore it into a schema: "
+            "postgresql://...?schema=NEW"
+        )
 
 
 def _finish_restore(store: Store, progress: Progress | None) -> Store:

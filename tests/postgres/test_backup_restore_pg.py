@@ -20,13 +20,21 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg import sql
-from tests.erasure._erasure_data import A, B, assert_gone, assert_readable, assert_write_refused, populate
+from tests.erasure._erasure_data import (
+    A,
+    B,
+    Written,
+    assert_gone,
+    assert_readable,
+    assert_write_refused,
+    populate,
+)
 from tests.kit.oracle import residue
 from tests.kit.proc import run
 
 import cenotaph
-from cenotaph.backends.postgres.dump import DUMP_MANIFEST, DUMP_TABLES
-from cenotaph.errors import InvalidValueError, StorageError
+from cenotaph.backends.postgres.dump import DUMP_MANIFEST, DUMP_TABLES, restore_key
+from cenotaph.errors import InvalidValueError, KeyProviderError, StorageError
 
 from .conftest import drop_schema
 
@@ -147,11 +155,33 @@ def test_restore_refuses_a_schema_holding_tables_and_a_directory_backup(
         cenotaph.restore(local_backup.path, _url(pg_dsn, other), key_provider=provider)
     assert not _schema_exists(pg_dsn, other)
     # and a PostgreSQL backup does not restore into a directory
-    with pytest.raises(InvalidValueError):
+    with pytest.raises(InvalidValueError, match="restore it into a schema"):
         cenotaph.restore(info.path, tmp_path / "restored-dir", key_provider=provider)
+    assert not (tmp_path / "restored-dir").exists()
+    # a wrong key provider is refused once loaded: what it loaded is dropped
+    with pytest.raises(KeyProviderError):
+        cenotaph.restore(info.path, _url(pg_dsn, other), key_provider=theirs)
+    assert not _schema_exists(pg_dsn, other)
 
 
-def _backup_then_forget(tmp_path: Path, dsn: str, source: str) -> tuple[Path, Path, object, object]:
+def test_a_second_restore_into_a_schema_being_restored_is_refused_and_touches_nothing(
+    tmp_path: Path, pg_dsn: str, schemas: Callable[[], str]
+) -> None:
+    source, target = schemas(), schemas()
+    backup, keyring, a, b = _backup_then_forget(tmp_path, pg_dsn, source)
+    provider = cenotaph.LocalKeyring(keyring)
+    with psycopg.connect(pg_dsn, autocommit=True) as running:  # what a running restore holds
+        running.execute("SELECT pg_advisory_lock(%s)", (restore_key(target),))
+        with pytest.raises(InvalidValueError, match="another restore into this schema is running"):
+            cenotaph.restore(backup, _url(pg_dsn, target), key_provider=provider)
+        assert not _schema_exists(pg_dsn, target)
+    # that one gone (its session ended), the restore runs
+    with cenotaph.restore(backup, _url(pg_dsn, target), key_provider=provider) as restored:
+        assert_gone(restored, a)
+        assert_readable(restored, b)
+
+
+def _backup_then_forget(tmp_path: Path, dsn: str, source: str) -> tuple[Path, Path, Written, Written]:
     keyring = tmp_path / "keyring"
     with cenotaph.open(_url(dsn, source), key_provider=cenotaph.LocalKeyring(keyring)) as store:
         a = populate(store, A, "A", short=3, long=0)
@@ -171,8 +201,8 @@ def test_a_restore_killed_while_loading_leaves_no_schema_and_runs_again(
     assert child.killed, child.stderr
     assert not _schema_exists(pg_dsn, target), "a killed load left a schema behind"
     with cenotaph.restore(backup, url, key_provider=cenotaph.LocalKeyring(keyring)) as restored:
-        assert_gone(restored, a)  # type: ignore[arg-type]
-        assert_readable(restored, b)  # type: ignore[arg-type]
+        assert_gone(restored, a)
+        assert_readable(restored, b)
 
 
 def test_a_restore_killed_before_its_first_commit_is_refused_by_open_then_replaced(
@@ -191,10 +221,10 @@ def test_a_restore_killed_before_its_first_commit_is_refused_by_open_then_replac
     with pytest.raises(StorageError, match="audit chain id is missing"):
         cenotaph.open(url, key_provider=provider)
     with cenotaph.restore(backup, url, key_provider=provider) as restored:
-        assert_gone(restored, a)  # type: ignore[arg-type]
-        assert_readable(restored, b)  # type: ignore[arg-type]
+        assert_gone(restored, a)
+        assert_readable(restored, b)
     with cenotaph.open(url, key_provider=provider) as reopened:
-        assert_gone(reopened, a)  # type: ignore[arg-type]
+        assert_gone(reopened, a)
 
 
 def test_a_backup_is_registered_and_rotation_keeps_its_epoch_until_released(

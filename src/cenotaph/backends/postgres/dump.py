@@ -42,6 +42,8 @@ __all__ = [
     "dump_files",
     "holds_dump",
     "load_dump",
+    "restore_key",
+    "restore_lock",
     "write_dump",
 ]
 
@@ -250,6 +252,23 @@ def _load_table(conn: Connection, schema: str, table: str, columns: Sequence[str
     with open(path, "rb") as data, conn.cursor().copy(query) as copy:
         while chunk := data.read(_CHUNK):
             copy.write(chunk)
+
+
+def restore_key(schema: str) -> int:
+    """The session advisory lock a restore into ``schema`` holds (not the schema's writers' lock)."""
+    return advisory_key(f"{schema}\0restore")
+
+
+@contextlib.contextmanager
+def restore_lock(dsn: str, schema: str) -> Iterator[None]:
+    """Hold, for a whole restore, a session lock on ``schema``'s restores: a second restore
+    into it meanwhile is refused (it would take the first one's loaded copy for a killed
+    restore's, and replace it). The server releases it when the process dies."""
+    with _connection(dsn, schema) as conn:
+        row = conn.execute("SELECT pg_try_advisory_lock(%s)", (restore_key(schema),)).fetchone()
+        if row is None or not row[0]:
+            raise InvalidValueError("another restore into this schema is running; wait for it to finish")
+        yield  # closing the connection releases the lock
 
 
 def drop_schema(dsn: str, schema: str, *, recreate: bool) -> None:
