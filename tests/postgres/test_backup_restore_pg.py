@@ -254,3 +254,25 @@ def test_a_backup_is_registered_and_rotation_keeps_its_epoch_until_released(
         assert request.status().horizon is not None
         kept = store.read(B, "k")  # rewrapped under the new epoch
         assert kept is not None and kept.value == "about b"
+
+
+def test_a_snapshot_replaces_an_earlier_attempt_and_reads_its_epochs_from_its_own_snapshot(
+    tmp_path: Path, pg_dsn: str, schemas: Callable[[], str]
+) -> None:
+    dest = tmp_path / "copy"
+    dest.mkdir()
+    keyring = tmp_path / "keyring"
+    with cenotaph.open(
+        _url(pg_dsn, schemas()), key_provider=cenotaph.LocalKeyring(keyring), auto_purge="off"
+    ) as store:
+        store.write(A, "k", "v")
+        physical = store._backend.physical
+        first = physical.snapshot(dest)
+        store.rotate_keys()  # every live key rewrapped: the next snapshot needs the new epoch only
+        second = physical.snapshot(dest)
+        live = set(store._provider.live_epochs())
+    files = physical.format.snapshot_files(dest)
+    assert sorted(p.name for p in dest.iterdir()) == sorted(f.name for f in files)
+    assert all(f.stat().st_mode & 0o777 == 0o600 for f in files)
+    assert physical.format.holds_snapshot(dest) and not physical.format.holds_snapshot(tmp_path)
+    assert first == {1} and second and second != first and second <= live

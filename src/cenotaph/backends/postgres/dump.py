@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -129,7 +130,7 @@ def write_dump(conn: Connection, schema: str, directory: Path) -> set[int]:
                 sql.SQL(", ").join(map(sql.Identifier, columns)), sql.Identifier(schema, table)
             )
             path = directory / f"{table}{_SUFFIX}"
-            with open(path, "wb") as out, conn.cursor().copy(query) as copy:
+            with open(path, "wb", opener=_private) as out, conn.cursor().copy(query) as copy:
                 for data in copy:
                     out.write(data)
         epochs = _epochs_in_use(conn)
@@ -142,6 +143,10 @@ def write_dump(conn: Connection, schema: str, directory: Path) -> set[int]:
     manifest = {"format": DUMP_FORMAT, "copy": "binary", "schema_version": version, "tables": tables}
     write_atomically(directory / DUMP_MANIFEST, json.dumps(manifest, indent=1).encode())
     return epochs
+
+
+def _private(path: str, flags: int) -> int:
+    return os.open(path, flags, 0o600)
 
 
 def _manifest(src: Path) -> dict[str, Any]:
@@ -208,7 +213,7 @@ def load_dump(dsn: str, schema: str, src: Path) -> tuple[int, bool]:
     with _connection(dsn, schema) as conn:
         conn.execute("BEGIN")
         try:
-            conn.execute("SET LOCAL lock_timeout = 10000")
+            conn.execute(f"SET LOCAL lock_timeout = {PostgresBackend._lock_timeout_ms()}")
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key(schema),))
             state = _state(conn, schema)
             if state == "store":
