@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from .backends import locate, open_backend, ops
+from .backends import is_postgres_url, locate, open_backend, ops
 from .backends.base import Backend, LineageRow, RecordRow, Txn
 from .crypto.aead import derive
 from .crypto.keys import KeyChain
@@ -898,7 +898,8 @@ def restore(
     key_provider: KeyProvider,
     progress: Progress | None = None,
 ) -> Store:
-    """Restore a backup into an empty ``target`` directory with the source store's key provider.
+    """Restore a backup into an empty ``target`` directory with the source store's key provider
+    (a PostgreSQL store's backup into a new or empty schema: ``postgresql://...?schema=NEW``).
 
     Until the copy has committed its own audit chain id and replayed the ledger, ``target`` is
     marked unfinished and :func:`open` refuses it; after a crash, run the same restore again. A
@@ -906,6 +907,10 @@ def restore(
 
     The newest forget ledger is replayed before the restored store serves its first read, then
     purged, so a backup taken before a forget resurrects nothing (S5). Copies no key material.
+
+    A PostgreSQL backup is loaded in one transaction that creates the schema, so a restore
+    killed while loading leaves none; one killed before the restored store's first commit
+    leaves the schema marked, which an open refuses and the same restore run again replaces.
 
     Restore replaces a lost store: the restored store shares the source's keyring, so do not keep
     using both (rotating keys in one destroys epochs the other still needs).
@@ -916,7 +921,10 @@ def restore(
         )
     check_callback(progress, "progress")
     backup = check_path(src, "the backup")
+    if is_postgres_url(target):
+        return _finish_restore(_load_postgres(backup, str(target), key_provider), progress)
     target_path = check_path(target, "the restore target")  # a Path: never read as a URL
+    _refuse_postgres_backup(backup)
     with restoring(backup, target_path):
         # committed in its constructor: its own chain id, the ledger replayed; then it may serve
         store = Store(open_backend(target_path), key_provider, restored=True)
@@ -925,6 +933,49 @@ def restore(
         except BaseException:
             store.close()
             raise
+    return _finish_restore(store, progress)
+
+
+def _load_postgres(backup: Path, url: str, key_provider: KeyProvider) -> Store:
+    """Load a PostgreSQL store's backup into the (new or empty) schema ``url`` names, then open
+    it as :func:`restore` opens a restored copy; a restore refused once loaded drops what it loaded."""
+    place = locate(url)  # refused now if the PostgreSQL driver is missing
+    assert place.url is not None
+    from .backends.postgres import DEFAULT_SCHEMA, split_schema  # the driver is there: locate() checked
+    from .backends.postgres.dump import RestoredBackend, drop_schema, load_dump, restore_lock
+
+    address, named = split_schema(place.url)
+    schema = named or DEFAULT_SCHEMA
+    with restore_lock(address, schema):
+        chain, existed = load_dump(address, schema, backup)
+        try:
+            # its first commit puts the source's chain id back, verifies the copy's log, mints its own
+            store = Store(RestoredBackend(address, schema=schema, chain=chain), key_provider, restored=True)
+            try:
+                store.verify_audit()  # before its first read: an altered copy is removed, not served
+            except BaseException:
+                store.close()
+                raise
+        except BaseException:
+            drop_schema(address, schema, recreate=existed)
+            raise
+    return store
+
+
+def _refuse_postgres_backup(backup: Path) -> None:
+    """A PostgreSQL store's backup (a logical dump) restores into a schema, never a directory."""
+    try:
+        from .backends.postgres.dump import holds_dump
+    except ModuleNotFoundError:  # no driver here: no dump was made by this installation either
+        return
+    if holds_dump(backup):
+        raise InvalidValueError(
+            "the backup is a PostgreSQL store's (a logical dump); restore it into a schema: "
+            "postgresql://...?schema=NEW"
+        )
+
+
+def _finish_restore(store: Store, progress: Progress | None) -> Store:
     try:
         store.purge(progress=progress)
     except BaseException:

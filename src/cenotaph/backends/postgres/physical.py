@@ -25,6 +25,7 @@ from ...model import Layer, LayerState
 from ..base import LayerEntry
 from ..physical import Check, LayerProof, Reclaimed, ScanGap, ScanSources
 from ..sqlite.backend import busy_timeout_ms
+from .dump import dump_files, holds_dump, write_dump
 from .errors import endpoint, translate, translate_connect
 
 if TYPE_CHECKING:
@@ -68,7 +69,8 @@ _SERVER_FILES = ScanGap(
 
 
 class PostgresFormat:
-    """A PostgreSQL store has no data directory: nothing here is a store's file or a snapshot."""
+    """A PostgreSQL store has no data directory: nothing here is a store's file. A snapshot is a
+    directory holding its logical dump (``dump.py``), which restore loads into a new schema."""
 
     restored_files: frozenset[str] = frozenset()
 
@@ -79,13 +81,13 @@ class PostgresFormat:
         return []
 
     def snapshot_files(self, directory: Path) -> list[Path]:
-        return []
+        return dump_files(directory)
 
     def holds_snapshot(self, directory: Path) -> bool:
-        return False
+        return holds_dump(directory)
 
     def install_snapshot(self, src: Path, target: Path) -> None:
-        raise StorageError(_NO_SNAPSHOT)
+        raise StorageError(_NO_DIRECTORY_INSTALL)
 
     def settings_checks(self, directory: Path) -> list[Check]:
         return []
@@ -100,9 +102,9 @@ class PostgresFormat:
         return []
 
 
-_NO_SNAPSHOT = (
-    "cenotaph backup does not copy a PostgreSQL store; back the database up with the server's own "
-    "tools (pg_dump of the store's schema, or base backups)"
+_NO_DIRECTORY_INSTALL = (
+    "a PostgreSQL store's backup is a logical dump, loaded into a schema: restore it to a "
+    "postgresql://...?schema=NEW location, not into a directory"
 )
 POSTGRES_FORMAT = PostgresFormat()
 
@@ -161,7 +163,9 @@ class PostgresPhysical:
         return False  # no file the scan reads is the server's
 
     def snapshot(self, directory: Path) -> set[int]:
-        raise StorageError(_NO_SNAPSHOT)
+        """A logical dump of the store's schema, in one snapshot (``dump.write_dump``)."""
+        schema = self._backend.schema
+        return self._backend._autocommit(lambda conn: write_dump(conn, schema, directory))
 
     def blocked_wait_s(self) -> float:
         return busy_timeout_ms() / 1000
