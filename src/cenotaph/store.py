@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from .backends import is_postgres_url, locate, open_backend, ops
+from .backends import is_postgres_url, locate, open_backend, ops, postgres_dump
 from .backends.base import Backend, LineageRow, RecordRow, Txn
 from .crypto.aead import derive
 from .crypto.keys import KeyChain
@@ -939,25 +939,21 @@ def restore(
 def _load_postgres(backup: Path, url: str, key_provider: KeyProvider) -> Store:
     """Load a PostgreSQL store's backup into the (new or empty) schema ``url`` names, then open
     it as :func:`restore` opens a restored copy; a restore refused once loaded drops what it loaded."""
-    place = locate(url)  # refused now if the PostgreSQL driver is missing
-    assert place.url is not None
-    from .backends.postgres import DEFAULT_SCHEMA, split_schema  # the driver is there: locate() checked
-    from .backends.postgres.dump import RestoredBackend, drop_schema, load_dump, restore_lock
-
-    address, named = split_schema(place.url)
-    schema = named or DEFAULT_SCHEMA
-    with restore_lock(address, schema):
-        chain, existed = load_dump(address, schema, backup)
+    dump = postgres_dump()  # refused now if the PostgreSQL driver is missing
+    address, schema = dump.split_target(url)
+    with dump.restore_lock(address, schema):
+        chain, existed = dump.load_dump(address, schema, backup)
         try:
             # its first commit puts the source's chain id back, verifies the copy's log, mints its own
-            store = Store(RestoredBackend(address, schema=schema, chain=chain), key_provider, restored=True)
+            restored = dump.RestoredBackend(address, schema=schema, chain=chain)
+            store = Store(restored, key_provider, restored=True)
             try:
                 store.verify_audit()  # before its first read: an altered copy is removed, not served
             except BaseException:
                 store.close()
                 raise
         except BaseException:
-            drop_schema(address, schema, recreate=existed)
+            dump.drop_schema(address, schema, recreate=existed)
             raise
     return store
 
@@ -965,10 +961,10 @@ def _load_postgres(backup: Path, url: str, key_provider: KeyProvider) -> Store:
 def _refuse_postgres_backup(backup: Path) -> None:
     """A PostgreSQL store's backup (a logical dump) restores into a schema, never a directory."""
     try:
-        from .backends.postgres.dump import holds_dump
-    except ModuleNotFoundError:  # no driver here: no dump was made by this installation either
+        dump = postgres_dump()
+    except (ModuleNotFoundError, InvalidValueError):  # no driver here: it made no dump either
         return
-    if holds_dump(backup):
+    if dump.holds_dump(backup):
         raise InvalidValueError(
             "the backup is a PostgreSQL store's (a logical dump); restore it into a schema: "
             "postgresql://...?schema=NEW"

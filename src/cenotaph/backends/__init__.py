@@ -43,6 +43,7 @@ __all__ = [
     "locate",
     "looks_like_store",
     "open_backend",
+    "postgres_dump",
 ]
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
@@ -114,6 +115,15 @@ def _postgres() -> ModuleType:
     """``cenotaph.backends.postgres``, imported; refused clearly if absent or missing its driver."""
     try:
         return importlib.import_module(f"{__name__}.postgres")
+    except ModuleNotFoundError as exc:
+        raise _unavailable(exc) from exc
+
+
+def postgres_dump() -> ModuleType:
+    """``backends.postgres.dump`` (a PostgreSQL store's logical backup, and restore's loading of
+    one), imported; refused clearly if the driver is missing."""
+    try:
+        return importlib.import_module(f"{__name__}.postgres.dump")
     except ModuleNotFoundError as exc:
         raise _unavailable(exc) from exc
 

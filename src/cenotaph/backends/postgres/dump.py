@@ -44,6 +44,7 @@ __all__ = [
     "holds_dump",
     "load_dump",
     "restore_key",
+    "split_target",
     "restore_lock",
     "write_dump",
 ]
@@ -257,6 +258,14 @@ def _load_table(conn: Connection, schema: str, table: str, columns: Sequence[str
     with open(path, "rb") as data, conn.cursor().copy(query) as copy:
         while chunk := data.read(_CHUNK):
             copy.write(chunk)
+
+
+def split_target(url: str) -> tuple[str, str]:
+    """A restore target's address (without ``?schema=``) and schema (default ``cenotaph``)."""
+    from . import DEFAULT_SCHEMA, split_schema  # the package imports this module's neighbours
+
+    address, named = split_schema(url)
+    return address, named or DEFAULT_SCHEMA
 
 
 def restore_key(schema: str) -> int:
