@@ -83,8 +83,8 @@ def _pairs_delete_sql(table: str, first: str, second: str, first_type: str) -> s
 
 @cache
 def _unnest_insert_sql(table: str, columns: str, types: tuple[str, ...], tail: str = "") -> str:
-    """One INSERT of many rows: a typed array per column, zipped back into rows by ``unnest``."""
-    arrays = ", ".join(f"%s::{t}[]" for t in types)
+    """One INSERT of many rows: a typed array per column (sent binary), zipped back into rows by ``unnest``."""
+    arrays = ", ".join(f"%b::{t}[]" for t in types)  # binary: text arrays of bytea cost more than a row each
     return f"INSERT INTO {table} ({columns}) SELECT * FROM unnest({arrays}){tail}"
 
 
