@@ -81,6 +81,21 @@ def _pairs_delete_sql(table: str, first: str, second: str, first_type: str) -> s
     )
 
 
+@cache
+def _unnest_insert_sql(table: str, columns: str, types: tuple[str, ...], tail: str = "") -> str:
+    """One INSERT of many rows: a typed array per column (sent binary), zipped back into rows by ``unnest``."""
+    arrays = ", ".join(f"%b::{t}[]" for t in types)  # binary: text arrays of bytea cost more than a row each
+    return f"INSERT INTO {table} ({columns}) SELECT * FROM unnest({arrays}){tail}"
+
+
+_NOTHING = " ON CONFLICT DO NOTHING"
+# the PostgreSQL types of _RECORD_COLS and _LINEAGE_COLS, in their order
+_RECORD_TYPES = ("text", "bytea", "bytea", "bigint", "float8", "bigint", "bytea", "bigint", "bytea", "bytea")
+_LINEAGE_TYPES = (
+    "text", "bytea", "bytea", "bigint", "bytea", "bigint", "bytea", "bytea", "text", "bigint", "bigint"
+)  # fmt: skip
+
+
 def _epochs_in_use(conn: Connection) -> set[int]:
     found: set[int] = set()
     for table, _ in (*_WRAPPED_TABLES, ("probe_keys", "request_id")):
@@ -211,6 +226,16 @@ class PostgresTxn(OpRunner):
         cursor.executemany(sql, listed)
         return cursor.rowcount
 
+    def _insert(
+        self, table: str, columns: str, types: tuple[str, ...], rows: Iterable[Sequence[Any]], tail: str = ""
+    ) -> None:
+        """``rows`` into ``table`` in one statement (none when there are no rows)."""
+        arrays = [list(column) for column in zip(*rows, strict=True)]  # the rows' columns
+        if arrays:
+            if len(arrays) != len(types):
+                raise ValueError(f"{table}: rows of {len(arrays)} columns, {len(types)} types")
+            self._x(_unnest_insert_sql(table, columns, types, tail), arrays)
+
     # -- clock and change marker -----------------------------------------------------
     def marker(self) -> int:
         """The change marker as of this snapshot (see ``marker.OwnCommits``)."""
@@ -274,10 +299,12 @@ class PostgresTxn(OpRunner):
         ]
 
     def insert_tombstones(self, rows: Iterable[tuple[bytes, int, str, str]]) -> None:
-        self._many(
-            "INSERT INTO tombstones (target, version, kind, request_id) VALUES (%s,%s,%s,%s) "
-            "ON CONFLICT DO NOTHING",
+        self._insert(
+            "tombstones",
+            "target, version, kind, request_id",
+            ("bytea", "bigint", "text", "text"),
             rows,
+            _NOTHING,
         )
 
     def insert_lift(self, target: bytes, version: int) -> None:
@@ -325,9 +352,12 @@ class PostgresTxn(OpRunner):
         return {bytes(row[0]): ScopeKeyRow(*row) for row in self._rows(sql, (list(tokens),))}
 
     def insert_scopes(self, rows: Iterable[ScopeKeyRow]) -> None:
-        self._many(
-            "INSERT INTO scopes (token, parent, wrapped, epoch) VALUES (%s,%s,%s,%s) ON CONFLICT DO NOTHING",
+        self._insert(
+            "scopes",
+            "token, parent, wrapped, epoch",
+            ("bytea", "bytea", "bytea", "bigint"),
             ((r.token, r.parent, r.wrapped, r.epoch) for r in rows),
+            _NOTHING,
         )
 
     def subject_rows(self, tokens: Sequence[bytes]) -> dict[bytes, tuple[bytes | None, int | None]]:
@@ -335,9 +365,7 @@ class PostgresTxn(OpRunner):
         return {bytes(t): (w, e) for t, w, e in self._rows(sql, (list(tokens),))}
 
     def insert_subjects(self, rows: Iterable[tuple[bytes, bytes, int]]) -> None:
-        self._many(
-            "INSERT INTO subjects (token, wrapped, epoch) VALUES (%s,%s,%s) ON CONFLICT DO NOTHING", rows
-        )
+        self._insert("subjects", "token, wrapped, epoch", ("bytea", "bytea", "bigint"), rows, _NOTHING)
 
     def replace_scope_key(self, token: bytes, wrapped: bytes, epoch: int) -> None:
         self._x(
@@ -403,25 +431,31 @@ class PostgresTxn(OpRunner):
             yield _record(row)
 
     def insert_records(self, rows: Sequence[RecordRow], lineage: Sequence[LineageRow]) -> None:
-        # one pipeline, one round trip; a RecordRow is a tuple in _RECORD_COLS order
+        # one pipeline, one round trip, one statement a table; a RecordRow is a tuple in _RECORD_COLS
+        # order (expires_at made a float: an array holds one type)
         tokens, subject_ids = _subject_pairs((x.subject_tokens, x.record_id) for x in lineage)
-        derived = [(src, x.record_id) for x in lineage for src in x.sources]
+        records = (
+            r
+            if r.expires_at is None or type(r.expires_at) is float
+            else r._replace(expires_at=float(r.expires_at))
+            for r in rows
+        )
         self._start()
         with self._c.pipeline():
-            self._many(f"INSERT INTO records ({_RECORD_COLS}) VALUES ({','.join(['%s'] * 10)})", rows)
-            self._many(
-                f"INSERT INTO lineage ({_LINEAGE_COLS}) VALUES ({','.join(['%s'] * 11)})",
-                [_lineage_args(x) for x in lineage],
-            )
+            self._insert("records", _RECORD_COLS, _RECORD_TYPES, records)
+            self._insert("lineage", _LINEAGE_COLS, _LINEAGE_TYPES, map(_lineage_args, lineage))
             if tokens:
                 self._x(
                     "INSERT INTO record_subjects (subject_token, record_id) "
                     "SELECT * FROM unnest(%s::bytea[], %s::text[]) ON CONFLICT DO NOTHING",
                     (tokens, subject_ids),
                 )
-            self._many(
-                "INSERT INTO derivations (source_id, derived_id) VALUES (%s,%s) ON CONFLICT DO NOTHING",
-                derived,
+            self._insert(
+                "derivations",
+                "source_id, derived_id",
+                ("text", "text"),
+                ((src, x.record_id) for x in lineage for src in x.sources),
+                _NOTHING,
             )
 
     def store_vectors(self, cells: Sequence[tuple[bytes, str, int]]) -> int:
