@@ -10,7 +10,7 @@ Side effects that must follow a commit are registered with ``Txn.after_commit``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -32,7 +32,9 @@ __all__ = [
     "ScopeKeyRow",
     "Txn",
     "dump_layers",
+    "lineage_values",
     "parse_layers",
+    "run_after_commit",
 ]
 
 T = TypeVar("T")
@@ -63,6 +65,37 @@ class LineageRow(NamedTuple):
     sources: tuple[str, ...]
     destroyed_version: int | None = None
     forgotten_version: int | None = None  # set by any forget (operational too)
+
+
+def lineage_values(row: LineageRow) -> tuple[Any, ...]:
+    """A lineage row's column values in ``LineageRow`` order, as every backend stores them (its
+    sources as a JSON list)."""
+    return (
+        row.record_id,
+        row.scope_token,
+        row.key_token,
+        row.version,
+        row.wrapped,
+        row.epoch,
+        row.subject_tokens,
+        row.subjects,
+        json.dumps(list(row.sources)),
+        row.destroyed_version,
+        row.forgotten_version,
+    )
+
+
+def run_after_commit(actions: Iterable[Callable[[], None]]) -> None:
+    """Run a committed transaction's ``after_commit`` actions: every one runs even if one fails
+    (the commit happened), and the first failure is raised afterwards."""
+    failure: BaseException | None = None
+    for action in actions:
+        try:
+            action()
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, after the others ran
+            failure = failure or exc
+    if failure is not None:
+        raise failure
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ...errors import InvalidValueError, StorageError
+from ..base import run_after_commit
 from ..sqlite.backend import busy_timeout_ms
 from .errors import Endpoint, endpoint, translate, translate_connect
 from .marker import OwnCommits
@@ -243,16 +244,8 @@ class PostgresBackend:
             if marker is not None:
                 self._own.committed(marker)  # its own commit: not a change by someone else
             # still under the lock: no other thread of this process may see the commit before
-            # the caches and marks that depend on it are updated; every action runs even if one
-            # fails (the commit happened), and the first failure is raised afterwards
-            failure: BaseException | None = None
-            for action in txn._after:
-                try:
-                    action()
-                except BaseException as exc:  # noqa: BLE001 - re-raised below, after the others ran
-                    failure = failure or exc
-            if failure is not None:
-                raise failure
+            # the caches and marks that depend on it are updated
+            run_after_commit(txn._after)
 
     def write(self) -> contextlib.AbstractContextManager[PostgresTxn]:
         return self._transaction(write=True)

@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 from psycopg.sql import SQL, Composed
 
-from ..base import ErasureRow, LineageRow, RecordRow, ScopeKeyRow
+from ..base import ErasureRow, LineageRow, RecordRow, ScopeKeyRow, lineage_values
 from ..ops import OpRunner
 from ..sqlite.backend import (
     _ERASURE_COLS,
@@ -102,22 +102,6 @@ def _epochs_in_use(conn: Connection) -> set[int]:
         sql = f"SELECT DISTINCT epoch FROM {table} WHERE epoch IS NOT NULL AND wrapped IS NOT NULL"
         found.update(int(r[0]) for r in conn.execute(sql))  # a destroyed key needs no epoch
     return found
-
-
-def _lineage_args(x: LineageRow) -> tuple[Any, ...]:
-    return (
-        x.record_id,
-        x.scope_token,
-        x.key_token,
-        x.version,
-        x.wrapped,
-        x.epoch,
-        x.subject_tokens,
-        x.subjects,
-        json.dumps(list(x.sources)),
-        x.destroyed_version,
-        x.forgotten_version,
-    )
 
 
 def _subject_pairs(lineage: Iterable[tuple[bytes, str]]) -> tuple[list[bytes], list[str]]:
@@ -443,7 +427,7 @@ class PostgresTxn(OpRunner):
         self._start()
         with self._c.pipeline():
             self._insert("records", _RECORD_COLS, _RECORD_TYPES, records)
-            self._insert("lineage", _LINEAGE_COLS, _LINEAGE_TYPES, map(_lineage_args, lineage))
+            self._insert("lineage", _LINEAGE_COLS, _LINEAGE_TYPES, map(lineage_values, lineage))
             if tokens:
                 self._x(
                     "INSERT INTO record_subjects (subject_token, record_id) "

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import StorageError
-from ..base import ErasureRow, LineageRow, RecordRow, ScopeKeyRow
+from ..base import ErasureRow, LineageRow, RecordRow, ScopeKeyRow, lineage_values, run_after_commit
 from ..ops import OpRunner
 from .errors import busy_error, is_busy, translate
 from .schema import MIGRATIONS, statements
@@ -448,22 +448,7 @@ class SQLiteTxn(OpRunner):
         self._c.executemany(f"INSERT INTO records ({_RECORD_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
         self._c.executemany(
             f"INSERT INTO lineage ({_LINEAGE_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-            [
-                (
-                    x.record_id,
-                    x.scope_token,
-                    x.key_token,
-                    x.version,
-                    x.wrapped,
-                    x.epoch,
-                    x.subject_tokens,
-                    x.subjects,
-                    json.dumps(list(x.sources)),
-                    x.destroyed_version,
-                    x.forgotten_version,
-                )
-                for x in lineage
-            ],
+            [lineage_values(x) for x in lineage],
         )
         self._c.executemany(
             "INSERT OR IGNORE INTO record_subjects VALUES (?,?)",
@@ -1011,16 +996,8 @@ class SQLiteBackend:
                 self._writers.release()
             # still under the lock (and the store's, held around the whole block): no other
             # thread of this process may see the commit before the caches and marks that depend
-            # on it are updated; every action runs even if one
-            # fails (the commit happened), and the first failure is raised afterwards
-            failure: BaseException | None = None
-            for action in txn._after:
-                try:
-                    action()
-                except BaseException as exc:  # noqa: BLE001 - re-raised below, after the others ran
-                    failure = failure or exc
-            if failure is not None:
-                raise failure
+            # on it are updated
+            run_after_commit(txn._after)
 
     def _begin(self, begin: str, deadline: float, timeout_ms: int) -> None:
         """``begin``, waiting for another process's write lock by polling every few milliseconds
