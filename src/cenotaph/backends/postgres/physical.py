@@ -6,7 +6,10 @@ table from its live rows), the server's WAL, which keeps copies for several chec
 every streaming replica, which holds what the primary held until it replays past the erasing
 commit. None of those files is this process's to scan. What carries the erasure there is the
 crypto-shredding: a compliance forget destroys every wrapped key of its records in the same
-transaction as its tombstone, so what the files still hold is ciphertext no key opens. The
+transaction as its tombstone. Those files may still keep the destroyed keys' wrapped form (a dead
+tuple, a WAL record) until vacuum and WAL recycling, and a wrapped key opens with the KEK epoch
+that wrapped it: what ends that is the horizon (the next rotation destroys the epoch), which the
+request reports on its own, as it does for backups. The
 purge proves what it can reach: the rows gone, and (the ``wal`` layer) every configured replica
 replayed past the purge's commit, so no replica still serves a destroyed key or a deleted row.
 """
@@ -62,8 +65,9 @@ _LAYERS = (
 _SERVER_FILES = ScanGap(
     what="the PostgreSQL server's data files and WAL, and every replica's",
     covered_by=(
-        "the erased records' keys, destroyed in the forget's own transaction: what those files "
-        "still hold is ciphertext no key opens"
+        "the erased records' keys, destroyed in the forget's own transaction; until the "
+        "horizon (a rotation destroying the KEK epochs that wrapped them) those files may still "
+        "hold the keys' wrapped form, which that epoch opens"
     ),
 )
 
