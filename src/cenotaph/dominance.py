@@ -68,7 +68,12 @@ class WriteTargets:
         return (*self.prefix_tokens, *self.key_targets, *self.subject_tokens)
 
     def lift_targets(self) -> tuple[bytes, ...]:
-        return (*self.prefix_tokens, self.exact_key_target, *self.subject_tokens)
+        return (*self.general_lift_targets(), *self.subject_tokens)
+
+    def general_lift_targets(self) -> tuple[bytes, ...]:
+        """The lifts that reopen this write from scope and key tombstones: a scope token's of a
+        prefix, or a key token's of its own slot."""
+        return (*self.prefix_tokens, self.exact_key_target)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +112,7 @@ def blocking(
     """The tombstones that refuse a write to ``targets`` without a token: the versions of the
     scope and key ones no lift reaches, and the subject ones by subject token."""
     general = [tombstones[t] for t in (*targets.prefix_tokens, *targets.key_targets) if t in tombstones]
-    lifted = max((lifts.get(t, 0) for t in (*targets.prefix_tokens, targets.exact_key_target)), default=0)
+    lifted = max((lifts.get(t, 0) for t in targets.general_lift_targets()), default=0)
     by_subject = {t: tombstones[t] for t in targets.subject_tokens if t in tombstones}
     return [v for v in general if v > lifted], {t: v for t, v in by_subject.items() if v > lifts.get(t, 0)}
 

@@ -8,8 +8,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -32,6 +31,7 @@ from .erasure.restoring import audited_forgets, check_not_restoring, check_outsi
 from .erasure.sampling import ProbeSampler
 from .erasure.service import ErasureService, Progress
 from .errors import (
+    ForgottenError,
     InvalidValueError,
     KeyProviderError,
     StorageError,
@@ -63,6 +63,7 @@ from .validation import (
     check_callback,
     check_flag,
     check_key,
+    check_owner,
     check_path,
     check_subject,
 )
@@ -338,16 +339,34 @@ class Store:
         for s in sealed:
             self._remember(s.opened, generation)
 
-    def reauthorize(self, scope: str, key: str | None = None, *, subject: str | None = None) -> str:
+    def reauthorize(
+        self,
+        scope: str,
+        key: str | None = None,
+        *,
+        subject: str | None = None,
+        owner: str | None = None,
+        through: int | None = None,
+    ) -> str:
         """A one-time token that lets the next write to a forgotten target land (W1).
 
         ``reauthorize(scope)`` covers the scope's subtree; ``reauthorize(scope, key)`` that key in
         that scope. With ``subject=...`` the token also lifts that subject's tombstone (for every
         record carrying it, as the tombstone covered), and is still accepted only by a write
         inside the scope or key it names: one token reopens a target forgotten both ways.
+
+        ``owner=...`` asks for a token only this owner's forgets allow: it is issued only if
+        every forget the token could lift (every version of every target it covers, for a scope
+        token every forget in or above its subtree) was made with ``forget(..., owner=owner)``;
+        else ForgottenError, and no token exists. ``through``: also refuse if one of them is newer
+        than this version (a forget that came after the caller's write was issued: a stale write
+        is never reopened).
         """
         parsed = Scope.parse(scope)
         subject_token = None if subject is None else self._tokens.subject(check_subject(subject))
+        owner_token = self._owner_token(owner)
+        if through is not None and (type(through) is not int or through < 0):
+            raise InvalidValueError("through must be a version (a non-negative int) or None")
         if key is not None:
             key_token = self._tokens.key(check_key(key))
             kind, target = "key", self._tokens.key_exact(self._tokens.scope(parsed), key_token)
@@ -357,6 +376,8 @@ class Store:
         self._sync()
         with self._backend.write() as txn:
             self._ledger.reconcile_if_changed(txn)  # a token must postdate every logged forget
+            if owner_token is not None:  # under the write lock: no forget lands between check and issue
+                self._check_own_forgets(parsed, key, subject_token, owner_token, through)
             version = max(txn.run(ops.Clock()), self._ledger.view.max_version) + 1
             digest = self._tokens.reauth(token)
             txn.run(ops.InsertReauth(digest, kind, target, version, subject_token))
@@ -364,14 +385,50 @@ class Store:
             self._ledger.grant(digest, kind, target, version, subject_token)  # a row alone is no token
         return token
 
+    def _check_own_forgets(
+        self,
+        scope: Scope,
+        key: str | None,
+        subject: bytes | None,
+        owner: bytes,
+        through: int | None,
+    ) -> None:
+        """Raise unless every forget a token for (``scope``, ``key``, ``subject``) could lift is
+        ``owner``'s and (with ``through``) no newer than ``through``. The ledger decides (S9)."""
+        view = self._ledger.view
+        view.refresh()
+        chain = self._tokens.scope_chain(scope)
+        if key is None:
+            general = view.subtree_forgets(chain, view.lifted(chain))
+        else:
+            targets = WriteTargets.build(self._tokens, scope, key, ())
+            lifted = view.lifted(targets.general_lift_targets())
+            general = view.forget_versions(targets.tombstone_targets(), lifted)
+        named = [] if subject is None else view.forget_versions([subject], view.lifted([subject]))
+        found = [*general, *named]
+        foreign = [v for v, who in found if who != owner]
+        if foreign:
+            raise ForgottenError(
+                f"this target was also forgotten by someone else (the forget at version {max(foreign)}); "
+                "only a reauthorization without an owner (whoever may lift others' forgets) reopens it",
+                max(foreign),
+            )
+        late = [v for v, _ in found if through is not None and v > through]
+        if late:
+            raise ForgottenError(
+                f"the forget at version {max(late)} came after this write was issued; a write racing a "
+                "forget of its own target is refused (re-read and write again)",
+                max(late),
+            )
+
     def forgets_blocking(self, scope: str, key: str) -> builtins.list[int]:
-        """The versions of the forgets that refuse a write of ``key`` in ``scope`` without a
+        """The versions of every forget that refuses a write of ``key`` in ``scope`` without a
         reauthorization token (W1), oldest first; empty if such a write would land.
 
-        Content-free, and the same answer a write would get: the scope and key tombstones no lift
-        reaches, and those of the scope's default subjects. An interface that reauthorizes its
-        caller's own forgets (a token lifts *every* older forget of its target) asks this after
-        taking the token: a forget committed later is newer than the token and refuses anyway.
+        Content-free, and the same answer a write would get: every forget of the scope and key
+        targets (each version, not only the newest of a target) that no lift reaches, and those
+        of the scope's default subjects. To reopen only one's own forgets, ask for the token
+        with ``reauthorize(..., owner=...)``, which checks the owner of each.
         """
         parsed = Scope.parse(scope)
         targets = WriteTargets.build(
@@ -384,9 +441,26 @@ class Store:
         view = self._ledger.view
         view.refresh()
         tombstones = view.tombstone_versions(targets.tombstone_targets())
-        lifts = view.lift_versions(targets.lift_targets()) if tombstones else {}
+        if not tombstones:
+            return []
+        lifts = view.lift_versions(targets.lift_targets())
         general, subjects = blocking(targets, tombstones, lifts)
-        return sorted({*general, *subjects.values()})
+        if not general and not subjects:
+            return []
+        lifted = view.lifted(targets.general_lift_targets())
+        found = {v for v, _ in view.forget_versions((*targets.prefix_tokens, *targets.key_targets), lifted)}
+        for token in subjects:
+            found.update(v for v, _ in view.forget_versions([token], lifts.get(token, 0)))
+        return sorted(found)
+
+    def known_version(self) -> int:
+        """The newest version this store's ledger knows (forgets, tokens, lifts): every forget that
+        returned before this call, in any process, is at or below it. Pass it as ``through`` to
+        :meth:`reauthorize` for a write issued now."""
+        self._check_open()
+        view = self._ledger.view
+        view.refresh()
+        return view.max_version
 
     def service_key(self, purpose: str) -> bytes:
         """A 32-byte key for ``purpose``, derived from the key provider's erasure secret: for what
@@ -597,16 +671,12 @@ class Store:
         }
 
     # -- sessions ------------------------------------------------------------------------
-    @contextmanager
-    def session(self, scope: str) -> Iterator[StoreSession]:
-        """A session whose writes record everything it read as ``derived_from`` (W6); it refuses
-        every call once the ``with`` block has left."""
+    def session(self, scope: str, *, owner: str | None = None) -> StoreSession:
+        """A session whose writes record everything it read as ``derived_from`` (W6); with an
+        ``owner``, its forgets are that owner's and its writes may re-create what they forgot
+        (see :class:`StoreSession`). Use it as a context manager (or ``close()`` it)."""
         self._check_open()
-        session = StoreSession(self, Scope.parse(scope))
-        try:
-            yield session
-        finally:
-            session.close()
+        return StoreSession(self, Scope.parse(scope), owner=owner)
 
     # -- forgetting ----------------------------------------------------------------------
     def forget(
@@ -616,23 +686,45 @@ class Store:
         *,
         mode: str = "compliance",
         include_ancestors: bool = False,
+        exact: bool = False,
         reason: str | None = None,
+        owner: str | None = None,
     ) -> ErasureRequest:
-        """Forget ``key`` in ``scope`` and every descendant, or (``key=None``) the whole subtree."""
+        """Forget ``key`` in ``scope`` and every descendant, or (``key=None``) the whole subtree.
+
+        ``exact=True`` forgets ``key`` in ``scope`` alone (the slot: no descendant, and an
+        ancestor's copy is neither touched nor in the way); afterwards
+        ``read(scope, key, fallthrough=False)`` finds nothing. ``owner`` names who forgets (an
+        API key, a connection, an adapter): ``reauthorize(..., owner=...)`` reopens only forgets
+        made by that owner. The ledger keeps it as a token, never the name."""
         parsed = Scope.parse(scope)
         if key is not None:
             check_key(key)
         if mode not in tuple(Mode):
             raise InvalidValueError("mode must be 'compliance' or 'operational'")
         check_flag(include_ancestors, "include_ancestors")
+        if check_flag(exact, "exact") and (key is None or include_ancestors):
+            raise InvalidValueError(
+                "exact=True forgets one key in one scope: give a key, and leave include_ancestors False"
+            )
         self._check_reason(reason)
-        return self._forget(self._planner.scope_or_key(parsed, key, mode, include_ancestors))
+        target = self._planner.scope_or_key(
+            parsed, key, mode, include_ancestors, exact=exact, owner=self._owner_token(owner)
+        )
+        return self._forget(target)
 
-    def forget_subject(self, subject: str, *, reason: str | None = None) -> ErasureRequest:
+    def forget_subject(
+        self, subject: str, *, reason: str | None = None, owner: str | None = None
+    ) -> ErasureRequest:
         """Compliance-forget everything about a subject, including records derived from it."""
         check_subject(subject)
         self._check_reason(reason)
-        return self._forget(self._planner.subject(self._tokens.subject(subject)))
+        owner_token = self._owner_token(owner)
+        return self._forget(self._planner.subject(self._tokens.subject(subject), owner_token))
+
+    def _owner_token(self, owner: object) -> bytes | None:
+        name = check_owner(owner)
+        return None if name is None else self._tokens.owner(name)
 
     @staticmethod
     def _check_reason(reason: object) -> None:

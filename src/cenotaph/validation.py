@@ -21,6 +21,7 @@ from .jsoncodec import compact_encoder
 __all__ = [
     "MAX_KEY_LENGTH",
     "MAX_METADATA_BYTES",
+    "MAX_OWNER_LENGTH",
     "MAX_SUBJECTS",
     "MAX_SUBJECT_LENGTH",
     "MAX_VALUE_BYTES",
@@ -29,6 +30,7 @@ __all__ = [
     "check_callback",
     "check_flag",
     "check_metadata",
+    "check_owner",
     "check_path",
     "check_reauthorization",
     "check_token_text",
@@ -134,6 +136,21 @@ def check_subject(subject: object) -> str:
     text = exact_str(subject) if isinstance(subject, str) else None
     if text is None or not 1 <= len(text) <= MAX_SUBJECT_LENGTH or not text.isprintable():
         raise InvalidValueError(f"a subject must be a string of 1..{MAX_SUBJECT_LENGTH} printable characters")
+    return text
+
+
+MAX_OWNER_LENGTH = 200
+
+
+def check_owner(owner: object) -> str | None:
+    """A forget's owner: None (nobody in particular) or a name of 1..200 printable characters."""
+    if owner is None:
+        return None
+    text = exact_str(owner) if isinstance(owner, str) else None
+    if text is None or not 1 <= len(text) <= MAX_OWNER_LENGTH or not text.isprintable():
+        raise InvalidValueError(
+            f"owner must be None or a string of 1..{MAX_OWNER_LENGTH} printable characters naming who forgets"
+        )
     return text
 
 

@@ -1,7 +1,9 @@
-"""Who may lift a forget over HTTP: an agent key only the forgets its own key made (one key at a
-time), an operator key any forget inside its prefix. Attacks: an agent lifting an operator's
-forget, another agent key's forget, a library forget, a subject erasure, a whole scope; a token
-for its own forget spent on another target; the same through the remote client."""
+"""Who may lift a forget over HTTP: an agent key only the forgets its own key made (a key, or a
+whole scope when every forget in and above it is its own), an operator key any forget inside its
+prefix. Attacks: an agent lifting an operator's forget, another agent key's forget, a library
+forget, a subject erasure, an operator's forget it forgot again, one deep inside or above a scope
+it forgot; a token for its own forget spent on another target; the same through the remote
+client."""
 
 from __future__ import annotations
 
@@ -103,10 +105,47 @@ def test_an_agent_cannot_lift_its_own_forget_once_an_operator_forgot_too(
     _refused(_reauthorize(api, tenant.agent, tenant.alice, "diet"))
 
 
-def test_an_agent_may_not_reauthorize_a_whole_scope_or_a_subject(api: httpx.Client, tenant: Tenant) -> None:
+def test_an_agent_cannot_lift_an_operators_forget_by_forgetting_it_again(
+    api: httpx.Client, tenant: Tenant
+) -> None:
+    """Re-forgetting a target someone else forgot makes the newest forget the agent's; the older
+    one still blocks, and it is not the agent's to lift."""
     assert _write(api, tenant.agent, tenant.alice, "diet").status_code == 201
-    _forget(api, tenant.agent, tenant.alice)  # even its own scope forget
+    _forget(api, tenant.operator, tenant.alice, "diet")
+    _forget(api, tenant.agent, tenant.alice, "diet")  # the same target again, by the agent
+    _refused(_reauthorize(api, tenant.agent, tenant.alice, "diet"))
+    _forget(api, tenant.agent, tenant.alice)  # and the whole scope above it
     _refused(_reauthorize(api, tenant.agent, tenant.alice))
+    assert _write(api, tenant.agent, tenant.alice, "diet").status_code == 409
+
+
+def test_an_agent_reauthorizes_a_whole_scope_only_it_forgot(api: httpx.Client, tenant: Tenant) -> None:
+    session = f"{tenant.alice}/session:s1"
+    for key in ("a", "b"):
+        assert _write(api, tenant.agent, session, key).status_code == 201
+    _forget(api, tenant.agent, session)
+    r = _reauthorize(api, tenant.agent, session)
+    assert r.status_code == 201, r.text
+    assert (
+        _write(api, tenant.agent, f"{session}/doc:d", "c", reauthorization=r.json()["token"]).status_code
+        == 201
+    )
+    assert _write(api, tenant.agent, session, "a").status_code == 201  # the subtree's lift holds
+    # an operator's forget of one key deep inside the subtree makes the scope token the operator's
+    _forget(api, tenant.agent, session)
+    _forget(api, tenant.operator, f"{session}/doc:d", "c")
+    _refused(_reauthorize(api, tenant.agent, session))
+    assert (
+        _reauthorize(api, tenant.agent, f"{session}/doc:e").status_code == 201
+    )  # beside it: only the agent's
+    # and one of the scope above it as well
+    _forget(api, tenant.operator, tenant.alice, "a")
+    _refused(_reauthorize(api, tenant.agent, f"{session}/doc:e"))
+
+
+def test_an_agent_may_not_reauthorize_a_subject(api: httpx.Client, tenant: Tenant) -> None:
+    assert _write(api, tenant.agent, tenant.alice, "diet").status_code == 201
+    _forget(api, tenant.agent, tenant.alice)
     h = {"Authorization": f"Bearer {tenant.agent}"}
     body = {"scope": tenant.alice, "key": "diet", "subject": tenant.alice}
     _refused(api.post("/v1/reauthorizations", json=body, headers=h))
@@ -133,25 +172,6 @@ def test_a_token_for_its_own_forget_does_not_open_an_operators(api: httpx.Client
     # an operator forget after the token was issued refuses the token's write
     _forget(api, tenant.operator, tenant.alice, "mine")
     assert _write(api, tenant.agent, tenant.alice, "mine", reauthorization=token).status_code == 409
-
-
-def test_forgets_recorded_before_versions_were_kept_still_count(
-    api: httpx.Client, tenant: Tenant, world: World
-) -> None:
-    """An owner line written without its forget's version (an older server) learns it from the
-    store's request: the agent still lifts its own forget, and still not the operator's."""
-    assert _write(api, tenant.agent, tenant.alice, "old").status_code == 201
-    agent_id = world.keys.authenticate(tenant.agent).id  # type: ignore[union-attr]
-    operator_id = world.keys.authenticate(tenant.operator).id  # type: ignore[union-attr]
-    mine = world.store.forget(tenant.alice, "old", mode="operational")
-    theirs = world.store.forget(tenant.alice, "older", mode="operational")
-    owners = world.keys.path / "owners.jsonl"
-    with owners.open("a") as handle:
-        for request, key_id in ((mine, agent_id), (theirs, operator_id)):
-            mac = world.keys.mac("owner", f"erasure\0{request.id}\0{key_id}".encode())
-            handle.write(json.dumps({"kind": "erasure", "id": request.id, "key": key_id, "mac": mac}) + "\n")
-    assert _reauthorize(api, tenant.agent, tenant.alice, "old").status_code == 201
-    _refused(_reauthorize(api, tenant.agent, tenant.alice, "older"))
 
 
 def test_a_planted_owner_line_lifts_nothing(api: httpx.Client, tenant: Tenant, world: World) -> None:

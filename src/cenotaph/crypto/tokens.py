@@ -54,6 +54,11 @@ class TokenMaker:
         """Target of a key tombstone covering ``key`` in exactly one scope (include_ancestors)."""
         return self._cached(b"key-exact", scope_token + key_token)
 
+    def owner(self, owner: str) -> bytes:
+        """Token of a forget's owner (an API key, an MCP connection, an adapter): the ledger
+        records who made each forget without naming them."""
+        return self._cached(b"owner", owner.encode())
+
     def reauth(self, secret_token: str) -> bytes:
         """What the database stores of a one-time reauthorization token (never the token)."""
         return self._mac(b"reauth", secret_token.encode())

@@ -5,6 +5,10 @@ hidden marks, plant lifts or reauthorization rows and edit request states. None 
 decides anything any more: :class:`LedgerView` holds, in memory, what the ledger says --
 
 - ``tombstones``: target token -> newest forget version (every forget's plan),
+- ``forgets``: target token -> every forget of it, ``(version, owner token)``, oldest first: a
+  newer forget of a target never hides an older one (whose owner may differ),
+- ``anchored``: scope token -> every key or scope forget whose scope is that scope or lies below
+  it (:class:`Anchored`), for the forgets a subtree's reauthorization would reopen,
 - ``forgotten``: record id -> version of the first forget that hid or destroyed it,
 - ``destroyed``: record id -> version of the compliance forget that destroyed its keys,
 - ``lifts``: target token -> newest lift version (a reauthorization token's use),
@@ -25,12 +29,24 @@ from typing import Any
 from ..crypto.provider import KeyProvider
 from ..model import Mode
 
-__all__ = ["FORGET_KIND", "GRANT_KIND", "IMPORT_KIND", "LIFT_KIND", "Grant", "LedgerView"]
+__all__ = ["FORGET_KIND", "GRANT_KIND", "IMPORT_KIND", "LIFT_KIND", "Anchored", "Grant", "LedgerView"]
 
 FORGET_KIND = "forget"
 GRANT_KIND = "reauth"  # a reauthorization token was issued
 LIFT_KIND = "lift"  # a token was used: what it lifted, at which version
 IMPORT_KIND = "cache-import"  # once per keyring: the lifts and tokens of a store from before S9
+
+
+@dataclass(frozen=True, slots=True)
+class Anchored:
+    """A key or scope forget as seen from one scope of its chain: ``here`` when it is that
+    scope's own forget (a scope forget, or a key forget of its subtree or slot)."""
+
+    version: int
+    owner: bytes | None
+    here: bool
+    kind: str  # the plan's target kind: "key" | "scope"
+    exact: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +69,8 @@ class LedgerView:
 
     def _reset(self) -> None:
         self.tombstones: dict[bytes, int] = {}
+        self.forgets: dict[bytes, list[tuple[int, bytes | None]]] = {}
+        self.anchored: dict[bytes, list[Anchored]] = {}
         self.forgotten: dict[str, int] = {}
         self.destroyed: dict[str, int] = {}
         self.lifts: dict[bytes, int] = {}
@@ -120,9 +138,18 @@ class LedgerView:
             return
         self.plans[plan["request_id"]] = plan
         version = int(plan["version"])
+        owner = None if plan.get("owner") is None else bytes.fromhex(plan["owner"])
         for target, _ in plan["tombstones"]:
             token = bytes.fromhex(target)
             self.tombstones[token] = max(self.tombstones.get(token, 0), version)
+            self.forgets.setdefault(token, []).append((version, owner))
+        chain = [bytes.fromhex(t) for t in plan.get("chain", [])]
+        for depth, token in enumerate(chain, 1):
+            self.anchored.setdefault(token, []).append(
+                Anchored(
+                    version, owner, depth == len(chain), str(plan["target_kind"]), plan.get("exact") is True
+                )
+            )
         for record_id in plan["hide"]:
             self.forgotten.setdefault(record_id, version)
         if plan["mode"] == Mode.COMPLIANCE:
@@ -163,3 +190,33 @@ class LedgerView:
     def lift_versions(self, targets: Sequence[bytes]) -> dict[bytes, int]:
         found = self.lifts
         return {t: found[t] for t in targets if t in found}
+
+    def lifted(self, targets: Sequence[bytes]) -> int:
+        """The newest lift of any of ``targets`` (0: none): forgets older than it are lifted."""
+        found = self.lifts
+        return max((found[t] for t in targets if t in found), default=0)
+
+    def forget_versions(self, targets: Sequence[bytes], after: int = 0) -> list[tuple[int, bytes | None]]:
+        """Every forget of ``targets`` newer than ``after``, ``(version, owner)``, oldest first."""
+        found = self.forgets
+        return sorted({f for t in targets if t in found for f in found[t] if f[0] > after}, key=_version)
+
+    def subtree_forgets(self, chain: Sequence[bytes], after: int = 0) -> list[tuple[int, bytes | None]]:
+        """Every forget newer than ``after`` that a write somewhere in the subtree of the scope
+        whose prefix tokens are ``chain`` (root first) could meet: the key and scope forgets of
+        that scope and below it, and the scope forgets and key-subtree forgets of its ancestors.
+        (A forget of one ancestor slot reaches no scope below it.)"""
+        if not chain:
+            return []
+        found = [(a.version, a.owner) for a in self.anchored.get(chain[-1], ()) if a.version > after]
+        for token in chain[:-1]:
+            found += [
+                (a.version, a.owner)
+                for a in self.anchored.get(token, ())
+                if a.here and not a.exact and a.version > after
+            ]
+        return sorted(set(found), key=_version)
+
+
+def _version(forget: tuple[int, bytes | None]) -> int:
+    return forget[0]

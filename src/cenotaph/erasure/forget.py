@@ -42,6 +42,13 @@ class ForgetPlan:
     epochs: list[int] = field(default_factory=list)  # KEK epochs live at forget time (S5 horizon)
     # a key forget's (scope token, key token): its target can be enumerated again (erasure.plan.sweep)
     key_slot: tuple[bytes, bytes] | None = None
+    # a key forget of that one slot only (no descendant scope): its tombstone is key-exact
+    exact: bool = False
+    # who made it (an owner token, see TokenMaker.owner), and the tokens of the forgotten scope's
+    # prefixes, root first: what lets a reauthorization for an owner find every forget inside
+    # or above the scope it would reopen (LedgerView.foreign_blockers)
+    owner: bytes | None = None
+    chain: list[bytes] = field(default_factory=list)
     # also destroy the scope and subject keys only these records use (erasure.unshared): found
     # again wherever the plan is applied, never listed (a list of tokens would name them)
     unshared: bool = False
@@ -102,6 +109,12 @@ class ForgetPlan:
         }
         if self.key_slot is not None:
             entry["key_slot"] = [self.key_slot[0].hex(), self.key_slot[1].hex()]
+        if self.exact:
+            entry["exact"] = True
+        if self.owner is not None:
+            entry["owner"] = self.owner.hex()
+        if self.chain:
+            entry["chain"] = [t.hex() for t in self.chain]
         return entry
 
     @classmethod
@@ -122,6 +135,9 @@ class ForgetPlan:
             epochs=[int(e) for e in entry.get("epochs", [])],
             key_slot=None if slot is None else (bytes.fromhex(slot[0]), bytes.fromhex(slot[1])),
             unshared=entry.get("unshared") is True,
+            exact=entry.get("exact") is True,
+            owner=None if entry.get("owner") is None else bytes.fromhex(entry["owner"]),
+            chain=[bytes.fromhex(t) for t in entry.get("chain", [])],
         )
 
 

@@ -66,6 +66,8 @@ class ForgetTarget:
     scope: Scope | None = None
     key_token: bytes | None = None
     include_ancestors: bool = False
+    exact: bool = False  # a key in that one scope only, not its descendants (the slot)
+    owner: bytes | None = None  # who forgets (an owner token), recorded in the plan
 
     @property
     def compliance(self) -> bool:
@@ -91,8 +93,18 @@ class ForgetPlanner:
         self._tokens = tokens
 
     # -- targets ---------------------------------------------------------------------
-    def scope_or_key(self, scope: Scope, key: str | None, mode: str, include_ancestors: bool) -> ForgetTarget:
-        """Forget ``key`` in ``scope``'s subtree, or (``key=None``) the whole subtree."""
+    def scope_or_key(
+        self,
+        scope: Scope,
+        key: str | None,
+        mode: str,
+        include_ancestors: bool,
+        *,
+        exact: bool = False,
+        owner: bytes | None = None,
+    ) -> ForgetTarget:
+        """Forget ``key`` in ``scope``'s subtree (``exact``: in ``scope`` only), or
+        (``key=None``) the whole subtree."""
         return ForgetTarget(
             "scope" if key is None else "key",
             mode,
@@ -100,11 +112,13 @@ class ForgetPlanner:
             scope,
             None if key is None else self._tokens.key(key),
             include_ancestors,
+            exact,
+            owner,
         )
 
-    def subject(self, token: bytes) -> ForgetTarget:
+    def subject(self, token: bytes, owner: bytes | None = None) -> ForgetTarget:
         """Compliance-forget every record carrying the subject, and everything derived from them."""
-        return ForgetTarget("subject", Mode.COMPLIANCE, token)
+        return ForgetTarget("subject", Mode.COMPLIANCE, token, owner=owner)
 
     # -- step 1: outside the write lock ------------------------------------------------
     def survey(self, reading: Reading, target: ForgetTarget) -> Survey:
@@ -125,6 +139,9 @@ class ForgetPlanner:
     ) -> ForgetPlan:
         """The complete plan: ``survey`` plus what was written since, under this transaction's lock."""
         plan = ForgetPlan(request_id, target.mode, target.kind, target.token, version, _now_iso())
+        plan.owner = target.owner
+        if target.scope is not None:
+            plan.chain = list(self._tokens.scope_chain(target.scope))
         ids = set(survey.hide) | set(survey.destroy)
         if target.kind == "subject":
             plan.tombstones.append((target.token, "subject"))
@@ -135,6 +152,12 @@ class ForgetPlanner:
             # the subtree's scope keys (and subjects only its records carry) are found again from
             # the target where the plan is applied: listing them would name every scope in it
             plan.unshared = target.compliance
+        elif target.exact:  # the one slot: what a read of it without fall-through would find
+            assert target.key_token is not None
+            plan.target = self._tokens.key_exact(target.token, target.key_token)
+            plan.key_slot = (target.token, target.key_token)
+            plan.exact = True
+            plan.tombstones.append((plan.target, "key-exact"))
         else:
             assert target.scope is not None and target.key_token is not None
             plan.target = self._tokens.key_subtree(target.token, target.key_token)
@@ -178,7 +201,7 @@ def _unforgotten(txn: Txn, target: ForgetTarget, before: int) -> list[str]:
     """Records of ``target`` written before ``before`` that no forget of this mode covered yet."""
     if target.kind == "subject":
         return txn.run(ops.UnforgottenForSubject(target.token, before, compliance=True))
-    subtree = txn.run(ops.SubtreeTokens(target.token))
+    subtree = [target.token] if target.exact else txn.run(ops.SubtreeTokens(target.token))
     return txn.run(ops.UnforgottenInScopes(subtree, target.key_token, before, compliance=target.compliance))
 
 
@@ -187,9 +210,12 @@ def _caught_up(txn: Txn, target: ForgetTarget, rows: Sequence[LineageRow], plann
     compliance forget, those derived from a planned one (sources precede what derives from them)."""
     if not rows:
         return []
-    inside = (
-        _in_subtree(txn, {r.scope_token for r in rows}, target.token) if target.kind != "subject" else set()
-    )
+    if target.kind == "subject":
+        inside: set[bytes] = set()
+    elif target.exact:
+        inside = {target.token}
+    else:
+        inside = _in_subtree(txn, {r.scope_token for r in rows}, target.token)
     found: list[str] = []
     known = set(planned)
     for row in rows:
@@ -245,7 +271,9 @@ def sweep(txn: Txn, plan: ForgetPlan) -> list[str]:
     if plan.target_kind == "key":
         if plan.key_slot is None:  # ledgered before plans named it: its records are all listed
             return []
-        target = ForgetTarget("key", plan.mode, plan.key_slot[0], key_token=plan.key_slot[1])
+        target = ForgetTarget(
+            "key", plan.mode, plan.key_slot[0], key_token=plan.key_slot[1], exact=plan.exact
+        )
     else:
         target = ForgetTarget(plan.target_kind, plan.mode, plan.target)
     found = _unforgotten(txn, target, plan.version)

@@ -20,8 +20,15 @@ __all__ = [
     "erasures_for",
     "export_for",
     "forget_subject_for",
+    "owner_of",
     "visible_erasure",
 ]
+
+
+def owner_of(key: ApiKey) -> str:
+    """The owner the store records for a forget made with ``key`` (``reauthorize(owner=...)``
+    then reopens only that key's forgets)."""
+    return "api-key:" + key.id
 
 
 def accept_erasure(svc: Service, key: ApiKey, handle: ErasureRequest) -> None:
@@ -35,7 +42,7 @@ def forget_subject_for(svc: Service, key: ApiKey, subject: str) -> ErasureReques
     is revoked and keeps no trace of it (the caller's own key too, if it is bound to exactly
     that subject: follow such a request with a key bound above it)."""
     checked = subject_inside(key, subject)
-    handle = svc.store.forget_subject(checked)
+    handle = svc.store.forget_subject(checked, owner=owner_of(key))
     accept_erasure(svc, key, handle)
     svc.keys.erase_subject(checked)
     return handle

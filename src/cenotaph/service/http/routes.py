@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
 
-from ...errors import ScopeClosureError
+from ...errors import ForgottenError, ScopeClosureError
 from ...model import ErasureRequest, Record
 from ...scope import Scope
 from ...session import StoreSession
@@ -29,6 +29,7 @@ from .operations import (
     erasures_for,
     export_for,
     forget_subject_for,
+    owner_of,
     visible_erasure,
 )
 from .problems import ApiError, NotVisible
@@ -286,7 +287,11 @@ def forget(body: s.ForgetIn, svc: SvcDep, key: Agent, request: Request, response
                 raise ScopeClosureError(OUTSIDE_ANCESTOR, [])
     try:
         handle = svc.store.forget(
-            parsed.path, body.key, mode=body.mode, include_ancestors=body.include_ancestors
+            parsed.path,
+            body.key,
+            mode=body.mode,
+            include_ancestors=body.include_ancestors,
+            owner=owner_of(key),
         )
     except ScopeClosureError as exc:
         mine = [a for a in exc.ancestors if key.covers(Scope.parse(a))]
@@ -322,31 +327,22 @@ def forget_subject(
 )
 def reauthorize(body: s.ReauthorizeIn, svc: SvcDep, key: Agent) -> dict[str, Any]:
     """A one-time token that lets the next write to a forgotten target land. An operator key
-    lifts any forget inside its prefix; an agent key only a key (``key``) that it forgot itself
-    (every forget blocking that key's write made by this very API key), never a whole scope or a
-    subject's erasure: those need an operator key (403)."""
+    lifts any forget inside its prefix; an agent key only forgets its own key made -- every forget
+    the token could lift (each version of a key's target; for a whole scope, every forget in or
+    above its subtree) made by this very API key -- and never a subject's erasure (403)."""
     parsed = inside(key, body.scope)
     if key.role == Role.OPERATOR:
         subject = None if body.subject is None else subject_inside(key, body.subject)
         return {"token": svc.store.reauthorize(parsed.path, body.key, subject=subject)}
     if body.subject is not None:
         raise ApiError(403, "forbidden", AGENT_LIFTS_SUBJECT)
-    if body.key is None:
-        raise ApiError(403, "forbidden", AGENT_LIFTS_SCOPE)
-    # the token first, then the forgets it would lift: every forget older than the token is seen
-    # here, and one committed after it is newer than the token and refuses its write anyway
-    token = svc.store.reauthorize(parsed.path, body.key)
-    blocking = svc.store.forgets_blocking(parsed.path, body.key)
-    if any(svc.owners.forget_owner(version) != key.id for version in blocking):
-        raise ApiError(403, "forbidden", AGENT_LIFTS_OTHERS)  # the token is never shown: unusable
-    return {"token": token}
+    try:
+        return {"token": svc.store.reauthorize(parsed.path, body.key, owner=owner_of(key))}
+    except ForgottenError:
+        raise ApiError(403, "forbidden", AGENT_LIFTS_OTHERS) from None
 
 
 AGENT_LIFTS_SUBJECT = "lifting a subject's erasure needs an operator key; an agent key may not do it"
-AGENT_LIFTS_SCOPE = (
-    "an agent key may reauthorize only a key it forgot itself (send 'key'); reauthorizing a whole "
-    "scope needs an operator key"
-)
 AGENT_LIFTS_OTHERS = (
     "this target was forgotten by an operator or another API key; an agent key may lift only its "
     "own forgets: an operator key is needed to reauthorize it"

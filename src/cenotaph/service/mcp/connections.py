@@ -2,9 +2,9 @@
 
 What the agent reads through a connection joins that connection's read set, and everything it
 writes afterwards records the read set as ``derived_from``: a summary written from a note dies
-with the note (W3), and a summary written after the note was forgotten is refused. A connection
-also remembers its own forgets, so a write issued after one of them returned may re-open exactly
-what it forgot (see ``memory.MemoryTools.write``).
+with the note (W3), and a summary written after the note was forgotten is refused. The
+connection's forgets are its session's owner's, so a write issued after one of them returned may
+re-open exactly what it forgot (both rules are the store session's: ``cenotaph.session``).
 
 What a connection is depends on the transport: a stdio process or an in-memory client is one
 connection; over streamable HTTP a legacy session (``Mcp-Session-Id``) is one, and the
@@ -15,77 +15,38 @@ set. That taints more than a true connection would, never less.
 
 from __future__ import annotations
 
-import contextlib
+import secrets
 import threading
 import time
-from collections.abc import Hashable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Hashable, Mapping
 
 from cenotaph.errors import InvalidValueError
-from cenotaph.model import Record
-from cenotaph.scope import Scope
 from cenotaph.session import StoreSession
 from cenotaph.store import Store
 
 from ..apikeys import ApiKey
 from .confinement import Confinement
 
-__all__ = ["AgentConnection", "ConnectionRegistry", "OwnForget", "STREAM"]
+__all__ = ["AgentConnection", "ConnectionRegistry", "STREAM"]
 
 STREAM = "stream"  # the identity of the one connection of a stdio or in-memory stream
 SESSION_HEADER = "mcp-session-id"
 
 
-@dataclass(frozen=True, slots=True)
-class OwnForget:
-    """A forget this connection issued: at ``version``, of ``key`` (None: the whole scope)."""
-
-    version: int
-    scope: Scope
-    key: str | None
-
-    def covers(self, scope: Scope, key: str) -> bool:
-        return scope.is_within(self.scope) and (self.key is None or self.key == key)
-
-
 class AgentConnection:
-    """The state of one MCP connection: what it may reach, its store session, its forgets."""
+    """The state of one MCP connection: what it may reach and its store session, whose owner is
+    this connection alone (its forgets are the ones its writes may re-open)."""
 
     def __init__(self, store: Store, reach: Confinement) -> None:
         self.store = store
         self.reach = reach
-        self._exit = contextlib.ExitStack()
-        self.session: StoreSession = self._exit.enter_context(store.session(reach.scope.path))
-        self._slots: dict[str, tuple[str, str]] = {}  # id of each record read -> (scope, key)
-        self._forgets: list[OwnForget] = []
-        self._lock = threading.Lock()
+        self.session: StoreSession = store.session(
+            reach.scope.path, owner="mcp-connection:" + secrets.token_hex(16)
+        )
         self.last_used = time.monotonic()
 
-    def read(self, records: Iterable[Record]) -> None:
-        """Records the session returned to the agent (the session already tainted itself)."""
-        with self._lock:
-            for record in records:
-                self._slots[record.id] = (record.scope, record.key)
-
-    def forgot(self, forget: OwnForget) -> None:
-        with self._lock:
-            self._forgets.append(forget)
-
-    def forgets(self) -> tuple[OwnForget, ...]:
-        """The forgets this connection issued that have returned so far."""
-        with self._lock:
-            return tuple(self._forgets)
-
-    def derived_from(self, explicit: Iterable[str], *, replacing: tuple[str, str] | None = None) -> list[str]:
-        """What a write records as its sources: everything read so far, then ``explicit``. With
-        ``replacing`` (a slot this connection itself forgot and now writes again), the copies of
-        that slot it read are left out: the new value replaces them rather than derives from them."""
-        with self._lock:
-            read = [i for i in self.session.read_set if replacing is None or self._slots.get(i) != replacing]
-        return list(dict.fromkeys([*read, *explicit]))
-
     def close(self) -> None:
-        self._exit.close()
+        self.session.close()
 
 
 class ConnectionRegistry:

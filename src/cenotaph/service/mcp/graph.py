@@ -12,9 +12,10 @@ at once lose nothing, and a delete is a compliance forget:
   (those that exist), so forgetting either entity forgets the relation in the same transaction
   (W3). A relation naming an entity that did not exist when it was written is forgotten by its
   own key when that entity is deleted.
-- ``home/kg:deletes``, key ``v<version>``, value ``{request_id}``: which forgets this graph made
-  (no names). Creating again what the graph itself deleted takes a reauthorization token; a
-  forget made outside the graph (an operator's, another agent's, a subject erasure) is refused.
+- every delete is a forget with the graph as its owner (``knowledge-graph:<home>``, kept by the
+  store as a token). Creating again what the graph itself deleted takes a reauthorization token
+  the store issues only for that owner's forgets; a forget made outside the graph (an operator's,
+  another agent's, a subject erasure) is refused, however often the graph deletes the same item.
 
 ``h`` is SHA-256 (hex, 128 bits): names of any length or character become valid scope ids and
 keys. Like every scope and key, they are stored encrypted and looked up by HMAC token.
@@ -29,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cenotaph.errors import DerivedFromForgottenError, ForgottenError, NotFoundError
+from cenotaph.errors import DerivedFromForgottenError, ForgottenError
 from cenotaph.model import ErasureRequest, Record
 from cenotaph.scope import Scope
 from cenotaph.store import Store
@@ -111,7 +112,7 @@ class KnowledgeGraph:
         self.store = store
         self.home = home
         self._relations = home.child("kg", "relations")
-        self._deletes = home.child("kg", "deletes")
+        self._owner = "knowledge-graph:" + home.path
 
     def _entity_scope(self, name: str) -> Scope:
         return self.home.child(ENTITY_KIND, _h(name))
@@ -225,6 +226,7 @@ class KnowledgeGraph:
         reauthorization token each; anyone else's forget refuses the batch."""
         if not items:
             return []
+        through = self.store.known_version()  # a delete that returns after this is not reopened
         try:
             return self.store.write_many(items)
         except DerivedFromForgottenError:
@@ -233,32 +235,17 @@ class KnowledgeGraph:
             pass
         for item in items:
             if self.store.forgets_blocking(item["scope"], item["key"]):
-                item["reauthorization"] = self._reauthorize(item["scope"], item["key"])
+                item["reauthorization"] = self._reauthorize(item["scope"], item["key"], through)
         return self.store.write_many(items)
 
-    def _reauthorize(self, scope: str, key: str) -> str:
-        self._check_own(self.store.forgets_blocking(scope, key))
-        token = self.store.reauthorize(scope, key)
-        self._check_own(self.store.forgets_blocking(scope, key))  # after the token: see memory.py
-        return token
-
-    def _check_own(self, blockers: Iterable[int]) -> None:
-        for version in blockers:
-            if not self._deleted_here(version):
-                raise Refused(
-                    "this item was forgotten outside this knowledge graph (by an operator, another agent "
-                    "or a data subject's erasure); creating it again needs an operator's reauthorization"
-                )
-
-    def _deleted_here(self, version: int) -> bool:
-        marker = self.store.read(self._deletes.path, f"v{version}", fallthrough=False)
-        request_id = marker.value.get("request_id") if marker and isinstance(marker.value, dict) else None
-        if not isinstance(request_id, str):
-            return False
+    def _reauthorize(self, scope: str, key: str, through: int) -> str:
         try:
-            return self.store.erasure(request_id).version == version
-        except NotFoundError:
-            return False
+            return self.store.reauthorize(scope, key, owner=self._owner, through=through)
+        except ForgottenError:
+            raise Refused(
+                "this item was forgotten outside this knowledge graph (by an operator, another agent "
+                "or a data subject's erasure); creating it again needs an operator's reauthorization"
+            ) from None
 
     # -- deleting ------------------------------------------------------------------------
     def delete_entities(self, names: Sequence[str]) -> bool:
@@ -267,12 +254,14 @@ class KnowledgeGraph:
         doomed = set(names)
         view = self.view(names, relations=False)
         requests = [
-            self.store.forget(self._entity_scope(n).path) for n in dict.fromkeys(names) if n in view.entities
+            self.store.forget(self._entity_scope(n).path, owner=self._owner)
+            for n in dict.fromkeys(names)
+            if n in view.entities
         ]
         # relations derived from a forgotten entity went with it; the rest name it but predate it
         left = self.view(()).relations
         requests += [
-            self.store.forget(self._relations.path, self._rel_key(r))
+            self.store.forget(self._relations.path, self._rel_key(r), owner=self._owner)
             for r in left
             if r.source in doomed or r.target in doomed
         ]
@@ -281,7 +270,7 @@ class KnowledgeGraph:
     def delete_observations(self, deletions: Sequence[tuple[str, Sequence[str]]]) -> bool:
         entities = self.view((name for name, _ in deletions), relations=False).entities
         requests = [
-            self.store.forget(entities[name].record.scope, self._obs_key(o))
+            self.store.forget(entities[name].record.scope, self._obs_key(o), owner=self._owner)
             for name, contents in deletions
             if name in entities
             for o in dict.fromkeys(contents)
@@ -292,22 +281,16 @@ class KnowledgeGraph:
     def delete_relations(self, relations: Sequence[Relation]) -> bool:
         present = self.view(()).relations
         requests = [
-            self.store.forget(self._relations.path, self._rel_key(r))
+            self.store.forget(self._relations.path, self._rel_key(r), owner=self._owner)
             for r in dict.fromkeys(relations)
             if r in present
         ]
         return self._finish(requests)
 
     def _finish(self, requests: list[ErasureRequest]) -> bool:
-        """Mark the forgets as this graph's, purge once, and say whether all of them verified."""
+        """Purge once, and say whether every forget verified."""
         if not requests:
             return True
-        self.store.write_many(
-            [
-                {"scope": self._deletes.path, "key": f"v{r.version}", "value": {"request_id": r.id}}
-                for r in requests
-            ]
-        )
         if self.store.purge_mode != "sync":  # else each forget purged before it returned
             self.store.purge()
         return all(r.status().state == "verified" for r in requests)

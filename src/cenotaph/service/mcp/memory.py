@@ -33,7 +33,7 @@ from cenotaph.store import Store
 from cenotaph.validation import MAX_DERIVED_FROM
 
 from .confinement import Confinement
-from .connections import AgentConnection, ConnectionRegistry, OwnForget
+from .connections import AgentConnection, ConnectionRegistry
 from .refusals import READ_FORGOTTEN, Refused
 from .server import CenotaphMCPServer, build_tool, connection_for, text_result
 
@@ -178,18 +178,14 @@ class MemoryTools:
         ] = None,
     ) -> Annotated[CallToolResult, WriteResult]:
         conn = connection_for(ctx)
-        forgets = conn.forgets()  # only forgets that returned before this write began may re-open it
         target = self._target(conn.reach, scope)
         explicit = self._sources(conn.reach, derived_from or [])
-        options: dict[str, Any] = {"ttl": ttl_seconds, "base_version": base_version}
-        sources = conn.derived_from(explicit)
-        reauthorized = False
+        self._capped(conn, explicit)
+        options: dict[str, Any] = {"ttl": ttl_seconds, "base_version": base_version, "derived_from": explicit}
         try:
-            record = self.store.write(target.path, key, value, derived_from=self._capped(sources), **options)
+            record, reauthorized = conn.session.reopening_write(target.path, key, value, **options)
         except ForgottenError as refused:
-            own = {f.version for f in forgets if f.covers(target, key)}
-            record = self._write_again(conn, target, key, value, explicit, refused, own, options)
-            reauthorized = True
+            raise Refused(self._why_refused(target, key, refused)) from None
         out: WriteResult = {"record": record_out(record), "reauthorized": reauthorized}
         again = " (re-opening what this connection forgot)" if reauthorized else ""
         return _result(f"wrote {key!r} in {record.scope} at version {record.version}{again}", out)
@@ -206,55 +202,28 @@ class MemoryTools:
         return ids
 
     @staticmethod
-    def _capped(sources: list[str]) -> list[str]:
-        if len(sources) > MAX_DERIVED_FROM:
+    def _capped(conn: AgentConnection, explicit: list[str]) -> None:
+        if len({*conn.session.read_set, *explicit}) > MAX_DERIVED_FROM:
             raise Refused(
                 f"refused: this connection has read more than {MAX_DERIVED_FROM} memories, and a write "
                 "cannot be recorded as derived from more; nothing was written. Write from a new connection"
             )
-        return sources
 
-    def _write_again(
-        self,
-        conn: AgentConnection,
-        target: Scope,
-        key: str,
-        value: Any,
-        explicit: list[str],
-        refused: ForgottenError,
-        own: set[int],
-        options: dict[str, Any],
-    ) -> Record:
-        """A write refused by a forget: let it in only if every forget blocking it is one of
-        ``own`` (this connection's, returned before the write began), else say whose it is."""
+    def _why_refused(self, target: Scope, key: str, refused: ForgottenError) -> str:
+        """What a write the session did not (or could not) re-open says: a forgotten source it
+        read, a subject erasure, or a forget this connection did not make (or made after the write
+        began)."""
         blockers = self.store.forgets_blocking(target.path, key)
-        if not blockers or not own or not set(blockers) <= own:
-            raise Refused(self._why_refused(refused, blockers, own))
-        token = self.store.reauthorize(target.path, key)
-        # asked after the token: a forget committed since is newer than the token and refuses anyway
-        blockers = self.store.forgets_blocking(target.path, key)
-        if not set(blockers) <= own:
-            raise Refused(self._why_refused(refused, blockers, own))
-        sources = conn.derived_from(explicit, replacing=(target.path, key))
-        try:
-            return self.store.write(
-                target.path, key, value, derived_from=self._capped(sources), reauthorization=token, **options
-            )
-        except DerivedFromForgottenError:
-            raise Refused(READ_FORGOTTEN) from None
-
-    def _why_refused(self, refused: ForgottenError, blockers: list[int], own: set[int]) -> str:
         if not blockers and isinstance(refused, DerivedFromForgottenError):
             return READ_FORGOTTEN
         kinds = {r.version: r.target_kind for r in self.store.erasures()}
-        foreign = [v for v in blockers if v not in own]
-        if any(kinds.get(v) == "subject" for v in foreign):
+        if any(kinds.get(v) == "subject" for v in blockers):
             return (
                 "refused: everything about this memory's data subject was erased (a subject erasure); "
                 "it cannot be written again through this server"
             )
         return (
-            f"refused: this memory was forgotten (at version {max(foreign or blockers or [refused.version])}) "
+            f"refused: this memory was forgotten (at version {max(blockers or [refused.version])}) "
             "by another connection or an operator; this server re-opens only what the same connection "
             "forgot. Writing it again needs a reauthorization from an operator"
         )
@@ -270,7 +239,6 @@ class MemoryTools:
         for where in [] if target is None else conn.reach.chain(target):
             record = conn.session.read(where.path, key, fallthrough=False)
             if record is not None:
-                conn.read([record])
                 found: ReadResult = {"found": True, "record": record_out(record)}
                 return _result(f"{key!r} found in {record.scope} (version {record.version})", found)
         return _result(f"no memory {key!r} here", {"found": False, "record": None})
@@ -288,7 +256,6 @@ class MemoryTools:
         records = (
             [] if target is None else conn.session.list(target.path, include_descendants=include_descendants)
         )
-        conn.read(records)
         out: ListResult = {"records": [record_out(r) for r in records]}
         return _result(f"{len(records)} memories", out)
 
@@ -304,7 +271,6 @@ class MemoryTools:
         conn = connection_for(ctx)
         target = conn.reach.inside(scope)
         hits = [] if target is None else self._search(conn, target, query, k)
-        conn.read(h.record for h in hits)
         out: SearchResult = {"hits": [{"record": record_out(h.record), "score": h.score} for h in hits]}
         return _result(f"{len(hits)} hits", out)
 
@@ -336,8 +302,7 @@ class MemoryTools:
     ) -> Annotated[CallToolResult, ForgetResult]:
         conn = connection_for(ctx)
         target = self._target(conn.reach, scope)
-        request = self.store.forget(target.path, key, mode=mode)
-        conn.forgot(OwnForget(request.version, target, key))
+        request = conn.session.forget(target.path, key, mode=mode)
         status = request.status()
         out: ForgetResult = {
             "request_id": request.id,
