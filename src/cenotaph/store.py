@@ -393,8 +393,10 @@ class Store:
         owner: bytes,
         through: int | None,
     ) -> None:
-        """Raise unless every forget a token for (``scope``, ``key``, ``subject``) could lift is
-        ``owner``'s and (with ``through``) no newer than ``through``. The ledger decides (S9)."""
+        """Raise unless every forget in the way of a token for (``scope``, ``key``, ``subject``)
+        -- what it could lift, and the erasures of the scope's own subjects, which refuse its write
+        unless it names them -- is ``owner``'s and (with ``through``) no newer than ``through``.
+        The ledger decides (S9)."""
         view = self._ledger.view
         view.refresh()
         chain = self._tokens.scope_chain(scope)
@@ -404,7 +406,12 @@ class Store:
             targets = WriteTargets.build(self._tokens, scope, key, ())
             lifted = view.lifted(targets.general_lift_targets())
             general = view.forget_versions(targets.tombstone_targets(), lifted)
-        named = [] if subject is None else view.forget_versions([subject], view.lifted([subject]))
+        # the subject erasures in the way too: the scope's own subjects' (a token that does not
+        # name them cannot reopen the write) and the one the token names
+        subjects = {self._tokens.subject(s) for s in default_subjects(scope)}
+        if subject is not None:
+            subjects.add(subject)
+        named = [f for t in subjects for f in view.forget_versions([t], view.lifted([t]))]
         found = [*general, *named]
         foreign = [v for v, who in found if who != owner]
         if foreign:

@@ -444,18 +444,17 @@ async def test_names_of_any_length_or_character_work(mcp_store: cenotaph.Store) 
     assert mcp_store.list("tenant:acme/user:bob", include_descendants=True) == []
 
 
-async def test_a_forged_delete_marker_does_not_reopen_an_operators_forget(mcp_store: cenotaph.Store) -> None:
-    """The graph recognises its own deletes by a marker naming the forget's request id; a
-    marker planted for an operator's forget (whose request id an agent cannot know) is refused."""
+async def test_the_graph_reopens_its_own_deletes_only(mcp_store: cenotaph.Store) -> None:
+    """The graph's deletes are forgets owned by the graph (the store's ownership rule, kept in the
+    ledger): it re-creates what it deleted itself, never what an operator forgot, and a record
+    planted where the graph once kept markers of its deletes changes nothing."""
     graph_home = KnowledgeGraph(mcp_store, Scope.parse(USER))
     async with graph_client(mcp_store) as tools:
         await tools.ok("create_entities", entities=[person("Alice", "a"), person("Bob")])
-        await tools.ok("delete_entities", entityNames=["Bob"])  # a genuine marker of the graph's own
-        genuine = mcp_store.erasures()[-1]
+        await tools.ok("delete_entities", entityNames=["Bob"])
         operator = mcp_store.forget(graph_home._entity_scope("Alice").path)
-        for forged in ("er_" + "0" * 24, genuine.id):
-            mcp_store.write(f"{USER}/kg:deletes", f"v{operator.version}", {"request_id": forged})
-            assert "outside this knowledge graph" in await tools.refused(
-                "create_entities", entities=[person("Alice")]
-            )
-        await tools.ok("create_entities", entities=[person("Bob")])  # the graph's own delete still reopens
+        mcp_store.write(f"{USER}/kg:deletes", f"v{operator.version}", {"request_id": operator.id})
+        assert "outside this knowledge graph" in await tools.refused(
+            "create_entities", entities=[person("Alice")]
+        )
+        await tools.ok("create_entities", entities=[person("Bob")])  # the graph's own delete reopens

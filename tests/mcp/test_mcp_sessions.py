@@ -159,6 +159,21 @@ async def test_an_own_forget_cannot_launder_an_older_foreign_forget(mcp_store: c
     assert operator.version in mcp_store.forgets_blocking(SESSION, "diet")  # still in force
 
 
+async def test_forgetting_an_operators_forgotten_key_again_does_not_reopen_it(
+    mcp_store: cenotaph.Store,
+) -> None:
+    """The same target forgotten twice: first by an operator, then by the connection. The newest
+    forget is the connection's, the older one still blocks, and it is not the connection's."""
+    mcp_store.write(SESSION, "diet", "vegetarian")
+    operator = mcp_store.forget(SESSION, "diet")
+    async with memory_client(mcp_store) as tools:
+        await tools.ok("memory_forget", key="diet")  # the same key, again
+        text = await tools.refused("memory_write", key="diet", value="resurrected")
+        assert "another connection or an operator" in text
+    assert mcp_store.read(SESSION, "diet") is None
+    assert operator.version in mcp_store.forgets_blocking(SESSION, "diet")
+
+
 async def test_a_forget_after_the_connections_own_reauthorization_still_wins(
     mcp_store: cenotaph.Store,
 ) -> None:
