@@ -768,11 +768,10 @@ class Store:
         fault_point("forget.committed")
         if not whole:
             self._finish_chunked(plan)
-        if plan.compliance:
-            if self._erasure.mode == "sync":
-                self.purge()
-            elif self._erasure.mode == "background":
-                self._worker.nudge()
+        if plan.compliance and self._erasure.mode == "sync":
+            self.purge()
+        elif self._erasure.mode == "background":  # an operational forget's rows are reclaimed too
+            self._worker.nudge()
         return self._handle(plan.request_id, plan.version, plan.mode, plan.target_kind, plan.requested_at)
 
     def _finish_chunked(self, plan: ForgetPlan) -> None:

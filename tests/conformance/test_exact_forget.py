@@ -6,8 +6,11 @@ the same key (no fall-through read is made there), and must not reach a descenda
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from tests.conformance._scopes import MODES, S1, U
+from tests.kit.stores import StoreFactory
 
 from cenotaph import Store
 from cenotaph.errors import ForgottenError, InvalidValueError, ScopeClosureError
@@ -58,3 +61,16 @@ def test_exact_needs_a_key_and_no_ancestors(store: Store) -> None:
     with pytest.raises(InvalidValueError, match="exact"):
         store.forget(S1, "k", exact="yes")  # type: ignore[arg-type]
     assert store.erasures() == []
+
+
+def test_an_operational_forget_is_reclaimed_by_the_worker(store_factory: StoreFactory) -> None:
+    """Nobody calls purge: the store's background worker reclaims an operational forget's rows
+    too (its request stays ``tombstoned``: an operational forget never reports erasure)."""
+    store = store_factory(purge="background")
+    store.write(S1, "k", "x")
+    request = store.forget(S1, "k", mode="operational", exact=True)
+    deadline = time.monotonic() + 60
+    while request.status().layers["reclaim"].state != "done":
+        assert time.monotonic() < deadline, request.status()
+        time.sleep(0.01)  # polling a condition, with a deadline
+    assert request.status().state == "tombstoned"

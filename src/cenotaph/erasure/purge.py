@@ -54,12 +54,17 @@ class Purger:
         self._purge_layers = tuple(p.layer for p in backend.physical.layers if p.layer != Layer.SCAN)
 
     def pending(self, retry_stuck: bool = False) -> bool:
-        """Is a compliance request waiting for a purge (shredded, or purged and not verified,
-        and -- if stuck -- worth scanning again, see ``Verifier.worth_scanning``)?"""
+        """Is a request waiting for a purge: a compliance one shredded, or purged and not verified
+        (and -- if stuck -- worth scanning again, see ``Verifier.worth_scanning``), or an
+        operational one whose rows are not reclaimed yet?"""
         with self._backend.read() as txn:
-            rows = [r for r in txn.run(ops.Erasures(PENDING_STATES)) if r.mode == Mode.COMPLIANCE]
+            rows = txn.run(ops.Erasures((ErasureState.TOMBSTONED, *PENDING_STATES)))
         return any(
-            r.state == ErasureState.SHREDDED or self._verifier.worth_scanning(r, retry_stuck) for r in rows
+            not r.layer_entries[Layer.RECLAIM].done
+            if r.mode == Mode.OPERATIONAL
+            else r.state == ErasureState.SHREDDED
+            or (r.state in PENDING_STATES and self._verifier.worth_scanning(r, retry_stuck))
+            for r in rows
         )
 
     @staticmethod
