@@ -1,5 +1,6 @@
-"""CenotaphMemoryTool: deletes and renames are erasures, lineage of edits, subject erasure, path
-attacks, the async twin, and a whole tool_runner loop against a fake Messages API."""
+"""CenotaphMemoryTool: deletes (housekeeping, or erasures in compliance mode) and renames, lineage
+of edits, subject erasure, path attacks, the async twin, and a whole tool_runner loop against a
+fake Messages API. The regressions of the tool's session live in test_anthropic_memory_session.py."""
 
 from __future__ import annotations
 
@@ -50,34 +51,59 @@ def test_it_is_the_sdks_memory_tool(tool: CenotaphMemoryTool, store: cenotaph.St
     assert tool.to_dict() == {"type": "memory_20250818", "name": "memory"}
 
 
-def test_delete_of_a_file_is_a_verified_erasure(
-    tool: CenotaphMemoryTool, store: cenotaph.Store, tmp_path: Path
-) -> None:
-    run(tool, command="create", path="/memories/health.md", file_text=f"{CANARY}\nnote 2")
+@pytest.fixture
+def erasing(store: cenotaph.Store) -> CenotaphMemoryTool:
+    return CenotaphMemoryTool(store, SCOPE, delete_mode="compliance")
+
+
+def test_delete_of_a_file_is_housekeeping_by_default(tool: CenotaphMemoryTool, store: cenotaph.Store) -> None:
+    run(tool, command="create", path="/memories/old.md", file_text=f"{CANARY}\noutdated")
     run(tool, command="create", path="/memories/tea.md", file_text="likes tea")
-    assert (
-        run(tool, command="delete", path="/memories/health.md") == "Successfully deleted /memories/health.md"
-    )
+    assert run(tool, command="delete", path="/memories/old.md") == "Successfully deleted /memories/old.md"
     with pytest.raises(ToolError, match="does not exist"):
-        run(tool, command="view", path="/memories/health.md")
-    assert "health.md" not in run(tool, command="view", path="/memories")
+        run(tool, command="view", path="/memories/old.md")
+    assert "old.md" not in run(tool, command="view", path="/memories")
     assert CANARY not in everything(store)
-    assert CANARY not in str(store.export_subject(SCOPE))
     request = store.erasures()[-1]
-    assert request.status().state == "verified"
-    cenotaph.verify_certificate(store.attest(request.id), store.public_key)
-    assert files_contain(tmp_path / "data", CANARY.encode()) == []
+    assert request.mode == "operational" and request.target_kind == "key"
+    assert request.status().state == "tombstoned"  # hidden; never reported as an erasure
     assert "likes tea" in run(tool, command="view", path="/memories/tea.md")
 
 
-def test_delete_of_a_directory_forgets_everything_under_it_in_one_erasure(
-    tool: CenotaphMemoryTool, store: cenotaph.Store
+def test_delete_of_a_file_in_compliance_mode_is_a_verified_erasure(
+    erasing: CenotaphMemoryTool, store: cenotaph.Store, tmp_path: Path
 ) -> None:
+    run(erasing, command="create", path="/memories/health.md", file_text=f"{CANARY}\nnote 2")
+    run(erasing, command="create", path="/memories/tea.md", file_text="likes tea")
+    assert (
+        run(erasing, command="delete", path="/memories/health.md")
+        == "Successfully deleted /memories/health.md"
+    )
+    with pytest.raises(ToolError, match="does not exist"):
+        run(erasing, command="view", path="/memories/health.md")
+    assert "health.md" not in run(erasing, command="view", path="/memories")
+    assert CANARY not in everything(store)
+    assert CANARY not in str(store.export_subject(SCOPE))
+    request = store.erasures()[-1]
+    assert request.mode == "compliance" and request.status().state == "verified"
+    cenotaph.verify_certificate(store.attest(request.id), store.public_key)
+    assert files_contain(tmp_path / "data", CANARY.encode()) == []
+    assert "likes tea" in run(erasing, command="view", path="/memories/tea.md")
+
+
+@pytest.mark.parametrize("mode", ["operational", "compliance"])
+def test_delete_of_a_directory_forgets_everything_under_it_in_one_request(
+    store: cenotaph.Store, mode: str
+) -> None:
+    tool = CenotaphMemoryTool(store, SCOPE, delete_mode=mode)  # type: ignore[arg-type]
     for path in ["/memories/p/a.md", "/memories/p/q/b.md", "/memories/p/q/r/c.md", "/memories/pp.md"]:
         run(tool, command="create", path=path, file_text=f"{CANARY} {path}")
     before = len(store.erasures())
     run(tool, command="delete", path="/memories/p")
-    assert len(store.erasures()) == before + 1 and store.erasures()[-1].status().state == "verified"
+    assert len(store.erasures()) == before + 1
+    request = store.erasures()[-1]
+    assert request.mode == mode and request.target_kind == "scope"
+    assert request.status().state == ("verified" if mode == "compliance" else "tombstoned")
     listing = run(tool, command="view", path="/memories")
     assert "/memories/p/" not in listing and "/memories/pp.md" in listing
     assert everything(store).count(CANARY) == 1
@@ -85,9 +111,11 @@ def test_delete_of_a_directory_forgets_everything_under_it_in_one_erasure(
         run(tool, command="delete", path="/memories/p/..")
 
 
+@pytest.mark.parametrize("mode", ["operational", "compliance"])
 def test_rename_moves_content_and_leaves_the_old_path_readable_nowhere(
-    tool: CenotaphMemoryTool, store: cenotaph.Store
+    store: cenotaph.Store, mode: str
 ) -> None:
+    tool = CenotaphMemoryTool(store, SCOPE, delete_mode=mode)  # type: ignore[arg-type]
     run(tool, command="create", path="/memories/old/one.md", file_text=CANARY)
     run(tool, command="create", path="/memories/old/sub/two.md", file_text="two")
     assert (
@@ -102,32 +130,35 @@ def test_rename_moves_content_and_leaves_the_old_path_readable_nowhere(
     records = store.list(SCOPE, include_descendants=True)
     assert everything(store).count(CANARY) == 1
     assert all("dir:old" not in r.scope for r in records)
-    assert store.erasures()[-1].status().state == "verified"
+    assert store.erasures()[-1].mode == "operational"  # a move erases nothing, in either mode
     run(tool, command="rename", old_path="/memories/new/place/one.md", new_path="/memories/one.md")
     assert [r.key for r in store.list(SCOPE, include_descendants=True) if CANARY in r.value] == ["one.md"]
+    run(tool, command="rename", old_path="/memories/one.md", new_path="/memories/old/one.md")  # back again
+    assert CANARY in run(tool, command="view", path="/memories/old/one.md")
 
 
-def test_a_note_written_after_viewing_a_file_dies_with_it(
-    tool: CenotaphMemoryTool, store: cenotaph.Store
+def test_in_compliance_mode_a_note_written_after_viewing_a_file_dies_with_it(
+    erasing: CenotaphMemoryTool, store: cenotaph.Store
 ) -> None:
-    run(tool, command="create", path="/memories/session/visit.md", file_text=f"{CANARY} tuesday")
-    run(tool, command="create", path="/memories/unrelated.md", file_text="written before any view")
-    run(tool, command="view", path="/memories/session/visit.md")
-    run(tool, command="create", path="/memories/summary.md", file_text="User has a cardiology appointment")
-    run(tool, command="str_replace", path="/memories/unrelated.md", old_str="before", new_str="after")
+    run(erasing, command="create", path="/memories/session/visit.md", file_text=f"{CANARY} tuesday")
+    run(erasing, command="create", path="/memories/unrelated.md", file_text="written before any view")
+    run(erasing, command="view", path="/memories/session/visit.md")
+    run(erasing, command="create", path="/memories/summary.md", file_text="User has a cardiology appointment")
+    run(erasing, command="str_replace", path="/memories/unrelated.md", old_str="before", new_str="after")
     summary = store.read(f"{SCOPE}/memories:root/files:_", "summary.md", fallthrough=False)
     assert summary is not None and len(summary.derived_from) == 1
 
-    run(tool, command="delete", path="/memories/session")
+    run(erasing, command="delete", path="/memories/session")
+    assert store.erasures()[-1].status().state == "verified"
     for gone in ["/memories/summary.md", "/memories/unrelated.md"]:  # both edited after the view
         with pytest.raises(ToolError, match="does not exist"):
-            run(tool, command="view", path=gone)
+            run(erasing, command="view", path=gone)
     assert "cardiology" not in everything(store) and CANARY not in everything(store)
-    # what the model read is gone: a new note from this conversation could carry it back
-    with pytest.raises(ToolError, match="has been deleted since"):
-        run(tool, command="create", path="/memories/again.md", file_text="cardiology, from memory")
-    tool.files.reset_reads()  # a new conversation
-    run(tool, command="create", path="/memories/again.md", file_text="a fresh start")
+    # what the model read is erased: a new note from this conversation could carry it back
+    with pytest.raises(ToolError, match="has been erased since"):
+        run(erasing, command="create", path="/memories/again.md", file_text="cardiology, from memory")
+    erasing.files.reset_reads()  # a new conversation
+    run(erasing, command="create", path="/memories/again.md", file_text="a fresh start")
 
 
 def test_subject_erasure_reaches_every_file_and_blocks_new_ones(

@@ -10,9 +10,12 @@
 >>> store.close()
 
 Pass it to ``client.beta.messages.tool_runner(tools=[tool], ...)`` like the SDK's own
-``BetaLocalFilesystemMemoryTool``. ``delete`` (of a file or a directory) and
-``clear_all_memory`` are compliance forgets; an edit made after viewing other files records them
-as ``derived_from``, so a note summarised from a deleted note dies with it.
+``BetaLocalFilesystemMemoryTool``. The model's ``delete`` (of a file or a directory), ``rename``
+and ``clear_all_memory()`` are housekeeping: operational forgets, hidden at once and reclaimed by
+the store's purge, after which the tool may write those paths again. ``delete_mode="compliance"``
+makes ``delete`` and ``clear_all_memory()`` compliance erasures, verified, and what derived from
+the deleted files (a note written after viewing them) goes with them. Erasing a person is one
+call on the store, ``store.forget_subject(...)``, always a compliance erasure.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from typing_extensions import override
 
 from cenotaph import Store
 
-from ._files import MemoryFiles
+from ._files import DeleteMode, MemoryFiles
 
 __all__ = ["AsyncCenotaphMemoryTool", "CenotaphMemoryTool"]
 
@@ -43,6 +46,9 @@ class CenotaphMemoryTool(BetaAbstractMemoryTool):
     """The memory tool over ``store``, its ``/memories`` directory kept under ``scope``.
 
     Files carry the scope's default subjects (every ``user:`` prefix of it) and ``subjects``.
+    ``delete_mode`` is ``"operational"`` (the default) or ``"compliance"`` (see the module).
+    The tool's read set is its conversation's: ``tool.files.reset_reads()`` starts a new one.
+    A command never raises a cenotaph error, only the SDK's ``ToolError``.
     """
 
     def __init__(
@@ -51,10 +57,11 @@ class CenotaphMemoryTool(BetaAbstractMemoryTool):
         scope: str,
         *,
         subjects: Iterable[str] = (),
+        delete_mode: DeleteMode = "operational",
         cache_control: BetaCacheControlEphemeralParam | None = None,
     ) -> None:
         super().__init__(cache_control=cache_control)
-        self.files = MemoryFiles(store, scope, subjects=subjects)
+        self.files = MemoryFiles(store, scope, subjects=subjects, delete_mode=delete_mode)
 
     @override
     def view(self, command: BetaMemoryTool20250818ViewCommand) -> str:
@@ -94,10 +101,11 @@ class AsyncCenotaphMemoryTool(BetaAsyncAbstractMemoryTool):
         scope: str,
         *,
         subjects: Iterable[str] = (),
+        delete_mode: DeleteMode = "operational",
         cache_control: BetaCacheControlEphemeralParam | None = None,
     ) -> None:
         super().__init__(cache_control=cache_control)
-        self.files = MemoryFiles(store, scope, subjects=subjects)
+        self.files = MemoryFiles(store, scope, subjects=subjects, delete_mode=delete_mode)
 
     @override
     async def view(self, command: BetaMemoryTool20250818ViewCommand) -> str:
