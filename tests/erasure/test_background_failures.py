@@ -65,7 +65,7 @@ def test_a_failed_background_purge_is_raised_to_the_next_caller_exactly_once(
     _until(told_now, "a caller was told")
     (failure,) = told
     assert str(failure).startswith(TOLD)
-    assert "store.purge()" in str(failure) and "wait()" in str(failure), "it says what to do"
+    assert "store.purge()" in str(failure) and "store.erasure(request_id)" in str(failure), "what to do"
     assert isinstance(failure.__cause__, StorageError)
     # the worker goes on retrying, and failing: the same run of failures is not told again
     seen = _passes_ended(store)

@@ -64,8 +64,9 @@ def failure_for_caller(error: BaseException) -> CenotaphError:
     kind = KeyProviderError if isinstance(error, KeyProviderError) else StorageError
     failure = kind(
         f"a background purge failed ({detail}): the erasures it was finishing are in effect (their "
-        "data is unreadable) but not yet purged and verified. Fix the cause, then call store.purge() "
-        "or wait() on the erasure request to finish them (the worker also retries at the next forget)"
+        "data is unreadable) but not yet purged and verified. Fix the cause, then run store.purge() "
+        "to finish them now (the worker also retries at the next forget); store.erasure(request_id) "
+        "reports each request's state"
     )
     failure.__cause__ = error
     return failure

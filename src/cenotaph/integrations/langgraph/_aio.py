@@ -111,16 +111,16 @@ class AsyncCenotaphStore(AsyncBatchedBaseStore, BaseCenotaphStore):
         offset: int = 0,
         refresh_ttl: bool | None = None,
     ) -> list[SearchItem]:
-        found = BaseStore.asearch if in_lineage() else AsyncBatchedBaseStore.asearch
-        return await found(
-            self,
-            namespace_prefix,
-            query=query,
-            filter=filter,
-            limit=limit,
-            offset=offset,
-            refresh_ttl=refresh_ttl,
-        )
+        options: dict[str, Any] = {
+            "query": query,
+            "filter": filter,
+            "limit": limit,
+            "offset": offset,
+            "refresh_ttl": refresh_ttl,
+        }
+        if in_lineage():
+            return await BaseStore.asearch(self, namespace_prefix, **options)
+        return await super().asearch(namespace_prefix, **options)
 
     async def aput(
         self,
