@@ -159,3 +159,19 @@ async def test_a_failed_background_purge_is_raised_by_the_next_call_once(
         assert (await store.aget(("docs",), "kept")).value == {"text": "stays"}  # type: ignore[union-attr]
         monkeypatch.delenv(FAIL_ENV)
         assert store.cenotaph.erasures()[-1].wait(timeout=60).state == "verified"
+
+
+async def test_a_failed_sweep_ends_the_sweeper_and_is_raised_when_it_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with AsyncCenotaphStore(tmp_path / "data", ttl={"default_ttl": 1}) as store:
+        monkeypatch.setenv(FAIL_ENV, "purge.rows")
+        sweeper = await store.start_ttl_sweeper(sweep_interval_minutes=0.001)
+        assert isinstance(sweeper, asyncio.Task)
+        with pytest.raises(StorageError, match="injected storage failure"):
+            await asyncio.wait_for(sweeper, timeout=30)
+        with pytest.raises(StorageError, match="injected storage failure"):
+            await store.stop_ttl_sweeper()
+        monkeypatch.delenv(FAIL_ENV)
+        assert await store.stop_ttl_sweeper() is True
+        assert await store.sweep_ttl() == 0

@@ -315,3 +315,14 @@ def test_close_gives_the_last_deletes_purge_its_pass(tmp_path: Path) -> None:
     with cenotaph.open(tmp_path / "data", auto_purge="off") as native:  # nothing purges here
         assert native.erasure(request_id).status().state == "verified"
     assert files_contain(tmp_path / "data", CANARY.encode()) == []
+
+
+def test_a_failed_sweep_ends_the_sweeper_and_its_future_holds_the_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with CenotaphStore(tmp_path / "data", ttl={"default_ttl": 1}) as store:
+        monkeypatch.setenv(FAIL_ENV, "purge.rows")
+        future = store.start_ttl_sweeper(sweep_interval_minutes=0.001)
+        assert isinstance(future.exception(timeout=30), StorageError)
+        monkeypatch.delenv(FAIL_ENV)
+        assert store.stop_ttl_sweeper(timeout=10)

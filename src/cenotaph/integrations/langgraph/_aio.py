@@ -159,8 +159,10 @@ class AsyncCenotaphStore(AsyncBatchedBaseStore, BaseCenotaphStore):
     async def aclose(self) -> None:
         """Stop the TTL sweeper; if this adapter opened the cenotaph store, close it (its worker
         gets a last pass for the purges still due)."""
-        await self.stop_ttl_sweeper()
-        await asyncio.to_thread(self._close_store)
+        try:
+            await self.stop_ttl_sweeper()
+        finally:
+            await asyncio.to_thread(self._close_store)
 
     async def __aenter__(self) -> AsyncCenotaphStore:
         return self
@@ -197,14 +199,19 @@ class AsyncCenotaphStore(AsyncBatchedBaseStore, BaseCenotaphStore):
         return self._sweeper
 
     async def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
-        """Stop the sweeper; False if it was still sweeping after ``timeout`` seconds."""
-        if self._sweeper is None or self._sweeper.done():
+        """Stop the sweeper; False if it was still sweeping after ``timeout`` seconds. A sweep
+        that failed (ending the sweeper) is raised here."""
+        if self._sweeper is None:
             return True
         self._sweeper_stop.set()
         done, _ = await asyncio.wait([self._sweeper], timeout=timeout)
-        if done:
-            self._sweeper = None
-        return bool(done)
+        if not done:
+            return False
+        sweeper, self._sweeper = self._sweeper, None
+        error = None if sweeper.cancelled() else sweeper.exception()
+        if error is not None:
+            raise error
+        return True
 
 
 async def _run_batches(queue: asyncio.Queue[_Queued], store: weakref.ref[AsyncCenotaphStore]) -> None:

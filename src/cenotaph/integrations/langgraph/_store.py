@@ -30,7 +30,7 @@ import contextvars
 import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -500,7 +500,8 @@ class CenotaphStore(BaseCenotaphStore, BaseStore):
     def start_ttl_sweeper(
         self, sweep_interval_minutes: float | None = None
     ) -> concurrent.futures.Future[None]:
-        """Sweep every ``sweep_interval_minutes`` (default: the TTLConfig's, else 5) in a thread."""
+        """Sweep every ``sweep_interval_minutes`` (default: the TTLConfig's, else 5) in a thread;
+        the future ends when it stops (with the sweep's error if one failed, which ends it)."""
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
         if not self.ttl_config or (self._sweeper is not None and self._sweeper.is_alive()):
             future.set_result(None)
@@ -509,9 +510,15 @@ class CenotaphStore(BaseCenotaphStore, BaseStore):
         self._sweeper_stop.clear()
 
         def loop() -> None:
-            while not self._sweeper_stop.wait(interval):
-                self._sweep()
-            future.set_result(None)
+            try:
+                while not self._sweeper_stop.wait(interval):
+                    self._sweep()
+            except Exception as exc:  # noqa: BLE001 - the returned future holds it
+                with suppress(concurrent.futures.InvalidStateError):  # cancelled
+                    future.set_exception(exc)
+                return
+            with suppress(concurrent.futures.InvalidStateError):
+                future.set_result(None)
 
         self._sweeper = threading.Thread(target=loop, name="cenotaph-langgraph-ttl", daemon=True)
         self._sweeper.start()
