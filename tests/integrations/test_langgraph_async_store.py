@@ -56,6 +56,21 @@ async def test_a_delete_then_a_put_in_one_tick_erases_and_then_recreates(store: 
     assert request.wait(timeout=60).state == "verified"
 
 
+async def test_a_tick_whose_delete_failed_runs_none_of_its_later_puts(
+    store: AsyncCenotaphStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await store.aput(("docs",), "plan", {"text": "the old plan"})
+    monkeypatch.setenv(FAIL_ENV, "forget.planned")  # the forget fails before it commits anything
+    results = await asyncio.gather(
+        store.adelete(("docs",), "plan"),
+        store.aput(("docs",), "plan", {"text": "new"}),
+        return_exceptions=True,
+    )
+    assert all(isinstance(r, StorageError) for r in results), results
+    monkeypatch.delenv(FAIL_ENV)
+    assert (await store.aget(("docs",), "plan")).value == {"text": "the old plan"}  # type: ignore[union-attr]
+
+
 async def test_a_put_then_a_delete_in_one_tick_leaves_nothing(store: AsyncCenotaphStore) -> None:
     await asyncio.gather(
         store.aput(("docs",), "draft", {"text": "never kept"}), store.adelete(("docs",), "draft")

@@ -223,12 +223,16 @@ async def _run_batches(queue: asyncio.Queue[_Queued], store: weakref.ref[AsyncCe
         queued = [item]
         while not queue.empty():
             queued.append(queue.get_nowait())
+        failed: BaseException | None = None
         for batch in _batches([(f, op) for f, op in queued if not f.done()]):
+            if failed is not None:  # one tick fails whole, as in LangGraph: no put after a failed delete
+                _settle(batch, failed)
+                continue
             target = store()
             if target is None:
                 return
             try:
-                await _run(target, batch)
+                failed = await _run(target, batch)
             finally:
                 del target  # no strong reference while waiting for the next call
 
@@ -269,22 +273,24 @@ def _distinct(ops: list[Op]) -> tuple[list[Op], list[int]]:
     return distinct, where
 
 
-async def _run(store: AsyncCenotaphStore, batch: list[_Queued]) -> None:
+async def _run(store: AsyncCenotaphStore, batch: list[_Queued]) -> BaseException | None:
+    """Run ``batch``, settle its calls; returns what failed the whole batch, if anything did."""
     ops, where = _distinct([op for _, op in batch])
     try:
         results = await store.abatch(ops)
     except (ForgottenItemError, StaleItemError) as exc:
         if len(batch) == 1:
             _settle(batch, exc)
-            return
-        await _run_apart(store, batch)
-        return
+        else:
+            await _run_apart(store, batch)
+        return None
     except Exception as exc:  # noqa: BLE001 - every caller of the batch gets it
         _settle(batch, exc)
-        return
+        return exc
     for (fut, _), index in zip(batch, where, strict=True):
         if not fut.done():
             fut.set_result(results[index])
+    return None
 
 
 async def _run_apart(store: AsyncCenotaphStore, batch: list[_Queued]) -> None:
