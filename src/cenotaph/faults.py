@@ -16,9 +16,12 @@ import threading
 import time
 from pathlib import Path
 
-__all__ = ["FAULT_ENV", "FAULT_POINTS", "PAUSE_ENV", "fault_point"]
+from .errors import StorageError
+
+__all__ = ["FAIL_ENV", "FAULT_ENV", "FAULT_POINTS", "PAUSE_ENV", "fault_point"]
 
 FAULT_ENV = "CENOTAPH_FAULT"
+FAIL_ENV = "CENOTAPH_FAIL"
 PAUSE_ENV = "CENOTAPH_PAUSE"
 FAULT_POINTS = (
     "forget.planned",  # plan computed, nothing applied
@@ -47,6 +50,8 @@ def fault_point(name: str) -> None:
     pause = os.environ.get(PAUSE_ENV)
     if pause is not None and pause.partition(":")[0] == name:
         _pause(Path(pause.partition(":")[2]))
+    if os.environ.get(FAIL_ENV) == name:
+        raise StorageError(f"injected storage failure at {name}; unset {FAIL_ENV} to stop it")
 
 
 def _kill_at(name: str, wanted: str) -> None:

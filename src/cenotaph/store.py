@@ -21,7 +21,7 @@ from .crypto.provider import KeyProvider, keyring_from_env
 from .crypto.tokens import TokenMaker
 from .dominance import WriteTargets, blocking
 from .erasure.audit import verified_requests
-from .erasure.background import purge_mode
+from .erasure.background import CLOSE_PASS_S, failure_for_caller, purge_mode
 from .erasure.forget import ForgetPlan
 from .erasure.integrity import find_tampering
 from .erasure.ledger import AUDIT_CHAIN, KEK_EPOCH, Ledger, anchor_audit, chunk_records, start_audit_chain
@@ -31,6 +31,7 @@ from .erasure.restoring import audited_forgets, check_not_restoring, check_outsi
 from .erasure.sampling import ProbeSampler
 from .erasure.service import ErasureService, Progress
 from .errors import (
+    ErasureNotProvableError,
     ForgottenError,
     InvalidValueError,
     KeyProviderError,
@@ -193,10 +194,17 @@ class Store:
             )
 
     # -- lifecycle -----------------------------------------------------------------------
-    def close(self) -> None:
-        """Close the store. Background erasure work stops at its next step boundary; whatever it
-        left (a purge, a large forget's chunks) resumes when this store is next opened."""
-        if not self._memory.closed:
+    def close(self, *, purge_timeout: float = CLOSE_PASS_S) -> None:
+        """Close the store. Background erasure work still due (a forget just made, a pass running
+        or about to retry) gets one more pass first, for at most ``purge_timeout`` seconds; then
+        the worker stops at its next step boundary, and whatever it left (a purge, a large
+        forget's chunks) resumes when this store is next opened. A background pass that failed,
+        and that no caller has been told of, is raised once the store is closed."""
+        if self._memory.closed:
+            return
+        try:
+            self._worker.finish(purge_timeout)
+        finally:
             self._worker.close()
             atexit.unregister(self._ledger.flush_anchors)
             self._ledger.flush_anchors()
@@ -204,6 +212,16 @@ class Store:
             self._memory.closed = True
             self._memory.drop()
             self._backend.close()
+        self.raise_background_failure()
+
+    def raise_background_failure(self) -> None:
+        """Raise, once, the failure of background erasure passes that no caller has been told
+        of (a ``wait()`` that saw it was told): a :class:`StorageError` (or the key provider's
+        :class:`KeyProviderError`) saying what to do. Surfaces that run the worker for their
+        users (the LangGraph adapter, at every call) call it so a failing purge is never silent."""
+        failure = self._worker.take_failure()
+        if failure is not None:
+            raise failure_for_caller(failure)
 
     @property
     def purge_mode(self) -> str:
@@ -827,8 +845,15 @@ class Store:
         return [self._handle(r.id, r.version, r.mode, r.target_kind, r.requested_at) for r in rows]
 
     def confirm_erasure(self, request_id: str) -> ErasureStatus:
-        """The request's status if verified; else ErasureNotProvableError naming every gap."""
-        return self._erasure.confirm(request_id)
+        """The request's status if verified; else ErasureNotProvableError naming every gap (and a
+        background purge's failure, if no caller has been told of it yet)."""
+        try:
+            return self._erasure.confirm(request_id)
+        except ErasureNotProvableError as exc:
+            failure = self._worker.take_failure()
+            if failure is None:
+                raise
+            raise ErasureNotProvableError(f"{exc}; {failure_for_caller(failure)}", exc.gaps) from failure
 
     def attest(self, request_id: str) -> Certificate:
         """A signed, content-free certificate of a verified compliance erasure (S6)."""

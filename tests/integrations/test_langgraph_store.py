@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -14,7 +14,8 @@ from langgraph.store.base import InvalidNamespaceError, PutOp
 from tests.integrations import bag_of_words
 
 import cenotaph
-from cenotaph.errors import ForgottenError, StaleWriteError
+from cenotaph.errors import ForgottenError, StaleWriteError, StorageError
+from cenotaph.faults import FAIL_ENV
 from cenotaph.integrations.langgraph import CenotaphStore, ForgottenItemError, StaleItemError
 
 USERS = [("memories", "{user_id}")]
@@ -270,3 +271,58 @@ def test_reads_of_names_too_long_to_store_find_nothing(store: CenotaphStore) -> 
     assert store.get(("x" * 300,), "k") is None
     assert store.get(("a",), "k" * 600) is None
     assert store.search(tuple(f"l{i}" for i in range(40))) == []
+
+
+def _until(condition: Callable[[], bool], what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.01)  # a poll interval; the condition decides
+
+
+def test_a_failed_background_purge_is_raised_by_the_next_call_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store's worker purges the adapter's deletes; a purge failing there (an injected
+    storage failure) is raised by the adapter's next call, and only by that one."""
+    with CenotaphStore(tmp_path / "data") as store:
+        store.put(("docs",), "kept", {"text": "stays"})
+        store.put(("docs",), "gone", {"text": "erased"})
+        monkeypatch.setenv(FAIL_ENV, "purge.rows")
+        store.delete(("docs",), "gone")
+        raised: list[StorageError] = []
+
+        def next_call_raises() -> bool:
+            try:
+                store.get(("docs",), "kept")
+            except StorageError as exc:
+                raised.append(exc)
+            return bool(raised)
+
+        _until(next_call_raises, "a call raised the failed purge")
+        assert "background purge failed" in str(raised[0]) and "store.purge()" in str(raised[0])
+        assert store.get(("docs",), "kept").value == {"text": "stays"}  # type: ignore[union-attr]
+        assert store.get(("docs",), "gone") is None  # the delete is in effect all along
+        monkeypatch.delenv(FAIL_ENV)
+        assert store.cenotaph.erasures()[-1].wait(timeout=60).state == "verified"
+
+
+def test_close_gives_the_last_deletes_purge_its_pass(tmp_path: Path) -> None:
+    with CenotaphStore(tmp_path / "data") as store:
+        store.put(("docs",), "k", {"text": f"{CANARY} note"})
+        store.delete(("docs",), "k")
+        request_id = store.cenotaph.erasures()[-1].id
+    with cenotaph.open(tmp_path / "data", auto_purge="off") as native:  # nothing purges here
+        assert native.erasure(request_id).status().state == "verified"
+    assert files_contain(tmp_path / "data", CANARY.encode()) == []
+
+
+def test_a_failed_sweep_ends_the_sweeper_and_its_future_holds_the_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with CenotaphStore(tmp_path / "data", ttl={"default_ttl": 1}) as store:
+        monkeypatch.setenv(FAIL_ENV, "purge.rows")
+        future = store.start_ttl_sweeper(sweep_interval_minutes=0.001)
+        assert isinstance(future.exception(timeout=30), StorageError)
+        monkeypatch.delenv(FAIL_ENV)
+        assert store.stop_ttl_sweeper(timeout=10)

@@ -1,6 +1,7 @@
-"""Where cenotaph's CenotaphStore differs from LangGraph's stores under their own tests.
+"""Where cenotaph's CenotaphStore and AsyncCenotaphStore differ from LangGraph's stores under their
+own tests.
 
-Each test below fails against CenotaphStore for the reason given (docs/integrations.md lists
+Each test below fails against them for the reason given (docs/integrations.md lists
 them); it runs as a strict xfail, so a change that makes it pass is noticed. Under
 ``CENOTAPH_PEER_TARGET=sqlite`` (LangGraph's own SqliteStore) nothing is marked.
 """
@@ -11,15 +12,6 @@ import pytest
 from tests.integrations.peer_langgraph.lg_shim import TARGET
 
 DIFFERENCES = {
-    "test_lg_sqlite_async_store.py::test_no_running_loop": (
-        "AsyncSqliteStore is async-only and its sync methods raise InvalidStateError inside an event "
-        "loop; CenotaphStore is one class for both APIs, so its sync methods work there"
-    ),
-    "test_lg_sqlite_async_store.py::test_large_batches_async": (
-        "puts and deletes of the same keys run concurrently: a put issued before the store's own "
-        "delete of that item returned is refused as stale (StaleItemError) instead of landing after "
-        "the erasure (the reinsertion race a compliance delete must not lose)"
-    ),
     "test_lg_sqlite_store.py::test_vector_store_initialization": (
         "reads SqliteStore's own sqlite_master through store.conn; CenotaphStore has no such "
         "connection (its vectors live sealed inside the item records)"

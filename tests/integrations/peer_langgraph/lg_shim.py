@@ -1,7 +1,9 @@
 """The shim that retargets LangGraph's own store tests (vendored beside it) at a store.
 
 ``CENOTAPH_PEER_TARGET=cenotaph`` (the default) gives the tests cenotaph's ``CenotaphStore``
-wherever they build ``InMemoryStore``, ``SqliteStore`` or ``AsyncSqliteStore``; ``sqlite`` gives
+wherever they build ``InMemoryStore`` or ``SqliteStore``, and ``AsyncCenotaphStore`` wherever they
+build ``AsyncSqliteStore`` (the shim adds only ``setup()``, a no-op, and ``from_conn_string``, a
+fresh data directory; every other method the tests call is the store's own); ``sqlite`` gives
 them LangGraph's own ``SqliteStore`` / ``AsyncSqliteStore`` (``InMemoryStore`` too becomes a
 ``SqliteStore`` over ``:memory:``), the baseline the counts in docs/integrations.md compare with.
 Each cenotaph store lives in its own temporary data directory. SQLite-specific helpers the tests
@@ -34,7 +36,7 @@ from langgraph.store.sqlite.base import (
     _namespace_match_pattern,
 )
 
-from cenotaph.integrations.langgraph import CenotaphStore
+from cenotaph.integrations.langgraph import AsyncCenotaphStore, BaseCenotaphStore, CenotaphStore
 
 __all__ = [
     "NS_MATCH_FUNCTION",
@@ -52,7 +54,7 @@ TARGET = os.environ.get("CENOTAPH_PEER_TARGET", "cenotaph")
 if TARGET not in ("cenotaph", "sqlite"):
     raise RuntimeError("CENOTAPH_PEER_TARGET must be 'cenotaph' or 'sqlite'")
 
-_open: list[tuple[CenotaphStore, str]] = []
+_open: list[tuple[BaseCenotaphStore, str]] = []
 
 
 def full_sqlite() -> Any:
@@ -64,26 +66,41 @@ def full_sqlite() -> Any:
     return full
 
 
-def _new_store(cls: type[CenotaphStore], **options: Any) -> Any:
+def _new_store(cls: type[CenotaphStore] | type[AsyncCenotaphStore], **options: Any) -> Any:
     directory = tempfile.mkdtemp(prefix="cenotaph-peer-")
     store = cls(directory, **options)
     _open.append((store, directory))
     return store
 
 
-def _dispose(store: CenotaphStore) -> None:
+def _forget_directory(store: BaseCenotaphStore) -> str | None:
     for i, (candidate, directory) in enumerate(_open):
         if candidate is store:
-            store.close()
-            shutil.rmtree(directory, ignore_errors=True)
             del _open[i]
-            return
+            return directory
+    return None
+
+
+def _dispose(store: CenotaphStore | AsyncCenotaphStore) -> None:
+    directory = _forget_directory(store)
+    if directory is not None:
+        store.close()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+async def _adispose(store: AsyncCenotaphStore) -> None:
+    directory = _forget_directory(store)
+    if directory is not None:
+        await store.aclose()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @atexit.register
 def _dispose_all() -> None:
     while _open:
-        _dispose(_open[-1][0])
+        store = _open[-1][0]
+        assert isinstance(store, CenotaphStore | AsyncCenotaphStore)
+        _dispose(store)  # no event loop runs at exit: the async store's close() is allowed
 
 
 class _PeerStore(CenotaphStore):
@@ -102,25 +119,11 @@ class _PeerStore(CenotaphStore):
             _dispose(store)
 
 
-class _AsyncPeerStore(CenotaphStore):
-    """CenotaphStore with AsyncSqliteStore's awaitable maintenance methods (same behaviour)."""
+class _AsyncPeerStore(AsyncCenotaphStore):
+    """AsyncCenotaphStore with the AsyncSqliteStore surface the tests call (``setup``)."""
 
     async def setup(self) -> None:
         """Nothing to set up."""
-
-    async def sweep_ttl(self) -> int:  # type: ignore[override]
-        return await self.asweep_ttl()
-
-    async def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> Any:  # type: ignore[override]
-        return CenotaphStore.start_ttl_sweeper(self, sweep_interval_minutes)
-
-    async def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:  # type: ignore[override]
-        return CenotaphStore.stop_ttl_sweeper(self, timeout)
-
-    def close(self) -> None:
-        CenotaphStore.stop_ttl_sweeper(self)
-        if self._owned:
-            self.cenotaph.close()
 
     @classmethod
     @asynccontextmanager
@@ -129,7 +132,7 @@ class _AsyncPeerStore(CenotaphStore):
         try:
             yield store
         finally:
-            _dispose(store)
+            await _adispose(store)
 
 
 class _SqliteInMemoryStore(lg_sqlite.SqliteStore):

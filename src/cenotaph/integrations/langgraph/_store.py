@@ -1,4 +1,5 @@
-"""``CenotaphStore``: a LangGraph ``BaseStore`` whose deletes are compliance erasures.
+"""``CenotaphStore``: a LangGraph ``BaseStore`` whose deletes are compliance erasures, and
+``BaseCenotaphStore``, what it shares with its async twin (``_aio.AsyncCenotaphStore``).
 
 >>> import tempfile
 >>> from cenotaph.integrations.langgraph import CenotaphStore
@@ -13,8 +14,12 @@ True
 Every operation goes through the public :class:`cenotaph.Store` API. Reads in a batch see the
 store as it was before the batch's writes (as in LangGraph's own stores); the batch's deletes are
 compliance forgets, its puts one ``write_many`` transaction. A delete returns once the item's keys
-are destroyed (unreadable everywhere); its purge and verification follow in the background
-(``store.cenotaph.erasures()[-1].wait()`` waits for them; ``close()`` finishes them).
+are destroyed (unreadable everywhere); its purge and verification follow in the store's background
+worker (``store.cenotaph.erasures()[-1].wait()`` waits for them; ``close()`` gives them a last
+pass). As LangGraph splits ``BaseSqliteStore`` from ``SqliteStore`` and ``AsyncSqliteStore``,
+:class:`BaseCenotaphStore` holds everything but how a batch is called: planning a batch, running
+it against cenotaph, the put rules after a delete, lineage, users; the two store classes add the
+sync and async entry points, TTL sweeping and closing.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import contextvars
 import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -55,16 +60,27 @@ from .._deletes import DeleteState, OwnDeletes, Target, write_reopening
 from .._labels import decode_label, encode_label
 from ._filters import compile_filter
 from ._namespaces import NamespaceMap
-from ._purger import Purger
 from ._vectors import Index, decode_vectors, encode_vectors, pooled_scores
 
-__all__ = ["DEFAULT_SCOPE", "CenotaphStore", "ForgottenItemError", "StaleItemError"]
+__all__ = [
+    "DEFAULT_SCOPE",
+    "BaseCenotaphStore",
+    "CenotaphStore",
+    "ForgottenItemError",
+    "StaleItemError",
+    "in_lineage",
+]
 
 DEFAULT_SCOPE = "app:langgraph"
 _MARK = "langgraph"  # metadata field marking a record as a LangGraph item (schema version 1)
 _READS: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar(
     "cenotaph_langgraph_reads", default=None
 )
+
+
+def in_lineage() -> bool:
+    """Is the caller inside a store's ``lineage()`` block?"""
+    return _READS.get() is not None
 
 
 class ForgottenItemError(InvalidNamespaceError, ForgottenError):
@@ -94,8 +110,9 @@ def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
-class CenotaphStore(BaseStore):
-    """A LangGraph store over a cenotaph data directory (or an open :class:`cenotaph.Store`).
+class BaseCenotaphStore:
+    """What :class:`CenotaphStore` and :class:`~cenotaph.integrations.langgraph.AsyncCenotaphStore`
+    share: a LangGraph store over a cenotaph data directory (or an open :class:`cenotaph.Store`).
 
     ``index`` and ``ttl`` are LangGraph's ``IndexConfig`` and ``TTLConfig``. ``scope`` is the
     cenotaph scope every namespace lives under (e.g. ``"tenant:acme"``); ``users`` lists namespace
@@ -106,15 +123,17 @@ class CenotaphStore(BaseStore):
     """
 
     supports_ttl = True
+    index_config: dict[str, Any] | None
+    ttl_config: TTLConfig | None
 
-    def __init__(
+    def _open(
         self,
         path_or_store: str | os.PathLike[str] | Store,
         *,
-        index: IndexConfig | None = None,
-        ttl: TTLConfig | None = None,
-        scope: str = DEFAULT_SCOPE,
-        users: Sequence[Sequence[str]] = (),
+        index: IndexConfig | None,
+        ttl: TTLConfig | None,
+        scope: str,
+        users: Sequence[Sequence[str]],
     ) -> None:
         self._namespaces = NamespaceMap(scope, users)
         self._index = Index.build(index)
@@ -122,36 +141,20 @@ class CenotaphStore(BaseStore):
         self.embeddings = None if self._index is None else self._index.embeddings
         self.ttl_config = ttl
         self._owned = not isinstance(path_or_store, Store)
-        if isinstance(path_or_store, Store):
-            self._store = path_or_store
-        else:  # opened here: deletes are purged and verified in the background, coalesced
-            self._store = open_cenotaph(path_or_store, auto_purge=False)
-        self._purger = Purger(self._store) if self._owned else None
+        # opened here: deletes are purged and verified by the store's background worker, coalesced
+        self._store = path_or_store if isinstance(path_or_store, Store) else open_cenotaph(path_or_store)
         self._deletes = OwnDeletes()
-        self._sweeper: threading.Thread | None = None
-        self._sweeper_stop = threading.Event()
 
-    # -- lifecycle -----------------------------------------------------------------------
     @property
     def cenotaph(self) -> Store:
         """The underlying cenotaph store (for erasure status, certificates, exports)."""
         return self._store
 
-    def close(self) -> None:
-        """Stop the TTL sweeper; if this adapter opened the cenotaph store, finish its purges (every
-        delete then verified) and close it."""
-        self.stop_ttl_sweeper()
-        if self._purger is not None:
-            try:
-                self._purger.close()
-            finally:
-                self._store.close()
-
-    def __enter__(self) -> CenotaphStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def _close_store(self) -> None:
+        """If this adapter opened the cenotaph store, close it: the store's worker gets a last
+        pass for the purges still due, and a background purge that failed unseen is raised."""
+        if self._owned:
+            self._store.close()
 
     # -- subjects ------------------------------------------------------------------------
     def user_subject(self, user_id: str) -> str:
@@ -167,6 +170,10 @@ class CenotaphStore(BaseStore):
             request.wait()
         return request
 
+    async def aforget_user(self, user_id: str, *, reason: str | None = None) -> ErasureRequest:
+        """:meth:`forget_user`, in a worker thread."""
+        return await asyncio.to_thread(self.forget_user, user_id, reason=reason)
+
     @contextmanager
     def lineage(self) -> Iterator[None]:
         """Within the block, every put records the items read so far in it as ``derived_from``: a
@@ -177,26 +184,21 @@ class CenotaphStore(BaseStore):
         finally:
             _READS.reset(token)
 
-    # -- batches -------------------------------------------------------------------------
-    def batch(self, ops: Iterable[Op]) -> list[Result]:
-        plan = self._plan(ops)
-        vectors = self._embed(plan)
-        queries = {q: self._index.embeddings.embed_query(q) for q in plan.queries} if self._index else {}
-        return self._execute(plan, vectors, queries)
+    # -- batches -----------------------------------------------------------------------
+    def _queries(self, plan: _Plan) -> dict[str, Sequence[float]]:
+        if self._index is None or not plan.queries:
+            return {}
+        return {q: self._index.embeddings.embed_query(q) for q in plan.queries}
 
-    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        plan = self._plan(ops)
-        vectors = await self._aembed(plan)
-        queries: dict[str, Sequence[float]] = {}
-        if self._index and plan.queries:
-            distinct = sorted(plan.queries)
-            found = await asyncio.gather(*(self._index.embeddings.aembed_query(q) for q in distinct))
-            queries = dict(zip(distinct, found, strict=True))
-        return await asyncio.to_thread(self._execute, plan, vectors, queries)
+    async def _aqueries(self, plan: _Plan) -> dict[str, Sequence[float]]:
+        if self._index is None or not plan.queries:
+            return {}
+        distinct = sorted(plan.queries)
+        found = await asyncio.gather(*(self._index.embeddings.aembed_query(q) for q in distinct))
+        return dict(zip(distinct, found, strict=True))
 
     def _plan(self, ops: Iterable[Op]) -> _Plan:
-        if self._purger is not None:
-            self._purger.check()
+        self._store.raise_background_failure()  # a purge that failed unseen is this call's to raise
         plan = _Plan(list(ops))
         for op in plan.ops:
             if not isinstance(op, GetOp | SearchOp | ListNamespacesOp | PutOp):
@@ -380,8 +382,6 @@ class CenotaphStore(BaseStore):
             target = (self._namespaces.item_scope(namespace), encode_label(key))
             request = self._store.forget(*target, mode="compliance")
             self._deletes.deleted(target, request.version)
-        if deletes and self._purger is not None:
-            self._purger.request()
         items = [
             self._put_item(slot, op, vectors.get(slot))
             for slot, op in plan.puts.items()
@@ -441,7 +441,54 @@ class CenotaphStore(BaseStore):
             exc.version,
         )
 
-    # -- TTL sweeping --------------------------------------------------------------------
+    def _sweep(self) -> int:
+        return self._store.purge().reclaimed
+
+
+class CenotaphStore(BaseCenotaphStore, BaseStore):
+    """A LangGraph ``BaseStore`` over cenotaph, for LangGraph's sync API and its async one alike
+    (``abatch`` runs the storage work in a worker thread). For an async-only application,
+    :class:`~cenotaph.integrations.langgraph.AsyncCenotaphStore` batches the calls of one event
+    loop tick as LangGraph's async stores do. See :class:`BaseCenotaphStore` for the arguments.
+    """
+
+    def __init__(
+        self,
+        path_or_store: str | os.PathLike[str] | Store,
+        *,
+        index: IndexConfig | None = None,
+        ttl: TTLConfig | None = None,
+        scope: str = DEFAULT_SCOPE,
+        users: Sequence[Sequence[str]] = (),
+    ) -> None:
+        self._open(path_or_store, index=index, ttl=ttl, scope=scope, users=users)
+        self._sweeper: threading.Thread | None = None
+        self._sweeper_stop = threading.Event()
+
+    def close(self) -> None:
+        """Stop the TTL sweeper; if this adapter opened the cenotaph store, close it (its worker
+        gets a last pass for the purges still due)."""
+        self.stop_ttl_sweeper()
+        self._close_store()
+
+    def __enter__(self) -> CenotaphStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        plan = self._plan(ops)
+        vectors = self._embed(plan)
+        return self._execute(plan, vectors, self._queries(plan))
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        plan = self._plan(ops)
+        vectors = await self._aembed(plan)
+        queries = await self._aqueries(plan)
+        return await asyncio.to_thread(self._execute, plan, vectors, queries)
+
+    # -- TTL sweeping (in a thread, as SqliteStore) -------------------------------------
     def sweep_ttl(self) -> int:
         """Remove expired items now; returns how many rows the purge reclaimed. Expired items are
         never returned even before a sweep."""
@@ -450,13 +497,11 @@ class CenotaphStore(BaseStore):
     async def asweep_ttl(self) -> int:
         return await asyncio.to_thread(self._sweep)
 
-    def _sweep(self) -> int:
-        return self._store.purge().reclaimed
-
     def start_ttl_sweeper(
         self, sweep_interval_minutes: float | None = None
     ) -> concurrent.futures.Future[None]:
-        """Sweep every ``sweep_interval_minutes`` (default: the TTLConfig's, else 5) in a thread."""
+        """Sweep every ``sweep_interval_minutes`` (default: the TTLConfig's, else 5) in a thread;
+        the future ends when it stops (with the sweep's error if one failed, which ends it)."""
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
         if not self.ttl_config or (self._sweeper is not None and self._sweeper.is_alive()):
             future.set_result(None)
@@ -465,9 +510,15 @@ class CenotaphStore(BaseStore):
         self._sweeper_stop.clear()
 
         def loop() -> None:
-            while not self._sweeper_stop.wait(interval):
-                self._sweep()
-            future.set_result(None)
+            try:
+                while not self._sweeper_stop.wait(interval):
+                    self._sweep()
+            except Exception as exc:  # noqa: BLE001 - the returned future holds it
+                with suppress(concurrent.futures.InvalidStateError):  # cancelled
+                    future.set_exception(exc)
+                return
+            with suppress(concurrent.futures.InvalidStateError):
+                future.set_result(None)
 
         self._sweeper = threading.Thread(target=loop, name="cenotaph-langgraph-ttl", daemon=True)
         self._sweeper.start()
