@@ -41,6 +41,7 @@ class Control:
         self._file.close()
         self._sock.close()
 
+
 DELAY_MS = 25
 
 

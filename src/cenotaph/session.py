@@ -10,7 +10,8 @@ own forgets of its own.
   one of its owner's forgets returned may re-create what was forgotten: the session asks the store
   for a token with ``reauthorize(..., owner=..., through=...)``, which is issued only if *every*
   forget blocking the write is that owner's and none came after the write was issued. Another
-  writer's forget, a subject erasure and a stale write are never reopened.
+  writer's forget and a subject erasure are never reopened (ForgottenError), nor a stale write
+  (StaleWriteError).
 - **Replacing.** A write that reopens a slot the session itself forgot replaces what the session
   had read there; it does not derive from it (so it is not refused as derived from the forgotten
   copy). An *operational* forget of the session's own drops what it covers from the read set: it
@@ -169,14 +170,22 @@ class StoreSession:
         records, reopened = self._write([{"scope": scope, "key": key, "value": value, **options}])
         return records[0], reopened
 
-    def write_many(self, items: Iterable[Mapping[str, Any]]) -> builtins.list[Record]:
+    def write_many(
+        self, items: Iterable[Mapping[str, Any]], *, issued: int | None = None
+    ) -> builtins.list[Record]:
         """:meth:`Store.write_many` (one transaction), each item deriving from the read set; an
-        item the owner's own forget blocks is reopened (once) as the module's docstring says."""
-        return self._write(items)[0]
+        item the owner's own forget blocks is reopened (once) as the module's docstring says.
+        ``issued``: the store's :meth:`~Store.known_version` when the caller issued these writes,
+        if earlier than this call (a forget returned after it is not reopened)."""
+        return self._write(items, issued)[0]
 
-    def _write(self, items: Iterable[Mapping[str, Any]]) -> tuple[builtins.list[Record], bool]:
+    def _write(
+        self, items: Iterable[Mapping[str, Any]], issued: int | None = None
+    ) -> tuple[builtins.list[Record], bool]:
         store = self._store()
-        through = store.known_version() if self.owner is not None else None
+        if issued is not None and (type(issued) is not int or issued < 0):
+            raise InvalidValueError("issued must be a version from store.known_version()")
+        through = None if self.owner is None else store.known_version() if issued is None else issued
         if isinstance(items, str | bytes | Mapping) or not isinstance(items, Iterable):
             raise InvalidValueError("write_many takes a list of dicts, each with scope, key and value")
         batch = [self._with_sources(item) for item in items]

@@ -35,6 +35,7 @@ from .errors import (
     ForgottenError,
     InvalidValueError,
     KeyProviderError,
+    StaleWriteError,
     StorageError,
 )
 from .faults import fault_point
@@ -67,6 +68,7 @@ from .validation import (
     check_owner,
     check_path,
     check_subject,
+    check_subjects,
 )
 from .writes import Prepared, RecordWriter
 
@@ -378,7 +380,7 @@ class Store:
         token every forget in or above its subtree) was made with ``forget(..., owner=owner)``;
         else ForgottenError, and no token exists. ``through``: also refuse if one of them is newer
         than this version (a forget that came after the caller's write was issued: a stale write
-        is never reopened).
+        is never reopened): StaleWriteError.
         """
         parsed = Scope.parse(scope)
         subject_token = None if subject is None else self._tokens.subject(check_subject(subject))
@@ -440,27 +442,28 @@ class Store:
             )
         late = [v for v, _ in found if through is not None and v > through]
         if late:
-            raise ForgottenError(
+            raise StaleWriteError(
                 f"the forget at version {max(late)} came after this write was issued; a write racing a "
                 "forget of its own target is refused (re-read and write again)",
                 max(late),
             )
 
-    def forgets_blocking(self, scope: str, key: str) -> builtins.list[int]:
+    def forgets_blocking(
+        self, scope: str, key: str, *, subjects: Iterable[str] | None = None
+    ) -> builtins.list[int]:
         """The versions of every forget that refuses a write of ``key`` in ``scope`` without a
         reauthorization token (W1), oldest first; empty if such a write would land.
 
         Content-free, and the same answer a write would get: every forget of the scope and key
         targets (each version, not only the newest of a target) that no lift reaches, and those
-        of the scope's default subjects. To reopen only one's own forgets, ask for the token
-        with ``reauthorize(..., owner=...)``, which checks the owner of each.
+        of the scope's default subjects and of ``subjects`` (the write's own). To reopen only
+        one's own forgets, ask for the token with ``reauthorize(..., owner=...)``, which checks
+        the owner of each; :meth:`blocking_erasures` says what each one is.
         """
         parsed = Scope.parse(scope)
+        named = dict.fromkeys([*default_subjects(parsed), *check_subjects(subjects)])
         targets = WriteTargets.build(
-            self._tokens,
-            parsed,
-            check_key(key),
-            tuple(self._tokens.subject(s) for s in default_subjects(parsed)),
+            self._tokens, parsed, check_key(key), tuple(self._tokens.subject(s) for s in named)
         )
         self._sync()  # the ledger decides tombstones and lifts (S9), as it does for a write
         view = self._ledger.view
@@ -469,14 +472,29 @@ class Store:
         if not tombstones:
             return []
         lifts = view.lift_versions(targets.lift_targets())
-        general, subjects = blocking(targets, tombstones, lifts)
-        if not general and not subjects:
+        general, by_subject = blocking(targets, tombstones, lifts)
+        if not general and not by_subject:
             return []
         lifted = view.lifted(targets.general_lift_targets())
         found = {v for v, _ in view.forget_versions((*targets.prefix_tokens, *targets.key_targets), lifted)}
-        for token in subjects:
+        for token in by_subject:
             found.update(v for v, _ in view.forget_versions([token], lifts.get(token, 0)))
         return sorted(found)
+
+    def blocking_erasures(
+        self, scope: str, key: str, *, subjects: Iterable[str] | None = None
+    ) -> builtins.list[ErasureRequest]:
+        """The erasure requests of :meth:`forgets_blocking`'s forgets, oldest first: what refuses
+        the write, by kind (``target_kind == "subject"``: a subject's erasure), from the ledger."""
+        versions = self.forgets_blocking(scope, key, subjects=subjects)
+        view = self._ledger.view
+        plans = [view.plans[view.by_version[v]] for v in versions if v in view.by_version]
+        return [
+            self._handle(
+                p["request_id"], int(p["version"]), Mode(p["mode"]), p["target_kind"], p["requested_at"]
+            )
+            for p in plans
+        ]
 
     def known_version(self) -> int:
         """The newest version this store's ledger knows (forgets, tokens, lifts): every forget that

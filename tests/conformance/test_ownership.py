@@ -13,7 +13,7 @@ from tests.conformance._scopes import S1, S2, U, V
 from tests.kit.stores import StoreFactory
 
 from cenotaph import Store
-from cenotaph.errors import ForgottenError, InvalidValueError
+from cenotaph.errors import ForgottenError, InvalidValueError, StaleWriteError
 
 ME, OTHER = "agent:me", "agent:other"
 
@@ -112,7 +112,7 @@ def test_through_refuses_a_forget_newer_than_the_write(store: Store) -> None:
     store.write(U, "k", 1)
     issued = store.known_version()  # a write is issued here ...
     store.forget(U, "k", mode="operational", owner=ME)  # ... and my forget returns after it
-    with pytest.raises(ForgottenError, match="after this write was issued"):
+    with pytest.raises(StaleWriteError, match="after this write was issued"):
         store.reauthorize(U, "k", owner=ME, through=issued)
     store.reauthorize(U, "k", owner=ME, through=store.known_version())
 
@@ -153,3 +153,15 @@ def test_the_owner_is_kept_as_a_token_only(store_factory: StoreFactory) -> None:
         data = path.read_bytes()
         for form in (owner.encode(), owner.encode().hex().encode(), owner.encode("utf-16-le")):
             assert form not in data, path.name
+
+
+def test_blocking_erasures_say_what_refuses_a_write(store: Store) -> None:
+    store.write(U, "k", 1, subjects=["idp:42"])
+    key = store.forget(U, "k", mode="operational", owner=ME)
+    assert [r.id for r in store.blocking_erasures(U, "k")] == [key.id]
+    subject = store.forget_subject("idp:42")
+    assert store.blocking_erasures(U, "k") == [store.erasure(key.id)]  # not the write's subject
+    found = store.blocking_erasures(U, "k", subjects=["idp:42"])
+    assert [(r.id, r.target_kind) for r in found] == [(key.id, "key"), (subject.id, "subject")]
+    assert store.forgets_blocking(U, "k", subjects=["idp:42"]) == [key.version, subject.version]
+    assert store.blocking_erasures(U, "free") == []

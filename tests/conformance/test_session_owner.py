@@ -15,7 +15,7 @@ import pytest
 from tests.conformance._scopes import S1, U, V
 
 from cenotaph import Store
-from cenotaph.errors import DerivedFromForgottenError, ForgottenError, InvalidValueError
+from cenotaph.errors import DerivedFromForgottenError, ForgottenError, InvalidValueError, StaleWriteError
 
 OWNER = "adapter:test"
 
@@ -89,7 +89,7 @@ def test_a_write_issued_before_the_forget_returned_is_refused(store: Store) -> N
     deleter.start()
     store.known_version = known_version  # type: ignore[method-assign]
     try:
-        with pytest.raises(ForgottenError, match="after this write was issued"):
+        with pytest.raises(StaleWriteError, match="after this write was issued"):
             session.write(S1, "k", 2)
     finally:
         del store.known_version

@@ -45,8 +45,13 @@ async def test_the_calls_of_one_tick_run_as_one_batch_in_order(store: AsyncCenot
     assert await store.alist_namespaces() == [("docs",)]
 
 
-async def test_a_delete_then_a_put_in_one_tick_erases_and_then_recreates(store: AsyncCenotaphStore) -> None:
+async def test_a_delete_then_a_put_in_one_tick_erases_and_then_recreates(tmp_path: Path) -> None:
     """LangGraph's batcher keeps only the put: the delete would return having erased nothing."""
+    async with AsyncCenotaphStore(tmp_path / "erasing", delete_mode="compliance") as store:
+        await _delete_then_put(store)
+
+
+async def _delete_then_put(store: AsyncCenotaphStore) -> None:
     await store.aput(("docs",), "plan", {"text": "the old plan"})
     before = len(store.cenotaph.erasures())
     await asyncio.gather(store.adelete(("docs",), "plan"), store.aput(("docs",), "plan", {"text": "new"}))
@@ -88,7 +93,7 @@ async def test_a_refused_put_does_not_fail_the_calls_batched_with_it(store: Asyn
         store.adelete(("memories", "bob"), "old"),
         return_exceptions=True,
     )
-    assert isinstance(results[0], ForgottenItemError) and "subject erasure" in str(results[0])
+    assert isinstance(results[0], ForgottenItemError) and "data subject" in str(results[0])
     assert results[1] is None and results[3] is None
     assert (await store.aget(("memories", "bob"), "diet")).value == {"text": "omnivore"}  # type: ignore[union-attr]
     assert await store.aget(("memories", "alice"), "diet") is None
@@ -157,7 +162,7 @@ async def test_a_compiled_graph_runs_on_it_and_the_users_erasure_reaches_its_sum
 async def test_a_failed_background_purge_is_raised_by_the_next_call_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with AsyncCenotaphStore(tmp_path / "data") as store:
+    async with AsyncCenotaphStore(tmp_path / "data", delete_mode="compliance") as store:
         await store.aput(("docs",), "kept", {"text": "stays"})
         await store.aput(("docs",), "gone", {"text": "erased"})
         monkeypatch.setenv(FAIL_ENV, "purge.rows")

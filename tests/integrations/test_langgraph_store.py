@@ -36,6 +36,13 @@ def store(tmp_path: Path) -> Iterator[CenotaphStore]:
         yield s
 
 
+@pytest.fixture
+def erasing(tmp_path: Path) -> Iterator[CenotaphStore]:
+    """A store whose deletes are compliance erasures (``delete_mode="compliance"``)."""
+    with CenotaphStore(tmp_path / "data", index=INDEX, users=USERS, delete_mode="compliance") as s:  # type: ignore[arg-type]
+        yield s
+
+
 def files_contain(directory: Path, needle: bytes) -> list[str]:
     return [str(p) for p in directory.rglob("*") if p.is_file() and needle in p.read_bytes()]
 
@@ -57,7 +64,10 @@ def test_items_round_trip_with_framework_fields(store: CenotaphStore) -> None:
     assert record is not None and "app:langgraph/user:alice" in record.subjects
 
 
-def test_delete_is_a_verified_erasure_reaching_every_path(store: CenotaphStore, tmp_path: Path) -> None:
+def test_a_compliance_delete_is_a_verified_erasure_reaching_every_path(
+    erasing: CenotaphStore, tmp_path: Path
+) -> None:
+    store = erasing
     store.put(("memories", "alice"), "note", {"text": f"{CANARY} on tuesday"})
     store.put(("memories", "alice"), "other", {"text": "likes tea"})
     assert store.search(("memories", "alice"), query=CANARY)[0].key == "note"
@@ -80,6 +90,40 @@ def test_delete_is_a_verified_erasure_reaching_every_path(store: CenotaphStore, 
     assert files_contain(tmp_path / "data", CANARY.encode()) == []
 
 
+def test_a_delete_is_housekeeping_by_default(store: CenotaphStore) -> None:
+    """The model's delete stops recall of the item, and its rows are reclaimed by the store's
+    worker, but it is no erasure: what was made from it stays, and it never reports "verified"."""
+    store.put(("memories", "alice"), "note", {"text": "on tuesday"})
+    with store.lineage():
+        store.get(("memories", "alice"), "note")
+        store.put(("memories", "alice"), "summary", {"text": "a tuesday note"})
+    store.delete(("memories", "alice"), "note")
+    assert store.get(("memories", "alice"), "note") is None
+    assert store.search(("memories",), query="tuesday")[0].key == "summary"
+    request = max(store.cenotaph.erasures(), key=lambda r: r.version)
+    assert request.mode == "operational" and request.target_kind == "key"
+    store.put(("memories", "alice"), "later", {"text": "after the delete"})  # no taint block
+    with pytest.raises(ValueError, match="delete_mode"):
+        CenotaphStore(store.cenotaph, delete_mode="erase")
+
+
+@pytest.mark.parametrize("mode", ["operational", "compliance"])
+def test_a_delete_works_when_a_wider_namespace_holds_the_same_key(tmp_path: Path, mode: str) -> None:
+    """Items live in leaf scopes; an item's delete forgets its slot only, so a parent namespace
+    holding the same key neither fails it (no ScopeClosureError reaches LangGraph) nor is touched."""
+    with CenotaphStore(tmp_path / "data", delete_mode=mode) as store:
+        native = store.cenotaph
+        native.write("app:langgraph/ns:docs", "k", "a native copy in a scope above both items")
+        store.put(("docs",), "k", {"text": "parent"})
+        store.put(("docs", "sub"), "k", {"text": "child"})
+        store.delete(("docs", "sub"), "k")
+        assert store.get(("docs", "sub"), "k") is None
+        assert store.get(("docs",), "k").value == {"text": "parent"}  # type: ignore[union-attr]
+        store.delete(("docs",), "k")
+        assert store.get(("docs",), "k") is None
+        assert native.read("app:langgraph/ns:docs", "k", fallthrough=False) is not None
+
+
 def test_put_after_the_stores_own_delete_recreates_the_item(store: CenotaphStore) -> None:
     for round_ in range(3):
         store.put(("memories", "alice"), "diet", {"text": f"version {round_}"})
@@ -93,25 +137,41 @@ def test_put_after_a_subject_erasure_is_refused_with_the_frameworks_error(store:
     store.delete(("memories", "alice"), "diet")  # our own delete first: even then, the erasure wins
     request = store.forget_user("alice")
     assert request.status().state == "verified"
-    with pytest.raises(ForgottenItemError, match="subject erasure") as caught:
+    with pytest.raises(ForgottenItemError, match="data subject") as caught:
         store.put(("memories", "alice"), "diet", {"text": "vegetarian"})
     assert isinstance(caught.value, InvalidNamespaceError) and isinstance(caught.value, ForgottenError)
+    assert "reauthorize(scope, subject=" in str(caught.value)
+    with pytest.raises(ForgottenItemError, match="data subject"):  # an item that never existed too
+        store.put(("memories", "alice"), "never-written", {"text": "new"})
     assert store.get(("memories", "alice"), "diet") is None
     store.put(("memories", "bob"), "diet", {"text": "omnivore"})  # other users are untouched
 
 
 def test_put_after_another_writers_forget_is_refused(tmp_path: Path) -> None:
     with cenotaph.open(tmp_path / "data") as native:
-        mine, theirs = CenotaphStore(native), CenotaphStore(native)
+        mine, theirs = CenotaphStore(native, owner="app-a"), CenotaphStore(native, owner="app-b")
         mine.put(("docs",), "plan", {"text": "draft"})
-        theirs.delete(("docs",), "plan")  # another adapter (another process, say)
-        with pytest.raises(ForgottenItemError, match="another writer's forget"):
+        theirs.delete(("docs",), "plan")  # another application sharing the scope
+        with pytest.raises(ForgottenItemError, match="forgotten by another writer"):
             mine.put(("docs",), "plan", {"text": "draft again"})
         theirs.put(("docs",), "plan", {"text": "theirs"})  # the deleter itself may re-create it
         assert mine.get(("docs",), "plan").value == {"text": "theirs"}  # type: ignore[union-attr]
         native.forget("app:langgraph/ns:docs/items:_", "plan")  # a native cenotaph forget
         with pytest.raises(ForgottenItemError):
             theirs.put(("docs",), "plan", {"text": "again"})
+        theirs.delete(("docs",), "plan")  # its own no-op delete of what someone else forgot ...
+        with pytest.raises(ForgottenItemError, match="forgotten by another writer"):
+            theirs.put(("docs",), "plan", {"text": "again"})  # ... does not make that forget its own
+        assert native.read("app:langgraph/ns:docs/items:_", "plan") is None
+
+
+def test_a_restarted_store_recreates_what_it_deleted_before(tmp_path: Path) -> None:
+    with CenotaphStore(tmp_path / "data") as store:
+        store.put(("docs",), "plan", {"text": "draft"})
+        store.delete(("docs",), "plan")
+    with CenotaphStore(tmp_path / "data") as again:  # the same application, restarted
+        again.put(("docs",), "plan", {"text": "draft again"})
+        assert again.get(("docs",), "plan").value == {"text": "draft again"}  # type: ignore[union-attr]
 
 
 def test_a_put_issued_before_the_stores_delete_returned_is_refused_as_stale(tmp_path: Path) -> None:
@@ -285,7 +345,7 @@ def test_a_failed_background_purge_is_raised_by_the_next_call_once(
 ) -> None:
     """The store's worker purges the adapter's deletes; a purge failing there (an injected
     storage failure) is raised by the adapter's next call, and only by that one."""
-    with CenotaphStore(tmp_path / "data") as store:
+    with CenotaphStore(tmp_path / "data", delete_mode="compliance") as store:
         store.put(("docs",), "kept", {"text": "stays"})
         store.put(("docs",), "gone", {"text": "erased"})
         monkeypatch.setenv(FAIL_ENV, "purge.rows")
@@ -308,7 +368,7 @@ def test_a_failed_background_purge_is_raised_by_the_next_call_once(
 
 
 def test_close_gives_the_last_deletes_purge_its_pass(tmp_path: Path) -> None:
-    with CenotaphStore(tmp_path / "data") as store:
+    with CenotaphStore(tmp_path / "data", delete_mode="compliance") as store:
         store.put(("docs",), "k", {"text": f"{CANARY} note"})
         store.delete(("docs",), "k")
         request_id = store.cenotaph.erasures()[-1].id

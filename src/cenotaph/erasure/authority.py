@@ -13,7 +13,8 @@ decides anything any more: :class:`LedgerView` holds, in memory, what the ledger
 - ``destroyed``: record id -> version of the compliance forget that destroyed its keys,
 - ``lifts``: target token -> newest lift version (a reauthorization token's use),
 - ``grants`` / ``consumed``: reauthorization tokens issued (by digest) and used,
-- ``plans``: request id -> the forget's plan, in ledger order; ``max_version``: the newest
+- ``plans``: request id -> the forget's plan, in ledger order (``by_version``: a forget's version
+  -> its request id); ``max_version``: the newest
   version the ledger knows (the database clock may not be behind it).
 
 The view is extended incrementally: the ledger only grows, and its mark (size) is the change
@@ -77,6 +78,7 @@ class LedgerView:
         self.grants: dict[bytes, Grant] = {}
         self.consumed: dict[bytes, int] = {}
         self.plans: dict[str, dict[str, Any]] = {}
+        self.by_version: dict[int, str] = {}  # a forget's version -> its request id
         self.imported = False
         self.max_version = 0
         self._offset = self._count = 0
@@ -138,6 +140,7 @@ class LedgerView:
             return
         self.plans[plan["request_id"]] = plan
         version = int(plan["version"])
+        self.by_version[version] = plan["request_id"]
         owner = None if plan.get("owner") is None else bytes.fromhex(plan["owner"])
         for target, _ in plan["tombstones"]:
             token = bytes.fromhex(target)

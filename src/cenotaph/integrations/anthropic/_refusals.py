@@ -37,14 +37,18 @@ def refused_write(
 ) -> ToolError:
     """The ``ToolError`` for a write of ``items`` (a command on ``path``, issued when the store
     knew version ``issued``) that the store refused with ``exc``."""
-    if isinstance(exc, StaleWriteError):
-        return ToolError(f"The file {path} no longer exists (may have been deleted or renamed concurrently).")
-    if not isinstance(exc, ForgottenError):
+    if not isinstance(exc, ForgottenError | StaleWriteError):
         return ToolError(f"Cannot write {path}: {exc}")
-    blocking = {v for item in items for v in store.forgets_blocking(item["scope"], item["key"])}
-    if not isinstance(exc, DerivedFromForgottenError):
-        blocking.add(exc.version)  # a subject the scope does not imply is not in forgets_blocking
-    if blocking & {e.version for e in store.erasures() if e.target_kind == "subject"}:
+    found = {
+        r.version: r.target_kind
+        for item in items
+        for r in store.blocking_erasures(item["scope"], item["key"], subjects=item.get("subjects"))
+    }
+    if isinstance(exc, StaleWriteError):  # a forget newer than the command, or a stale base_version
+        if any(v > issued for v in found):
+            return ToolError(f"Cannot write {path}: it was deleted while this command was running.")
+        return ToolError(f"The file {path} no longer exists (may have been deleted or renamed concurrently).")
+    if "subject" in found.values():
         return ToolError(
             f"Cannot write {path}: the person this memory belongs to was erased (a subject erasure), and "
             "nothing is written for them again unless the application decides so: "
@@ -57,8 +61,6 @@ def refused_write(
             "is written now could carry its content back. Writes stay refused until the application starts a "
             "new conversation (tool.files.reset_reads())."
         )
-    if any(v > issued for v in blocking):
-        return ToolError(f"Cannot write {path}: it was deleted while this command was running.")
     return ToolError(
         f"Cannot write {path}: it was erased by another writer, and this tool re-creates only what it "
         "deleted itself."

@@ -75,9 +75,19 @@ class AsyncCenotaphStore(AsyncBatchedBaseStore, BaseCenotaphStore):
         ttl: TTLConfig | None = None,
         scope: str = DEFAULT_SCOPE,
         users: Sequence[Sequence[str]] = (),
+        delete_mode: str = "operational",
+        owner: str | None = None,
     ) -> None:
         super().__init__()
-        self._open(path_or_store, index=index, ttl=ttl, scope=scope, users=users)
+        self._open(
+            path_or_store,
+            index=index,
+            ttl=ttl,
+            scope=scope,
+            users=users,
+            delete_mode=delete_mode,
+            owner=owner,
+        )
         self._sweeper: asyncio.Task[None] | None = None
         self._sweeper_stop = asyncio.Event()
 

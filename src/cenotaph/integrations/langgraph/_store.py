@@ -1,5 +1,5 @@
-"""``CenotaphStore``: a LangGraph ``BaseStore`` whose deletes are compliance erasures, and
-``BaseCenotaphStore``, what it shares with its async twin (``_aio.AsyncCenotaphStore``).
+"""``CenotaphStore``: a LangGraph ``BaseStore`` over cenotaph, and ``BaseCenotaphStore``, what
+it shares with its async twin (``_aio.AsyncCenotaphStore``).
 
 >>> import tempfile
 >>> from cenotaph.integrations.langgraph import CenotaphStore
@@ -11,12 +11,15 @@
 {'text': 'vegetarian'}
 True
 
-Every operation goes through the public :class:`cenotaph.Store` API. Reads in a batch see the
-store as it was before the batch's writes (as in LangGraph's own stores); the batch's deletes are
-compliance forgets, its puts one ``write_many`` transaction. A delete returns once the item's keys
-are destroyed (unreadable everywhere); its purge and verification follow in the store's background
-worker (``store.cenotaph.erasures()[-1].wait()`` waits for them; ``close()`` gives them a last
-pass). As LangGraph splits ``BaseSqliteStore`` from ``SqliteStore`` and ``AsyncSqliteStore``,
+Every operation goes through the public :class:`cenotaph.Store` API and one store session
+owned by this adapter (``cenotaph.session``: taint, and re-creating what the adapter itself
+deleted). Reads in a batch see the store as it was before the batch's writes (as in LangGraph's
+own stores); the batch's puts are one ``write_many`` transaction. A delete is the model's
+housekeeping: an operational forget of the item's slot (hidden at once, stale puts refused,
+reclaimed by the store's background worker, no cascade to what was made from it); with
+``delete_mode="compliance"`` it is an erasure (keys destroyed before it returns, purged and
+verified by the worker, everything derived from it forgotten too). Erasing a person is
+:meth:`forget_user`, always compliance. As LangGraph splits ``BaseSqliteStore`` from ``SqliteStore`` and ``AsyncSqliteStore``,
 :class:`BaseCenotaphStore` holds everything but how a batch is called: planning a batch, running
 it against cenotaph, the put rules after a delete, lineage, users; the two store classes add the
 sync and async entry points, TTL sweeping and closing.
@@ -27,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import hashlib
 import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -52,11 +56,10 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
-from cenotaph import ErasureRequest, Record, Store
+from cenotaph import ErasureRequest, Record, Store, StoreSession
 from cenotaph import open as open_cenotaph
 from cenotaph.errors import DerivedFromForgottenError, ForgottenError, InvalidValueError, StaleWriteError
 
-from .._deletes import DeleteState, OwnDeletes, Target, write_reopening
 from .._labels import decode_label, encode_label
 from ._filters import compile_filter
 from ._namespaces import NamespaceMap
@@ -73,14 +76,16 @@ __all__ = [
 
 DEFAULT_SCOPE = "app:langgraph"
 _MARK = "langgraph"  # metadata field marking a record as a LangGraph item (schema version 1)
-_READS: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar(
-    "cenotaph_langgraph_reads", default=None
+DELETE_MODES = ("operational", "compliance")
+# the session of the innermost lineage block (its reads become derived_from of its puts)
+_LINEAGE: contextvars.ContextVar[StoreSession | None] = contextvars.ContextVar(
+    "cenotaph_langgraph_lineage", default=None
 )
 
 
 def in_lineage() -> bool:
     """Is the caller inside a store's ``lineage()`` block?"""
-    return _READS.get() is not None
+    return _LINEAGE.get() is not None
 
 
 class ForgottenItemError(InvalidNamespaceError, ForgottenError):
@@ -103,7 +108,7 @@ class _Plan:
     puts: dict[tuple[tuple[str, ...], str], PutOp] = field(default_factory=dict)
     texts: dict[str, list[tuple[tuple[tuple[str, ...], str], str]]] = field(default_factory=dict)
     queries: set[str] = field(default_factory=set)
-    ticket: int = 0
+    issued: int = 0  # the store's known version when the batch was issued (for stale puts)
 
 
 def _now() -> str:
@@ -119,7 +124,11 @@ class BaseCenotaphStore:
     patterns whose ``{placeholder}`` label names the user, e.g. ``[("memories", "{user_id}")]``:
     the user's items then carry the subject :meth:`user_subject` returns, and
     :meth:`forget_user` erases all of them (and the user's native cenotaph records in
-    ``<scope>/user:<id>/...``).
+    ``<scope>/user:<id>/...``). ``delete_mode`` is what a delete is: ``"operational"``
+    (default: housekeeping) or ``"compliance"`` (an erasure). ``owner`` names the writer its
+    deletes belong to (default: one per ``scope``, so a restarted app re-creates what it deleted);
+    give two applications sharing a scope different owners, and neither re-creates what the
+    other deleted.
     """
 
     supports_ttl = True
@@ -134,7 +143,12 @@ class BaseCenotaphStore:
         ttl: TTLConfig | None,
         scope: str,
         users: Sequence[Sequence[str]],
+        delete_mode: str = "operational",
+        owner: str | None = None,
     ) -> None:
+        if delete_mode not in DELETE_MODES:
+            raise ValueError("delete_mode must be 'operational' (the default) or 'compliance'")
+        self._delete_mode = delete_mode
         self._namespaces = NamespaceMap(scope, users)
         self._index = Index.build(index)
         self.index_config = None if self._index is None else self._index.config
@@ -143,7 +157,14 @@ class BaseCenotaphStore:
         self._owned = not isinstance(path_or_store, Store)
         # opened here: deletes are purged and verified by the store's background worker, coalesced
         self._store = path_or_store if isinstance(path_or_store, Store) else open_cenotaph(path_or_store)
-        self._deletes = OwnDeletes()
+        # by default every adapter over the same scope is one owner: a store opened again (a
+        # restart, another process of the app) re-creates what an earlier one deleted, and nothing
+        # anyone else forgot
+        root = self._namespaces.root_text
+        self._owner = (
+            owner if owner is not None else "langgraph:" + hashlib.sha256(root.encode()).hexdigest()[:32]
+        )
+        self._session = self._store.session(root, owner=self._owner)
 
     @property
     def cenotaph(self) -> Store:
@@ -178,11 +199,13 @@ class BaseCenotaphStore:
     def lineage(self) -> Iterator[None]:
         """Within the block, every put records the items read so far in it as ``derived_from``: a
         summary written from memories dies with them (cenotaph's W3), wherever it is stored."""
-        token = _READS.set(set())
+        session = self._store.session(self._namespaces.root_text, owner=self._owner)
+        token = _LINEAGE.set(session)
         try:
             yield
         finally:
-            _READS.reset(token)
+            _LINEAGE.reset(token)
+            session.close()
 
     # -- batches -----------------------------------------------------------------------
     def _queries(self, plan: _Plan) -> dict[str, Sequence[float]]:
@@ -212,7 +235,7 @@ class BaseCenotaphStore:
             if op.value is not None and self._index is not None:
                 for name, text in self._index.texts(op.value, op.index):
                     plan.texts.setdefault(text, []).append((slot, name))
-        plan.ticket = self._deletes.ticket()
+        plan.issued = self._store.known_version()
         return plan
 
     def _embed(self, plan: _Plan) -> dict[tuple[tuple[str, ...], str], dict[str, str]]:
@@ -270,9 +293,9 @@ class BaseCenotaphStore:
 
     @staticmethod
     def _read(record: Record) -> None:
-        reads = _READS.get()
-        if reads is not None:
-            reads.add(record.id)
+        session = _LINEAGE.get()
+        if session is not None:
+            session.taint([record])
 
     def _wants_refresh(self, refresh_ttl: bool, record: Record) -> bool:
         # as LangGraph's SqliteStore: only a store configured to refresh on read does, for the items
@@ -379,9 +402,8 @@ class BaseCenotaphStore:
     def _write(self, plan: _Plan, vectors: Mapping[tuple[tuple[str, ...], str], dict[str, str]]) -> None:
         deletes = [slot for slot, op in plan.puts.items() if op.value is None]
         for namespace, key in deletes:
-            target = (self._namespaces.item_scope(namespace), encode_label(key))
-            request = self._store.forget(*target, mode="compliance")
-            self._deletes.deleted(target, request.version)
+            scope = self._namespaces.item_scope(namespace)
+            self._session.forget(scope, encode_label(key), mode=self._delete_mode, exact=True)
         items = [
             self._put_item(slot, op, vectors.get(slot))
             for slot, op in plan.puts.items()
@@ -389,16 +411,22 @@ class BaseCenotaphStore:
         ]
         if not items:
             return
+        session = _LINEAGE.get() or self._session
         try:
-            write_reopening(self._store, self._deletes, items, plan.ticket, _target)
+            session.write_many(items, issued=plan.issued)
         except DerivedFromForgottenError as exc:
             raise ForgottenItemError(
                 "The put was refused: it derives from an item read in this lineage block that has been "
                 f"erased since ({exc}). Re-read what is left and write again.",
                 exc.version,
             ) from exc
+        except StaleWriteError as exc:
+            raise StaleItemError(
+                "A put was refused: it was issued before this store's delete of the same item returned, "
+                "so it is stale and would have brought the deleted item back. Put it again to re-create it."
+            ) from exc
         except ForgottenError as exc:
-            raise self._refusal(plan, items, exc) from exc
+            raise self._refusal(items, exc) from exc
 
     def _put_item(
         self, slot: tuple[tuple[str, ...], str], op: PutOp, vectors: dict[str, str] | None
@@ -415,29 +443,30 @@ class BaseCenotaphStore:
             "subjects": self._namespaces.subjects(namespace),
             "ttl": None if op.ttl is None else float(op.ttl) * 60,
             "metadata": {_MARK: {"created_at": now, "updated_at": now, "ttl_minutes": op.ttl}},
-            "derived_from": sorted(_READS.get() or ()),
         }
 
-    def _refusal(self, plan: _Plan, items: list[dict[str, Any]], exc: ForgottenError) -> Exception:
-        _, state = self._deletes.match([t for item in items for t in _target(item)], exc.version, plan.ticket)
-        if state is DeleteState.STALE:
-            return StaleItemError(
-                "A put was refused: it was issued before this store's delete of the same item returned, "
-                "so it is stale and would have brought the erased item back. Put it again to re-create it."
-            )
+    def _refusal(self, items: list[dict[str, Any]], exc: ForgottenError) -> Exception:
         if len(items) > 1:
             return ForgottenItemError(
                 f"A put in this batch of {len(items)} was refused and nothing was written: one of the items "
-                "was erased by a subject erasure or by another writer's forget. Put the items one by one "
+                "was erased by a subject erasure or forgotten by another writer. Put the items one by one "
                 "to see which.",
                 exc.version,
             )
-        namespace, label = self._namespaces.namespace(items[0]["scope"]), decode_label(items[0]["key"])
+        item = items[0]
+        namespace, label = self._namespaces.namespace(item["scope"]), decode_label(item["key"])
+        found = self._store.blocking_erasures(item["scope"], item["key"], subjects=item["subjects"])
+        if any(r.target_kind == "subject" for r in found):
+            return ForgottenItemError(
+                f"The put of {label!r} in namespace {namespace} was refused: everything about its data "
+                "subject (the user it belongs to) was erased. To write for that subject again, get a token "
+                "with store.cenotaph.reauthorize(scope, subject=...) and write through cenotaph.",
+                exc.version,
+            )
         return ForgottenItemError(
-            f"The put of {label!r} in namespace {namespace} was refused: the item was erased by a subject "
-            "erasure or by another writer's forget (this store re-creates only items it deleted "
-            "itself). If re-creating it is intended, get a token with store.cenotaph.reauthorize(...) and "
-            "write through cenotaph.",
+            f"The put of {label!r} in namespace {namespace} was refused: the item was forgotten by another "
+            "writer (this store re-creates only items it deleted itself). If re-creating it is intended, "
+            "get a token with store.cenotaph.reauthorize(...) and write through cenotaph.",
             exc.version,
         )
 
@@ -460,8 +489,18 @@ class CenotaphStore(BaseCenotaphStore, BaseStore):
         ttl: TTLConfig | None = None,
         scope: str = DEFAULT_SCOPE,
         users: Sequence[Sequence[str]] = (),
+        delete_mode: str = "operational",
+        owner: str | None = None,
     ) -> None:
-        self._open(path_or_store, index=index, ttl=ttl, scope=scope, users=users)
+        self._open(
+            path_or_store,
+            index=index,
+            ttl=ttl,
+            scope=scope,
+            users=users,
+            delete_mode=delete_mode,
+            owner=owner,
+        )
         self._sweeper: threading.Thread | None = None
         self._sweeper_stop = threading.Event()
 
@@ -534,10 +573,6 @@ class CenotaphStore(BaseCenotaphStore, BaseStore):
         if stopped:
             self._sweeper = None
         return stopped
-
-
-def _target(item: Mapping[str, Any]) -> list[Target]:
-    return [(item["scope"], item["key"])]
 
 
 def _times(record: Record) -> tuple[datetime, datetime]:

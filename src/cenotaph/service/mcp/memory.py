@@ -213,11 +213,11 @@ class MemoryTools:
         """What a write the session did not (or could not) re-open says: a forgotten source it
         read, a subject erasure, or a forget this connection did not make (or made after the write
         began)."""
-        blockers = self.store.forgets_blocking(target.path, key)
+        found = self.store.blocking_erasures(target.path, key)
+        blockers = [r.version for r in found]
         if not blockers and isinstance(refused, DerivedFromForgottenError):
             return READ_FORGOTTEN
-        kinds = {r.version: r.target_kind for r in self.store.erasures()}
-        if any(kinds.get(v) == "subject" for v in blockers):
+        if any(r.target_kind == "subject" for r in found):
             return (
                 "refused: everything about this memory's data subject was erased (a subject erasure); "
                 "it cannot be written again through this server"
