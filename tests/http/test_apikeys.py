@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import cenotaph
 from cenotaph.erasure.scanner import ResidueScanner, text_probes
 from cenotaph.errors import InvalidValueError, NotFoundError, StorageError
 from cenotaph.scope import Scope
@@ -405,3 +406,21 @@ def test_an_erasure_of_another_subject_leaves_the_key_alone(ring: ApiKeyRing, su
     key, secret = ring.create(tenant="acme", prefix="tenant:acme/user:alice", role="agent")
     assert ring.erase_subject(subject) == []
     assert ring.authenticate(secret) == key
+
+
+def test_service_keys_come_from_the_key_provider_one_per_purpose(tmp_path: Path) -> None:
+    """What the server keeps beside the keys is keyed by the provider, never by the pepper: the
+    ring of a data directory and of the open store agree, purposes differ, another keyring
+    differs, and replacing the pepper changes nothing."""
+    with cenotaph.open(tmp_path / "a") as store:
+        from_store = ApiKeyRing(store)
+        owners = from_store.service_key("http-owners")
+        assert owners == ApiKeyRing(tmp_path / "a").service_key("http-owners")
+        assert owners != from_store.service_key("http-cursors")
+        assert _pepper(tmp_path / "a") not in (owners, from_store.service_key("http-cursors"))
+        (tmp_path / "a" / "api-keys" / "pepper").write_bytes(secrets.token_bytes(32))
+        assert ApiKeyRing(tmp_path / "a").service_key("http-owners") == owners
+    with cenotaph.open(tmp_path / "b") as other:
+        assert ApiKeyRing(other).service_key("http-owners") != owners
+    with pytest.raises(InvalidValueError):
+        from_store.service_key("api-keys")  # the bindings' own key is not handed out

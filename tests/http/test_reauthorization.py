@@ -13,6 +13,7 @@ from tests.http._support import Tenant, World
 
 import cenotaph
 from cenotaph.errors import AccessDeniedError, ForgottenError
+from cenotaph.service.http.ownership import Ownership
 
 
 def _write(api: httpx.Client, secret: str, scope: str, key: str, **extra: object) -> httpx.Response:
@@ -145,11 +146,11 @@ def test_forgets_recorded_before_versions_were_kept_still_count(
     operator_id = world.keys.authenticate(tenant.operator).id  # type: ignore[union-attr]
     mine = world.store.forget(tenant.alice, "old", mode="operational")
     theirs = world.store.forget(tenant.alice, "older", mode="operational")
-    owners = world.keys.path / "owners.jsonl"
-    with owners.open("a") as handle:
-        for request, key_id in ((mine, agent_id), (theirs, operator_id)):
-            mac = world.keys.mac("owner", f"erasure\0{request.id}\0{key_id}".encode())
-            handle.write(json.dumps({"kind": "erasure", "id": request.id, "key": key_id, "mac": mac}) + "\n")
+    owners = Ownership(world.keys, lambda _: None)  # what a server writes, without the version
+    for request, key_id in ((mine, agent_id), (theirs, operator_id)):
+        key = world.keys.get(key_id)
+        assert key is not None
+        owners.record("erasure", request.id, key, None)
     assert _reauthorize(api, tenant.agent, tenant.alice, "old").status_code == 201
     _refused(_reauthorize(api, tenant.agent, tenant.alice, "older"))
 

@@ -20,7 +20,10 @@ HMAC-SHA256(pepper, secret) -- never the secret. Its binding (tenant, prefix, ro
 holds no scope id in clear, and an entry edited outside this module (a role raised, a prefix
 widened, a revocation removed, a hash swapped, a binding moved to another entry) no longer
 opens and authenticates nobody; minting a key needs the keyring, which production keeps apart
-from the data directory.
+from the data directory. The pepper keys the secrets' hashes and nothing else: what the server
+keeps beside the keys (``owners.jsonl``, its cursors) is MAC'd or sealed under keys derived
+from the key provider too, one per purpose (:meth:`ApiKeyRing.service_key`), so writing this
+directory forges none of it.
 
 A secret reads ``cnk_<16 hex: the key id>_<43 base64url characters: 256 random bits>``: the id
 finds the one entry to compare against (in constant time), so a guess costs the same whatever it
@@ -47,6 +50,7 @@ import binascii
 import builtins
 import contextlib
 import fcntl
+import functools
 import hashlib
 import hmac
 import json
@@ -54,7 +58,7 @@ import os
 import re
 import secrets
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -153,18 +157,21 @@ class ApiKeyRing:
         """The keys of ``store`` (an open store), or of the store in a data directory: then its
         key provider is the one ``cenotaph.open`` would use (``$CENOTAPH_KEYRING``, else the
         directory's ``keyring``) unless ``key_provider`` is given."""
+        derive: Callable[[str], bytes]
         if isinstance(store, Store):
             if store.path is None:
                 raise InvalidValueError(
                     "API keys need a store with a data directory, such as cenotaph.open(...) opens"
                 )
-            location, seal_key = store.path, store.service_key(_PURPOSE)
+            location, derive = store.path, store.service_key
         elif isinstance(store, str | os.PathLike):
             location = Path(store)
             provider = key_provider if key_provider is not None else keyring_from_env(location)
-            seal_key = service_key(provider, _PURPOSE)
+            derive = functools.partial(service_key, provider)
         else:
             raise InvalidValueError("ApiKeyRing takes an open store or its data directory")
+        self._derive = derive
+        seal_key = derive(_PURPOSE)
         self.path = location / KEYS_DIR
         try:
             self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -308,9 +315,14 @@ class ApiKeyRing:
         except (binascii.Error, ValueError, KeyError, TypeError):
             return None
 
-    def mac(self, purpose: str, body: bytes) -> str:
-        """An HMAC under this ring's pepper, for files the server keeps beside the keys."""
-        return hmac.new(self._pepper, purpose.encode() + b"\0" + body, hashlib.sha256).hexdigest()
+    def service_key(self, purpose: str) -> bytes:
+        """A 32-byte key for ``purpose`` derived from the store's key provider
+        (:meth:`cenotaph.Store.service_key`), one per purpose: what the server keeps beside the
+        keys is MAC'd or sealed under one. Never the pepper: it sits in this same directory, so
+        whoever can write the files could forge with it."""
+        if purpose == _PURPOSE:
+            raise InvalidValueError(f"the purpose {_PURPOSE!r} is the bindings' own; name another")
+        return self._derive(purpose)
 
     # -- API -----------------------------------------------------------------------------
     def create(self, *, tenant: str, prefix: str | None = None, role: str | Role) -> tuple[ApiKey, str]:

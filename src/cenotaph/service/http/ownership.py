@@ -2,8 +2,12 @@
 
 The store's requests and backups carry no scope or tenant (they are content-free by design), so
 the server remembers who made them: ``api-keys/owners.jsonl``, one line per object, ``{"kind",
-"id", "key", "version", "mac"}`` -- ids and the forget's version only, MAC'd under the key ring's
-pepper (an edited or planted line is ignored). A key sees a request when the key that made it lies
+"id", "key", "version", "mac"}`` -- ids and the forget's version only. Each line is MAC'd
+(HMAC-SHA256) under a key derived from the store's key provider for this file alone
+(:meth:`ApiKeyRing.service_key`), never under anything kept in ``api-keys/``: whoever can write
+that directory (and read its pepper) still cannot make a line that names their key as a forget's
+owner, and a line minted by another store (another keyring) does not verify here. A line that
+does not verify names nobody and is ignored. A key sees a request when the key that made it lies
 inside its own prefix, and an agent key may lift (reauthorize) only the forgets its own key made:
 :meth:`Ownership.forget_owner` answers which key made the forget at a version. Requests made with
 the library or the CLI have no owner here: no key sees them over HTTP, and only an operator key
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import hmac
 import json
 import os
@@ -28,11 +33,13 @@ from ..apikeys import ApiKey, ApiKeyRing
 __all__ = ["Ownership"]
 
 Kind = Literal["erasure", "backup"]
+PURPOSE = "http-owners"  # the provider-derived key this file's lines are MAC'd under
+_MAC_CONTEXT = b"cenotaph-owner-line/2\0"
 
 
 class Ownership:
     def __init__(self, ring: ApiKeyRing, version_of: Callable[[str], int | None]) -> None:
-        self._ring = ring
+        self._mac_key = ring.service_key(PURPOSE)
         self._version_of = version_of  # an erasure request's version, for lines without one
         self._file = ring.path / "owners.jsonl"
         self._owners: dict[tuple[str, str], str] = {}
@@ -42,8 +49,8 @@ class Ownership:
         self._lock = threading.Lock()
 
     def _line_mac(self, kind: str, object_id: str, key_id: str, version: int | None = None) -> str:
-        body = f"{kind}\0{object_id}\0{key_id}" + ("" if version is None else f"\0{version}")
-        return self._ring.mac("owner", body.encode())
+        body = json.dumps([kind, object_id, key_id, version], separators=(",", ":")).encode()
+        return hmac.new(self._mac_key, _MAC_CONTEXT + body, hashlib.sha256).hexdigest()
 
     def record(self, kind: Kind, object_id: str, key: ApiKey, version: int | None = None) -> None:
         """Durably note that ``key`` made ``object_id`` (a forget: at ``version``), appended and

@@ -1,0 +1,174 @@
+"""``api-keys/owners.jsonl`` cannot be forged by whoever can write ``api-keys/``.
+
+The file says which API key made each forget, and an agent key gets a reauthorization token only
+for forgets its own key made: a forged line naming the agent as the owner of an operator's forget
+would turn the agent's 403 into a token. The attacker here can write the whole directory and read
+its pepper, but not the keyring. They plant a line MAC'd under the pepper, edit the operator's own
+line to name the agent, and copy in a line minted by a store of their own (another keyring): the
+server ignores all three, in-process and as a real ``cenotaph serve`` process. Each attack is
+paired with a control (the same line MAC'd under the right key is honoured), so a test that
+passes because the line was never read cannot pass.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import httpx
+import pytest
+from tests.http._support import Tenant, World
+from tests.http.test_serve import Server, _cli, _create
+
+from cenotaph.service.apikeys import ApiKey, ApiKeyRing
+from cenotaph.service.http.ownership import Ownership
+
+
+def _pepper_line(keys_dir: Path, request_id: str, key_id: str, version: int) -> dict[str, object]:
+    """An owner line MAC'd the way it once was: under the pepper stored beside it."""
+    pepper = (keys_dir / "pepper").read_bytes()
+    body = f"erasure\0{request_id}\0{key_id}\0{version}".encode()
+    mac = hmac.new(pepper, b"owner\0" + body, hashlib.sha256).hexdigest()
+    return {"kind": "erasure", "id": request_id, "key": key_id, "version": version, "mac": mac}
+
+
+def _append(keys_dir: Path, *lines: dict[str, object] | str) -> None:
+    with (keys_dir / "owners.jsonl").open("a") as handle:
+        for line in lines:
+            handle.write((line if isinstance(line, str) else json.dumps(line)) + "\n")
+
+
+def _edit_owner(keys_dir: Path, request_id: str, key_id: str) -> None:
+    """Rewrite the line of ``request_id`` to name ``key_id``, re-MAC'd under the pepper."""
+    owners = keys_dir / "owners.jsonl"
+    lines = []
+    for raw in owners.read_text().splitlines():
+        line = json.loads(raw)
+        if line["id"] == request_id:
+            line = _pepper_line(keys_dir, request_id, key_id, line["version"])
+        lines.append(json.dumps(line))
+    owners.write_text("\n".join(lines) + "\n")
+
+
+def _minted_elsewhere(tmp: Path, request_id: str, key: ApiKey, version: int) -> str:
+    """A line naming ``key`` as the forget's owner, MAC'd by another store's server (its own
+    keyring), as an attacker running their own cenotaph would make it."""
+    theirs = ApiKeyRing(tmp)  # a fresh data directory: its own keyring, its own derived key
+    Ownership(theirs, lambda _: None).record("erasure", request_id, key, version)
+    return (theirs.path / "owners.jsonl").read_text().splitlines()[-1]
+
+
+def _minted_here(keys: ApiKeyRing, request_id: str, key: ApiKey, version: int) -> None:
+    """The control: the same line, MAC'd under this store's own derived key (what the server
+    itself writes, and what only the keyring's holder can make)."""
+    Ownership(keys, lambda _: None).record("erasure", request_id, key, version)
+
+
+def _call(http: httpx.Client, path: str, secret: str, body: Mapping[str, object]) -> httpx.Response:
+    return http.post(path, json=body, headers={"Authorization": f"Bearer {secret}"})
+
+
+def _refused_without_token(r: httpx.Response) -> None:
+    assert r.status_code == 403, r.text
+    assert r.json()["error"] == "forbidden" and "token" not in r.json()
+
+
+# -- in-process -------------------------------------------------------------------------------------
+def _operator_forgot(api: httpx.Client, tenant: Tenant, key: str) -> tuple[str, int]:
+    assert _call(
+        api, "/v1/memories", tenant.agent, {"scope": tenant.alice, "key": key, "value": 1}
+    ).is_success
+    r = _call(api, "/v1/forget", tenant.operator, {"scope": tenant.alice, "key": key, "mode": "operational"})
+    assert r.status_code == 202, r.text
+    return r.json()["request_id"], r.json()["version"]
+
+
+def test_a_pepper_macd_line_planted_or_edited_lifts_nothing(
+    api: httpx.Client, tenant: Tenant, world: World
+) -> None:
+    agent = world.keys.authenticate(tenant.agent)
+    assert agent is not None
+    request_id, version = _operator_forgot(api, tenant, "diet")
+    _append(world.keys.path, _pepper_line(world.keys.path, "er_planted", agent.id, version))
+    ask = {"scope": tenant.alice, "key": "diet"}
+    _refused_without_token(_call(api, "/v1/reauthorizations", tenant.agent, ask))
+    _edit_owner(world.keys.path, request_id, agent.id)  # the operator's own line, now naming the agent
+    _refused_without_token(_call(api, "/v1/reauthorizations", tenant.agent, ask))
+    written = _call(api, "/v1/memories", tenant.agent, {**ask, "value": 2})
+    assert written.status_code == 409 and written.json()["error"] == "forgotten"
+    _minted_here(world.keys, request_id, agent, version)  # control: a line that verifies is read
+    assert _call(api, "/v1/reauthorizations", tenant.agent, ask).status_code == 201
+
+
+def test_a_line_minted_by_another_store_lifts_nothing(
+    api: httpx.Client, tenant: Tenant, world: World, tmp_path: Path
+) -> None:
+    agent = world.keys.authenticate(tenant.agent)
+    assert agent is not None
+    request_id, version = _operator_forgot(api, tenant, "allergy")
+    _append(world.keys.path, _minted_elsewhere(tmp_path / "theirs", request_id, agent, version))
+    ask = {"scope": tenant.alice, "key": "allergy"}
+    _refused_without_token(_call(api, "/v1/reauthorizations", tenant.agent, ask))
+    _minted_here(world.keys, request_id, agent, version)  # control
+    assert _call(api, "/v1/reauthorizations", tenant.agent, ask).status_code == 201
+
+
+def test_a_forged_backup_line_gives_no_release(api: httpx.Client, tenant: Tenant, world: World) -> None:
+    """A backup made by another tenant, claimed for this one with a pepper MAC, stays not ours."""
+    other = world.tenant()
+    made = _call(api, "/v1/backups", other.operator, {})
+    assert made.status_code == 201, made.text
+    backup_id = made.json()["id"]
+    me = world.keys.authenticate(tenant.operator)
+    assert me is not None
+    pepper = (world.keys.path / "pepper").read_bytes()
+    mac = hmac.new(pepper, b"owner\0" + f"backup\0{backup_id}\0{me.id}".encode(), hashlib.sha256)
+    _append(world.keys.path, {"kind": "backup", "id": backup_id, "key": me.id, "mac": mac.hexdigest()})
+    r = _call(api, f"/v1/backups/{backup_id}/release", tenant.operator, {})
+    assert r.status_code == 404, r.text
+    assert backup_id in world.store.backups()
+
+
+# -- a real `cenotaph serve` ------------------------------------------------------------------------
+@pytest.fixture
+def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, Server]]:
+    monkeypatch.delenv("CENOTAPH_KEYRING", raising=False)
+    monkeypatch.delenv("CENOTAPH_MASTER_KEY", raising=False)
+    data = tmp_path / "data"
+    assert _cli("init", "--data", str(data)).returncode == 0
+    server = Server(data, "--quiet")
+    try:
+        yield data, server
+    finally:
+        if server.proc.poll() is None:
+            server.stop()
+
+
+def test_a_running_server_ignores_forged_owner_lines(served: tuple[Path, Server], tmp_path: Path) -> None:
+    data, server = served
+    agent = _create(data, "--tenant", "acme", "--prefix", "tenant:acme/user:alice", "--role", "agent")
+    operator = _create(data, "--tenant", "acme", "--role", "operator")["key"]
+    alice = "tenant:acme/user:alice"
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        assert _call(
+            http, "/v1/memories", agent["key"], {"scope": alice, "key": "diet", "value": 1}
+        ).is_success
+        r = _call(http, "/v1/forget", operator, {"scope": alice, "key": "diet", "mode": "operational"})
+        assert r.status_code == 202, r.text
+        request_id, version = r.json()["request_id"], r.json()["version"]
+        ring = ApiKeyRing(data)  # the attacker writes api-keys/ (and reads its pepper) from outside
+        agent_key = ring.get(agent["id"])
+        assert agent_key is not None
+        ask = {"scope": alice, "key": "diet"}
+        _append(ring.path, _pepper_line(ring.path, "er_planted", agent["id"], version))
+        _refused_without_token(_call(http, "/v1/reauthorizations", agent["key"], ask))
+        _edit_owner(ring.path, request_id, agent["id"])
+        _refused_without_token(_call(http, "/v1/reauthorizations", agent["key"], ask))
+        _append(ring.path, _minted_elsewhere(tmp_path / "theirs", request_id, agent_key, version))
+        _refused_without_token(_call(http, "/v1/reauthorizations", agent["key"], ask))
+        assert _call(http, "/v1/memories", agent["key"], {**ask, "value": 2}).status_code == 409
+        _minted_here(ring, request_id, agent_key, version)  # control: the server does read the file
+        assert _call(http, "/v1/reauthorizations", agent["key"], ask).status_code == 201
