@@ -1,13 +1,16 @@
-"""``api-keys/owners.jsonl`` cannot be forged by whoever can write ``api-keys/``.
+"""Whoever can write ``api-keys/`` (and read its pepper) forges nothing there.
 
-The file says which API key made each forget, and an agent key gets a reauthorization token only
-for forgets its own key made: a forged line naming the agent as the owner of an operator's forget
-would turn the agent's 403 into a token. The attacker here can write the whole directory and read
-its pepper, but not the keyring. They plant a line MAC'd under the pepper, edit the operator's own
-line to name the agent, and copy in a line minted by a store of their own (another keyring): the
-server ignores all three, in-process and as a real ``cenotaph serve`` process. Each attack is
-paired with a control (the same line MAC'd under the right key is honoured), so a test that
-passes because the line was never read cannot pass.
+``owners.jsonl`` says which API key made each forget, and an agent key gets a reauthorization
+token only for forgets its own key made: a forged line naming the agent as the owner of an
+operator's forget would turn the agent's 403 into a token. ``keys.json`` binds each key to a
+tenant, a prefix and a role: a forged entry would be a key. The attacker here can write the whole
+directory and read its pepper, but not the keyring. They plant an owner line MAC'd under the
+pepper, edit the operator's own line to name the agent, copy in a line minted by a store of their
+own (another keyring), and put in a key file of the unsealed kind older versions wrote (bindings in
+clear, MAC'd under the pepper) naming a secret of their own as an operator: the server ignores
+all of it, in-process and as a real ``cenotaph serve`` process. Each owner attack is paired with a
+control (the same line MAC'd under the right key is honoured), so a test that passes because the
+line was never read cannot pass.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import secrets
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -23,6 +27,8 @@ import pytest
 from tests.http._support import Tenant, World
 from tests.http.test_serve import Server, _cli, _create
 
+import cenotaph
+from cenotaph.errors import StorageError
 from cenotaph.service.apikeys import ApiKey, ApiKeyRing
 from cenotaph.service.http.ownership import Ownership
 
@@ -172,3 +178,51 @@ def test_a_running_server_ignores_forged_owner_lines(served: tuple[Path, Server]
         assert _call(http, "/v1/memories", agent["key"], {**ask, "value": 2}).status_code == 409
         _minted_here(ring, request_id, agent_key, version)  # control: the server does read the file
         assert _call(http, "/v1/reauthorizations", agent["key"], ask).status_code == 201
+
+
+# -- keys.json ------------------------------------------------------------------------------------
+def _unsealed_key_file(keys_dir: Path, tenant: str) -> str:
+    """Replace ``keys.json`` with one in the unsealed format (tenant, prefix and role in clear, an
+    HMAC under the pepper per entry) naming a fresh operator secret; return that secret."""
+    pepper = (keys_dir / "pepper").read_bytes()
+    key_hex = secrets.token_hex(8)
+    secret = f"cnk_{key_hex}_{secrets.token_urlsafe(32)}"
+    entry: dict[str, object] = {
+        "id": f"ak_{key_hex}",
+        "created_at": "2026-01-01T00:00:00+00:00",
+        "revoked_at": None,
+        "erased_at": None,
+        "hash": hmac.new(pepper, b"cenotaph-api-key\0" + secret.encode(), hashlib.sha256).hexdigest(),
+        "tenant": tenant,
+        "prefix": f"tenant:{tenant}",
+        "role": "operator",
+    }
+    body = json.dumps(entry, sort_keys=True, separators=(",", ":")).encode()
+    entry["mac"] = hmac.new(pepper, b"cenotaph-api-key-entry\0" + body, hashlib.sha256).hexdigest()
+    doc = {"format": "cenotaph-api-keys/1", "keys": [entry]}
+    (keys_dir / "keys.json").write_text(json.dumps(doc))
+    return secret
+
+
+def test_an_unsealed_key_file_makes_no_key(tmp_path: Path) -> None:
+    with cenotaph.open(tmp_path / "data") as store:
+        ring = ApiKeyRing(store)
+        ring.create(tenant="acme", role="agent")
+        forged = _unsealed_key_file(ring.path, "acme")
+        with pytest.raises(StorageError, match="API key file"):
+            ring.authenticate(forged)  # the file is refused whole: no key, and no key from it
+        with pytest.raises(StorageError, match="API key file"):
+            ApiKeyRing(store).authenticate(forged)  # nor by a ring opened after it was put there
+        assert b"cenotaph-api-keys/1" in (ring.path / "keys.json").read_bytes()  # never rewritten
+
+
+def test_a_running_server_takes_no_key_from_an_unsealed_key_file(served: tuple[Path, Server]) -> None:
+    data, server = served
+    operator = _create(data, "--tenant", "acme", "--role", "operator")["key"]
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        assert http.get("/v1/key", headers={"Authorization": f"Bearer {operator}"}).status_code == 200
+        forged = _unsealed_key_file(ApiKeyRing(data).path, "acme")
+        r = http.get("/v1/key", headers={"Authorization": f"Bearer {forged}"})
+        assert r.status_code == 503 and r.json()["error"] == "unavailable", r.text
+        r = _call(http, "/v1/forget", forged, {"scope": "tenant:acme/user:alice"})
+        assert r.status_code == 503, r.text
