@@ -1,4 +1,5 @@
-"""The CLI speaks CLI and the API speaks API, through one table (``cenotaph.cli.spelling``).
+"""The CLI speaks CLI and the API speaks API, through one table (``cenotaph.cli.spelling``) of
+the remedies the store's messages name (``cenotaph.remedies``).
 
 Static checks read every string in the source (so a message added anywhere, by anyone, is
 checked); the last tests drive real failures through the command line.
@@ -16,8 +17,10 @@ from tests.test_cli import USER, assert_one_line_error, ok_json, run
 
 import cenotaph
 from cenotaph.cli.spelling import API_ONLY, API_TO_CLI, speak_cli
+from cenotaph.remedies import REMEDIES
 
 SRC = Path(cenotaph.__file__).parent
+REMEDIES_FILE = SRC / "remedies.py"  # the list of ids itself, not a message
 CLI_DIR = SRC / "cli"
 # the demo narrates the API and the CLI side by side on purpose; spelling.py is the table itself
 BILINGUAL = {CLI_DIR / "demo.py", CLI_DIR / "spelling.py"}
@@ -57,6 +60,8 @@ def _strings(path: Path, *, docstrings: bool) -> Iterator[tuple[int, str]]:
 
 def _store_messages() -> Iterator[tuple[str, str]]:
     for path in sorted(SRC.rglob("*.py")):
+        if path == REMEDIES_FILE:
+            continue
         if CLI_DIR not in path.parents and not any(p == path or p in path.parents for p in SERVER_SIDE):
             for line, text in _strings(path, docstrings=False):
                 yield f"{path.relative_to(SRC)}:{line}", text
@@ -82,6 +87,24 @@ def test_no_entry_of_the_table_is_dead() -> None:
     texts = [text for _, text in _store_messages()]
     dead = [api for api in (*API_TO_CLI, *API_ONLY) if not any(api in text for text in texts)]
     assert not dead, f"no store message uses these any more; remove them: {dead}"
+
+
+def test_the_remedies_are_the_api_spellings_store_messages_use() -> None:
+    texts = [text for _, text in _store_messages()]
+    missing = [
+        (where, m.group(0))
+        for where, text in _store_messages()
+        for m in API_SPELLING.finditer(text)
+        if not any(m.group(0) in remedy and remedy in text for remedy in REMEDIES)
+    ]
+    assert not missing, f"add these to cenotaph.remedies.REMEDIES: {missing}"
+    dead = sorted(r for r in REMEDIES if not any(r in text for text in texts))
+    assert not dead, f"no store message names these any more; remove them from REMEDIES: {dead}"
+
+
+def test_the_cli_table_covers_every_remedy_once() -> None:
+    assert set(API_TO_CLI) | API_ONLY == REMEDIES
+    assert not set(API_TO_CLI) & API_ONLY
 
 
 def test_the_cli_speaks_cli_in_its_messages_and_help() -> None:

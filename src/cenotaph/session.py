@@ -184,7 +184,10 @@ class StoreSession:
     ) -> tuple[builtins.list[Record], bool]:
         store = self._store()
         if issued is not None and (type(issued) is not int or issued < 0):
-            raise InvalidValueError("issued must be a version from store.known_version()")
+            raise InvalidValueError(
+                "issued must be a version (a non-negative int): the store's known version when the "
+                "writes were issued"
+            )
         through = None if self.owner is None else store.known_version() if issued is None else issued
         if isinstance(items, str | bytes | Mapping) or not isinstance(items, Iterable):
             raise InvalidValueError("write_many takes a list of dicts, each with scope, key and value")

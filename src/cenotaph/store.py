@@ -748,7 +748,7 @@ class Store:
         check_flag(include_ancestors, "include_ancestors")
         if check_flag(exact, "exact") and (key is None or include_ancestors):
             raise InvalidValueError(
-                "exact=True forgets one key in one scope: give a key, and leave include_ancestors False"
+                "an exact forget covers one key in one scope: give a key, and leave include_ancestors False"
             )
         self._check_reason(reason)
         target = self._planner.scope_or_key(

@@ -54,9 +54,9 @@ def test_an_exact_forget_covers_what_was_written_before_it_only(store: Store) ->
 
 
 def test_exact_needs_a_key_and_no_ancestors(store: Store) -> None:
-    with pytest.raises(InvalidValueError, match="exact"):
+    with pytest.raises(InvalidValueError, match="exact forget"):
         store.forget(S1, exact=True)
-    with pytest.raises(InvalidValueError, match="exact"):
+    with pytest.raises(InvalidValueError, match="exact forget"):
         store.forget(S1, "k", exact=True, include_ancestors=True)
     with pytest.raises(InvalidValueError, match="exact"):
         store.forget(S1, "k", exact="yes")  # type: ignore[arg-type]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import cenotaph
 from cenotaph.erasure.scanner import ResidueScanner, text_probes
 from cenotaph.errors import InvalidValueError, NotFoundError, StorageError
 from cenotaph.scope import Scope
@@ -291,66 +292,6 @@ def test_revoking_an_unknown_key(ring: ApiKeyRing) -> None:
 
 
 # -- files written before bindings were sealed -----------------------------------------------------
-# tests/data/api-keys-v1 was written by the previous format's code: alice's agent key, a tenant
-# operator key, bob's key revoked, and carol's entry edited by hand (role raised to operator).
-V1 = Path(__file__).parent.parent / "data" / "api-keys-v1"
-V1_SECRETS = {
-    "alice": ("ak_36199cfb70697ee6", "cnk_36199cfb70697ee6_6RifcgCVL4o-RDBwqpap4OmW3K7TYbb7G9PSwMVXM38"),
-    "operator": ("ak_a08f1ebb4eec8302", "cnk_a08f1ebb4eec8302_Rdren0_Y5CdVDYZohpMIVRBkLQ2UIvvGNDt1txtQB8A"),
-    "revoked": ("ak_8b4d85a56df0ea7d", "cnk_8b4d85a56df0ea7d_9Pm8iBpQ2QvnVQFo_-wXuxsk91_lcDvtHOL61s_bshw"),
-    "edited": ("ak_ec1f102fd4e926cf", "cnk_ec1f102fd4e926cf_J3gDdIuC0yST0tc3P66vNzIaY8dAD7X-5GWf1orrS1M"),
-}
-
-
-def _legacy(tmp_path: Path) -> Path:
-    shutil.copytree(V1, tmp_path / "api-keys")
-    assert b"alice-v1canary" in _keys_file(tmp_path).read_bytes()
-    return tmp_path
-
-
-def test_a_format_1_file_is_sealed_when_first_opened(tmp_path: Path) -> None:
-    ring = ApiKeyRing(_legacy(tmp_path))
-    doc = json.loads(_keys_file(tmp_path).read_text())
-    assert doc["format"] == "cenotaph-api-keys/2"
-    probes = [*text_probes("user:alice-v1canary"), *text_probes("user:bob-v1canary")]
-    scan = ResidueScanner([*probes, *text_probes("user:carol-v1canary")]).scan(tmp_path / "api-keys")
-    assert scan.matches == 0 and scan.positive_control  # no scope id left in clear
-    assert b"v1canary" not in _keys_file(tmp_path).read_bytes()
-    alice = ring.authenticate(V1_SECRETS["alice"][1])
-    assert alice is not None and (alice.id, alice.tenant, alice.prefix, alice.role) == (
-        V1_SECRETS["alice"][0],
-        "acme",
-        "tenant:acme/user:alice-v1canary",
-        Role.AGENT,
-    )
-    operator = ring.authenticate(V1_SECRETS["operator"][1])
-    assert operator is not None and operator.role == Role.OPERATOR and operator.prefix == "tenant:acme"
-    assert ring.authenticate(V1_SECRETS["revoked"][1]) is None
-    revoked = ring.get(V1_SECRETS["revoked"][0])
-    assert revoked is not None and revoked.revoked_at is not None
-
-
-def test_an_entry_edited_before_the_migration_stays_refused(tmp_path: Path) -> None:
-    ring = ApiKeyRing(_legacy(tmp_path))
-    edited_id, edited_secret = V1_SECRETS["edited"]
-    assert ring.authenticate(edited_secret) is None  # its HMAC did not match: no binding kept
-    assert ring.get(edited_id) is None
-    assert b"carol" not in _keys_file(tmp_path).read_bytes()
-    with pytest.raises(StorageError, match=edited_id):
-        ring.list()
-    ring.revoke(edited_id)  # still revocable; still authenticates nobody
-    assert ring.authenticate(edited_secret) is None
-
-
-def test_a_format_1_file_put_back_later_is_read_and_sealed_again(tmp_path: Path) -> None:
-    ring = ApiKeyRing(_legacy(tmp_path))
-    ring.create(tenant="acme", role="agent")
-    shutil.copy(V1 / "keys.json", _keys_file(tmp_path))  # an older cenotaph rewrote it meanwhile
-    assert ring.authenticate(V1_SECRETS["alice"][1]) is not None
-    ApiKeyRing(tmp_path)
-    assert b"v1canary" not in _keys_file(tmp_path).read_bytes()
-
-
 # -- subject erasure -------------------------------------------------------------------------------
 def test_a_subject_erasure_revokes_the_keys_bound_inside_it(tmp_path: Path, ring: ApiKeyRing) -> None:
     subject = "tenant:acme/user:alice-7f3a9c21"
@@ -405,3 +346,21 @@ def test_an_erasure_of_another_subject_leaves_the_key_alone(ring: ApiKeyRing, su
     key, secret = ring.create(tenant="acme", prefix="tenant:acme/user:alice", role="agent")
     assert ring.erase_subject(subject) == []
     assert ring.authenticate(secret) == key
+
+
+def test_service_keys_come_from_the_key_provider_one_per_purpose(tmp_path: Path) -> None:
+    """What the server keeps beside the keys is keyed by the provider, never by the pepper: the
+    ring of a data directory and of the open store agree, purposes differ, another keyring
+    differs, and replacing the pepper changes nothing."""
+    with cenotaph.open(tmp_path / "a") as store:
+        from_store = ApiKeyRing(store)
+        owners = from_store.service_key("http-owners")
+        assert owners == ApiKeyRing(tmp_path / "a").service_key("http-owners")
+        assert owners != from_store.service_key("http-cursors")
+        assert _pepper(tmp_path / "a") not in (owners, from_store.service_key("http-cursors"))
+        (tmp_path / "a" / "api-keys" / "pepper").write_bytes(secrets.token_bytes(32))
+        assert ApiKeyRing(tmp_path / "a").service_key("http-owners") == owners
+    with cenotaph.open(tmp_path / "b") as other:
+        assert ApiKeyRing(other).service_key("http-owners") != owners
+    with pytest.raises(InvalidValueError):
+        from_store.service_key("api-keys")  # the bindings' own key is not handed out

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
+import re
 import subprocess
 import sys
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from tests.http._support import Tenant, World
@@ -151,3 +154,19 @@ def test_an_unreachable_server_is_a_storage_error() -> None:
     for url in ("ftp://x", "", 7):
         with pytest.raises(InvalidValueError):
             cenotaph.Client(url, "k")  # type: ignore[arg-type]
+
+
+def test_the_docs_name_every_client_method_and_public_key_as_a_property() -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "http.md").read_text()
+    section = docs[docs.index("## Remote client") : docs.index("They return")]
+    listed = {
+        name.split("(")[0] for name in re.findall(r"`([a-z_]+)(?:\([^`]*\))?`", section.split("Methods:")[1])
+    }
+    methods = {
+        name
+        for name, member in vars(cenotaph.Client).items()
+        if not name.startswith("_") and inspect.isfunction(member)
+    }
+    assert methods <= listed, f"not in docs/http.md: {sorted(methods - listed)}"
+    assert isinstance(inspect.getattr_static(cenotaph.Client, "public_key"), property)
+    assert "`public_key` is a property" in section and "public_key()" not in docs

@@ -1,6 +1,7 @@
 """The operator console in a real headless Chromium (Debian's ``chromium``, driven by Playwright):
 sign-in, a subject's export, the erasure flow end to end with its confirmation step, the
-certificate downloaded and verified by public key, backups and key epochs, CSRF and revocation.
+certificate downloaded and verified by public key, backups and key epochs, CSRF and revocation;
+a pending request's page refreshing itself, and "Purge now".
 
 Screenshots go to ``$CENOTAPH_SCREENSHOTS`` when set (``docs/`` holds the ones in the README),
 else into the test's temporary directory.
@@ -46,9 +47,9 @@ if not Path(CHROMIUM).exists():  # pragma: no cover - .ci/run installs it
 
 
 class Site:
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, auto_purge: str = "background") -> None:
         data = base / "data"
-        self.store = cenotaph.open(data)
+        self.store = cenotaph.open(data, auto_purge=auto_purge)
         self.keys = ApiKeyRing(data)
         self.app = create_app(
             self.store, self.keys, backup_dir=base / "backups"
@@ -166,10 +167,10 @@ def test_the_erasure_flow_end_to_end(page: object, site: Site, shots: Path, tmp_
     assert gone.status_code == 404
     assert site.api("GET", "/v1/key", site.agent).status_code == 401
     deadline = time.monotonic() + 60
-    while p.text_content("#state") != "verified":  # type: ignore[attr-defined]
+    while p.text_content("#state") != "verified":  # type: ignore[attr-defined]  # the page refreshes itself
         assert time.monotonic() < deadline, "the erasure did not verify"
         time.sleep(0.3)
-        p.reload()  # type: ignore[attr-defined]
+    assert p.locator("meta[http-equiv=refresh]").count() == 0  # type: ignore[attr-defined]
     assert p.locator("#layers tbody tr").count() >= 6  # type: ignore[attr-defined]
     assert "horizon" in p.text_content("#layers")  # type: ignore[attr-defined]  # held back by the backup
     p.screenshot(path=str(shots / "console-erasure.png"), full_page=True)  # type: ignore[attr-defined]
@@ -270,3 +271,69 @@ def test_a_bad_submission_shows_the_page_again_with_what_was_typed(page: object,
     p.click("form.card button[type=submit]")  # type: ignore[attr-defined]
     assert "Give the public key" in p.text_content("#verdict")  # type: ignore[attr-defined]
     assert p.input_value("#certificate") == '{"kept": true}'  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="module")
+def pending_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    """A server whose store does not purge in the background: requests wait for a purge."""
+    s = Site(tmp_path_factory.mktemp("pending"), auto_purge="off")
+    s.api("POST", "/v1/backups", s.operator)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def _pending_forget(site: Site, key: str) -> str:
+    body = {"scope": ALICE, "key": key, "value": "cardiology tuesday"}
+    assert site.api("POST", "/v1/memories", site.agent, json=body).status_code == 201
+    r = site.api("POST", "/v1/forget", site.agent, json={"scope": ALICE, "key": key})
+    assert r.status_code == 202, r.text
+    request_id: str = r.json()["request_id"]
+    return request_id
+
+
+def _wait_for_state(page: object, state: str) -> None:
+    deadline = time.monotonic() + 30
+    while page.text_content("#state") != state:  # type: ignore[attr-defined]
+        assert time.monotonic() < deadline, f"the page never showed {state}"
+        time.sleep(0.2)
+
+
+def test_a_pending_request_refreshes_itself_until_verified(
+    page: object, pending_site: Site, shots: Path
+) -> None:
+    p, site = page, pending_site
+    request_id = _pending_forget(site, "refreshed")
+    _sign_in(p, site, site.operator)
+    p.goto(f"{site.url}/console/erasures/{request_id}")  # type: ignore[attr-defined]
+    assert p.text_content("#state") == "shredded"  # type: ignore[attr-defined]
+    assert p.locator("meta[http-equiv=refresh]").count() == 1  # type: ignore[attr-defined]
+    assert "Purge now" in p.text_content("#next-step")  # type: ignore[attr-defined]
+    assert "store." not in p.text_content("main")  # type: ignore[attr-defined]
+    p.screenshot(path=str(shots / "console-pending.png"), full_page=True)  # type: ignore[attr-defined]
+    assert site.api("POST", "/v1/purge", site.operator).status_code == 200  # purged from elsewhere
+    _wait_for_state(p, "verified")  # no reload from here: the page's own refresh shows it
+    assert p.locator("meta[http-equiv=refresh]").count() == 0  # type: ignore[attr-defined]
+    assert p.locator("#download-certificate").count() == 1  # type: ignore[attr-defined]
+
+
+def test_purge_now_verifies_a_pending_request(page: object, pending_site: Site) -> None:
+    p, site = page, pending_site
+    request_id = _pending_forget(site, "purged-here")
+    _sign_in(p, site, site.operator)
+    p.goto(f"{site.url}/console/erasures/{request_id}")  # type: ignore[attr-defined]
+    assert p.text_content("#state") == "shredded"  # type: ignore[attr-defined]
+    p.click("#purge")  # type: ignore[attr-defined]
+    assert p.url.endswith(f"/console/erasures/{request_id}")  # type: ignore[attr-defined]
+    assert p.text_content("#state") == "verified"  # type: ignore[attr-defined]
+    assert site.store.erasure(request_id).status().state == "verified"
+
+
+def test_a_refused_page_keeps_the_navigation(page: object, site: Site, shots: Path) -> None:
+    p = page
+    _sign_in(p, site, site.operator)
+    p.goto(site.url + "/console/erasures/er_000000000000000000000000")  # type: ignore[attr-defined]
+    assert p.text_content("h1") == "Refused"  # type: ignore[attr-defined]
+    p.click("text=Subjects")  # type: ignore[attr-defined]  # the navigation is there, and works
+    assert p.url.endswith("/console/subjects")  # type: ignore[attr-defined]

@@ -140,7 +140,7 @@ def test_put_after_a_subject_erasure_is_refused_with_the_frameworks_error(store:
     with pytest.raises(ForgottenItemError, match="data subject") as caught:
         store.put(("memories", "alice"), "diet", {"text": "vegetarian"})
     assert isinstance(caught.value, InvalidNamespaceError) and isinstance(caught.value, ForgottenError)
-    assert "reauthorize(scope, subject=" in str(caught.value)
+    assert "naming the subject with store.cenotaph.reauthorize(...)" in str(caught.value)
     with pytest.raises(ForgottenItemError, match="data subject"):  # an item that never existed too
         store.put(("memories", "alice"), "never-written", {"text": "new"})
     assert store.get(("memories", "alice"), "diet") is None

@@ -1,11 +1,12 @@
 """The store speaks API; the command line says the same steps its own way.
 
 Messages raised by the store name Python calls and arguments (``store.purge()``,
-``include_ancestors=True``): that is what an API caller can act on. The CLI passes every message
-it shows a person (an error on stderr, a warning, a table cell) through :func:`speak_cli`, which
-replaces each API spelling of :data:`API_TO_CLI` with the command-line one (``cenotaph purge``,
-``--include-ancestors``). JSON documents on stdout are the store's data and stay as it made them
-(a certificate is signed, and scripts compare documents with what the API returns).
+``include_ancestors=True``): that is what an API caller can act on, and each such spelling is a
+remedy's id in :mod:`cenotaph.remedies`. The CLI passes every message it shows a person (an error
+on stderr, a warning, a table cell) through :func:`speak_cli`, a :class:`~cenotaph.remedies.Spelling`
+of :data:`API_TO_CLI`, which replaces each API spelling with the command-line one (``cenotaph
+purge``, ``--include-ancestors``). JSON documents on stdout are the store's data and stay as it
+made them (a certificate is signed, and scripts compare documents with what the API returns).
 
 One table, both directions pinned by tests: no store message spells a CLI command, every API
 spelling a store message uses has a CLI form here (or is in :data:`API_ONLY`), and no entry is
@@ -14,7 +15,7 @@ dead.
 
 from __future__ import annotations
 
-import re
+from ..remedies import Spelling
 
 __all__ = ["API_ONLY", "API_TO_CLI", "speak_cli"]
 
@@ -58,14 +59,5 @@ API_ONLY = frozenset(
     }
 )
 
-# Longest first, one pass: "store.purge()" is replaced whole, never as "store." + "purge()". Not
-# after a word character, '.', '-', ':', '/' or a quote: a caller's own scope or key quoted in a
-# message ('tenant:derived_from') stays as it is.
-_PATTERN = re.compile(
-    "|".join(rf"(?<![\w.:/'\"-]){re.escape(api)}" for api in sorted(API_TO_CLI, key=len, reverse=True))
-)
-
-
-def speak_cli(message: str) -> str:
-    """``message`` with every API spelling replaced by its command-line form."""
-    return _PATTERN.sub(lambda match: API_TO_CLI[match.group(0)], message)
+speak_cli = Spelling(API_TO_CLI)
+"""``speak_cli(message)``: ``message`` with every API spelling replaced by its command-line form."""

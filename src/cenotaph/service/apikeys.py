@@ -20,7 +20,10 @@ HMAC-SHA256(pepper, secret) -- never the secret. Its binding (tenant, prefix, ro
 holds no scope id in clear, and an entry edited outside this module (a role raised, a prefix
 widened, a revocation removed, a hash swapped, a binding moved to another entry) no longer
 opens and authenticates nobody; minting a key needs the keyring, which production keeps apart
-from the data directory.
+from the data directory. The pepper keys the secrets' hashes and nothing else: what the server
+keeps beside the keys (``owners.jsonl``, its cursors) is MAC'd or sealed under keys derived
+from the key provider too, one per purpose (:meth:`ApiKeyRing.service_key`), so writing this
+directory forges none of it.
 
 A secret reads ``cnk_<16 hex: the key id>_<43 base64url characters: 256 random bits>``: the id
 finds the one entry to compare against (in constant time), so a guess costs the same whatever it
@@ -32,9 +35,9 @@ erased subject's scope and re-seals its binding without that scope (the prefix b
 just above the subject, or nothing when the subject is the tenant itself), so ``keys.json`` names
 nothing of an erased subject, even sealed. The server calls it for each subject erasure it runs.
 
-Files written before bindings were sealed (format 1: tenant and prefix in clear, an HMAC under
-the pepper per entry) are rewritten in the sealed format when a ring first opens them; an entry
-whose HMAC no longer matched is kept without its binding, and still authenticates nobody.
+Only this sealed format is read. A file in any other (such as the unsealed one older versions
+wrote, bindings in clear under an HMAC keyed by the pepper) is refused whole, as a corrupt one
+is: MAC'd under what sits beside it, it could be written by anyone who can write the directory.
 
 Not covered: someone who can write the file can put back an older copy (undoing a later
 revocation). Keep the data directory private, as its keyring already requires.
@@ -47,6 +50,7 @@ import binascii
 import builtins
 import contextlib
 import fcntl
+import functools
 import hashlib
 import hmac
 import json
@@ -54,7 +58,7 @@ import os
 import re
 import secrets
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -72,7 +76,6 @@ __all__ = ["ApiKey", "ApiKeyRing", "Role", "KEYS_DIR"]
 
 KEYS_DIR = "api-keys"
 _FORMAT = "cenotaph-api-keys/2"
-_LEGACY_FORMAT = "cenotaph-api-keys/1"  # tenant and prefix in clear, an HMAC per entry
 _PEPPER_BYTES = 32
 _SECRET = re.compile(r"cnk_([0-9a-f]{16})_([A-Za-z0-9_-]{43})")
 _MAX_SECRET_CHARS = 256  # longer is not ours; refuse before any regex or HMAC work
@@ -153,18 +156,21 @@ class ApiKeyRing:
         """The keys of ``store`` (an open store), or of the store in a data directory: then its
         key provider is the one ``cenotaph.open`` would use (``$CENOTAPH_KEYRING``, else the
         directory's ``keyring``) unless ``key_provider`` is given."""
+        derive: Callable[[str], bytes]
         if isinstance(store, Store):
             if store.path is None:
                 raise InvalidValueError(
                     "API keys need a store with a data directory, such as cenotaph.open(...) opens"
                 )
-            location, seal_key = store.path, store.service_key(_PURPOSE)
+            location, derive = store.path, store.service_key
         elif isinstance(store, str | os.PathLike):
             location = Path(store)
             provider = key_provider if key_provider is not None else keyring_from_env(location)
-            seal_key = service_key(provider, _PURPOSE)
+            derive = functools.partial(service_key, provider)
         else:
             raise InvalidValueError("ApiKeyRing takes an open store or its data directory")
+        self._derive = derive
+        seal_key = derive(_PURPOSE)
         self.path = location / KEYS_DIR
         try:
             self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -181,7 +187,6 @@ class ApiKeyRing:
         self._reload_lock = threading.Lock()
         # a guess naming no key still costs one HMAC and one comparison, like a guess naming one
         self._decoy = self._hash("cnk_" + "0" * 16 + "_" + "A" * 43)
-        self._migrate()
 
     # -- files ---------------------------------------------------------------------------
     @property
@@ -245,32 +250,9 @@ class ApiKeyRing:
                 self._entries, self._keys, self._stamp = {}, {}, None
                 return
             raw, stamp = read
-            format_, entries = _parse(raw)
-            if format_ == _LEGACY_FORMAT:  # written by an older cenotaph meanwhile
-                entries = self._migrated(entries)
+            entries = _parse(raw)
             self._entries, self._stamp = entries, stamp
             self._keys = {key_id: self._open(entry) for key_id, entry in entries.items()}
-
-    def _migrate(self) -> None:
-        """Rewrite a format-1 file (bindings in clear) in the sealed format, once."""
-        with self._locked():
-            read = self._read()
-            if read is None or _parse(read[0])[0] != _LEGACY_FORMAT:
-                return
-            self._entries = self._migrated(_parse(read[0])[1])
-            self._save()
-
-    def _migrated(self, legacy: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        entries = {}
-        for key_id, old in legacy.items():
-            entry = {name: old.get(name) for name in _CLEAR_FIELDS}
-            intact = isinstance(old.get("mac"), str) and hmac.compare_digest(
-                old["mac"], self._legacy_mac(old)
-            )
-            binding = {"tenant": old.get("tenant"), "prefix": old.get("prefix"), "role": old.get("role")}
-            entry["binding"] = self._seal(entry, binding) if intact else ""  # "" opens for nobody
-            entries[key_id] = entry
-        return entries
 
     def _save(self) -> None:
         body = json.dumps({"format": _FORMAT, "keys": list(self._entries.values())}, sort_keys=True)
@@ -280,11 +262,6 @@ class ApiKeyRing:
     # -- hashes and seals ----------------------------------------------------------------
     def _hash(self, secret: str) -> str:
         return hmac.new(self._pepper, b"cenotaph-api-key\0" + secret.encode(), hashlib.sha256).hexdigest()
-
-    def _legacy_mac(self, entry: dict[str, Any]) -> str:
-        fields = {k: v for k, v in entry.items() if k != "mac"}
-        body = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
-        return hmac.new(self._pepper, b"cenotaph-api-key-entry\0" + body, hashlib.sha256).hexdigest()
 
     @staticmethod
     def _aad(entry: dict[str, Any]) -> bytes:
@@ -308,9 +285,14 @@ class ApiKeyRing:
         except (binascii.Error, ValueError, KeyError, TypeError):
             return None
 
-    def mac(self, purpose: str, body: bytes) -> str:
-        """An HMAC under this ring's pepper, for files the server keeps beside the keys."""
-        return hmac.new(self._pepper, purpose.encode() + b"\0" + body, hashlib.sha256).hexdigest()
+    def service_key(self, purpose: str) -> bytes:
+        """A 32-byte key for ``purpose`` derived from the store's key provider
+        (:meth:`cenotaph.Store.service_key`), one per purpose: what the server keeps beside the
+        keys is MAC'd or sealed under one. Never the pepper: it sits in this same directory, so
+        whoever can write the files could forge with it."""
+        if purpose == _PURPOSE:
+            raise InvalidValueError(f"the purpose {_PURPOSE!r} is the bindings' own; name another")
+        return self._derive(purpose)
 
     # -- API -----------------------------------------------------------------------------
     def create(self, *, tenant: str, prefix: str | None = None, role: str | Role) -> tuple[ApiKey, str]:
@@ -421,16 +403,16 @@ class ApiKeyRing:
         return key if key is not None and key.revoked_at is None else None
 
 
-def _parse(raw: bytes) -> tuple[str, dict[str, dict[str, Any]]]:
+def _parse(raw: bytes) -> dict[str, dict[str, Any]]:
     try:
         doc = json.loads(raw)
-        format_ = doc.get("format")
-        if format_ not in (_FORMAT, _LEGACY_FORMAT) or not isinstance(doc.get("keys"), list):
+        if doc.get("format") != _FORMAT or not isinstance(doc.get("keys"), list):
             raise ValueError("not an API key file")
-        return str(format_), {str(e["id"]): e for e in doc["keys"] if isinstance(e, dict)}
+        return {str(e["id"]): e for e in doc["keys"] if isinstance(e, dict)}
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise StorageError(
-            "the API key file is corrupt; restore it from a trusted copy or create the keys again"
+            "the API key file is corrupt or not in the sealed format this cenotaph writes; restore "
+            "it from a trusted copy, or remove it and create the keys again"
         ) from exc
 
 

@@ -460,7 +460,7 @@ class BaseCenotaphStore:
             return ForgottenItemError(
                 f"The put of {label!r} in namespace {namespace} was refused: everything about its data "
                 "subject (the user it belongs to) was erased. To write for that subject again, get a token "
-                "with store.cenotaph.reauthorize(scope, subject=...) and write through cenotaph.",
+                "naming the subject with store.cenotaph.reauthorize(...) and write through cenotaph.",
                 exc.version,
             )
         return ForgottenItemError(

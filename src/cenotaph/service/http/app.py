@@ -31,6 +31,7 @@ from ..apikeys import ApiKeyRing
 from .context import Service
 from .problems import ApiError, problem_for
 from .routes import router
+from .spelling import speak_console, speak_http
 
 __all__ = ["MAX_BODY_BYTES", "create_app"]
 
@@ -141,7 +142,7 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(CenotaphError)
     async def cenotaph_error(request: Request, exc: CenotaphError) -> Response:
-        status, body = problem_for(exc)
+        status, body = problem_for(exc, speak_console if _console_page(request) else speak_http)
         return _answer(request, status, body)
 
     @app.exception_handler(RequestValidationError)

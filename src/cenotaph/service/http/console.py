@@ -6,13 +6,17 @@ in an ``HttpOnly``, ``SameSite=Strict`` cookie (``Secure`` unless the server was
 remembers the key id, and every page checks that key again, so a revoked key's sessions end at
 their next page. Every form carries a CSRF token bound to the session (the sign-in form one bound
 to a cookie of its own), compared in constant time. Pages are sent with a CSP that forbids
-scripts and framing, and are never cached.
+scripts and framing, and are never cached. A pending request's page refreshes itself (a
+``<meta http-equiv="refresh">``) until nothing is left to wait for, and offers "Purge now". The
+store's words are said the console's way (:data:`.spelling.speak_console`): its actions where it
+has one, the API's routes elsewhere.
 """
 
 from __future__ import annotations
 
 import hmac
 import json
+import re
 import secrets
 import threading
 import time
@@ -25,6 +29,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
+from markupsafe import Markup, escape
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -39,9 +44,11 @@ from .operations import (
     erasures_for,
     export_for,
     forget_subject_for,
+    purge_for,
     visible_erasure,
 )
 from .problems import ApiError, problem_for
+from .spelling import speak_console
 
 __all__ = ["install_console"]
 
@@ -51,6 +58,7 @@ LOGIN_CSRF_COOKIE = "cenotaph_console_login"
 SESSION_SECONDS = 8 * 3600
 MAX_CERTIFICATE_BYTES = 256 << 10
 MAX_FORM_FIELDS = 16
+REFRESH_SECONDS = 3  # how often a pending request's page reloads itself
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
     "frame-ancestors 'none'; base-uri 'none'",
@@ -61,8 +69,31 @@ HEADERS = {
 }
 
 templates = Jinja2Templates(directory=HERE / "templates")
-# JSON as a person reads it (autoescape still escapes it for HTML; tojson's \u0027 escapes are for scripts)
-templates.env.filters["json"] = lambda value: json.dumps(value, ensure_ascii=False, sort_keys=True)
+HEX_TOKEN = re.compile(r"[0-9a-f]{32,}")  # keys, hashes, tokens: one word a person compares by its ends
+
+
+def _short_token(token: str) -> str:
+    return f"{token[:12]}…{token[-8:]}"
+
+
+def _wrap_token(token: str) -> Markup:
+    """The whole token, allowed to wrap only every 16 characters (copying it copies no spaces)."""
+    return Markup("<wbr>").join(escape(token[i : i + 16]) for i in range(0, len(token), 16))
+
+
+def _prose(text: str) -> Markup:
+    """A message as HTML: escaped, with its `backticked` commands and routes set as code."""
+    parts = text.split("`")
+    if len(parts) % 2 == 0:  # a lone backtick: nothing to pair it with
+        return escape(text)
+    code = Markup("<code>%s</code>")
+    return Markup("").join(escape(part) if n % 2 == 0 else code % part for n, part in enumerate(parts))
+
+
+templates.env.tests["hex_token"] = lambda value: isinstance(value, str) and bool(HEX_TOKEN.fullmatch(value))
+templates.env.filters["short_token"] = _short_token
+templates.env.filters["wrap_token"] = _wrap_token
+templates.env.filters["prose"] = _prose
 
 
 @dataclass
@@ -257,14 +288,26 @@ def _set_cookie(request: Request, response: Response, name: str, value: str, sec
 # -- erasure requests ---------------------------------------------------------------------------
 @router.get("/")
 def erasures(request: Request, op: OperatorDep) -> HTMLResponse:
-    docs = [erasure_doc(h) for h in reversed(erasures_for(op.svc, op.key))]
+    docs = [erasure_doc(h, speak_console) for h in reversed(erasures_for(op.svc, op.key))]
     return _page(request, "erasures.html", op=op, erasures=docs)
 
 
 @router.get("/erasures/{request_id}")
 def erasure(request: Request, op: OperatorDep, request_id: str) -> HTMLResponse:
-    doc = erasure_doc(visible_erasure(op.svc, op.key, request_id))
-    return _page(request, "erasure.html", op=op, erasure=doc)
+    doc = erasure_doc(visible_erasure(op.svc, op.key, request_id), speak_console)
+    status = doc["status"]
+    waiting = status["state"] != "verified" and status["next_step"] is not None and not status["stuck"]
+    return _page(request, "erasure.html", op=op, erasure=doc, refresh=REFRESH_SECONDS if waiting else None)
+
+
+@router.post("/erasures/{request_id}/purge")
+def purge(op: OperatorDep, form: FormDep, request_id: str) -> Response:
+    """ "Purge now" on a request's page: what ``POST /v1/purge`` does, then the page again."""
+    form.check(op.csrf)
+    handle = visible_erasure(op.svc, op.key, request_id)
+    if form.unreadable is None:
+        purge_for(op.svc, op.key)
+    return _see(f"/console/erasures/{handle.id}")
 
 
 @router.get("/erasures/{request_id}/certificate")
@@ -304,7 +347,7 @@ def _refusal(request: Request, op: Operator, exc: CenotaphError | ApiError, **ty
 
 
 def _problem(exc: CenotaphError) -> tuple[int, str]:
-    status, body = problem_for(exc)
+    status, body = problem_for(exc, speak_console)
     return status, str(body["message"])
 
 
@@ -406,7 +449,7 @@ def verify(request: Request, op: OperatorDep, form: FormDep) -> HTMLResponse:
         checked = verify_certificate(text.strip(), public_key)
         result = {"valid": True, "fields": {k: v for k, v in checked.fields.items() if k != "signature"}}
     except CenotaphError as exc:  # CertificateError, or a malformed public key
-        result = {"valid": False, "reason": str(exc)}
+        result = {"valid": False, "reason": speak_console(str(exc))}
     return _page(request, "verify.html", op=op, result=result, public_key=public_key, pasted=text)
 
 
@@ -431,17 +474,23 @@ def install_console(app: FastAPI, *, secure_cookies: bool = True) -> None:
 
     @app.exception_handler(CsrfError)
     async def csrf_refused(request: Request, _: CsrfError) -> Response:
-        return _page(
-            request, "error.html", 403, message="This form has expired; reload the page and try again."
-        )
+        return error_page(request, 403, "This form has expired; reload the page and try again.")
 
     app.state.console_error_page = error_page
     app.state.console_http_error = http_error_page
 
 
 def error_page(request: Request, status: int, message: str, gaps: list[str] | None = None) -> HTMLResponse:
-    """A refusal on a console page, as a page (the API answers the same refusal as JSON)."""
-    return _page(request, "error.html", status, message=message, gaps=gaps)
+    """A refusal on a console page, as a page (the API answers the same refusal as JSON), with
+    the console's navigation when the browser is signed in."""
+    return _page(request, "error.html", status, op=_signed_in(request), message=message, gaps=gaps)
+
+
+def _signed_in(request: Request) -> Operator | None:
+    try:
+        return _operator(request)
+    except (SignInRequired, CenotaphError):  # no session, or the key file cannot be read now
+        return None
 
 
 HTTP_ERRORS = {

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from fastapi import Request
 
-from ...errors import CenotaphError
 from ...store import Store
 from ..apikeys import ApiKeyRing
 from .ownership import Ownership
@@ -30,15 +29,9 @@ class Service:
     _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
-        self.owners = Ownership(self.keys, self._version_of)
+        self.owners = Ownership(self.keys)
         self.sessions = Sessions(self.store)
         self.pager = Pager(self.keys)
-
-    def _version_of(self, request_id: str) -> int | None:
-        try:
-            return self.store.erasure(request_id).version
-        except CenotaphError:
-            return None
 
     def start(self) -> None:
         """A server runs this app's lifespan (however many do, sessions end with the last)."""

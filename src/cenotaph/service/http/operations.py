@@ -6,11 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from ...model import ErasureRequest
+from ...remedies import Spelling
 from ...scope import Scope
 from ..apikeys import ApiKey
 from .auth import owned_by_reach, subject_inside
 from .context import Service
 from .problems import NotVisible
+from .spelling import speak_http
 
 __all__ = [
     "accept_erasure",
@@ -21,6 +23,7 @@ __all__ = [
     "export_for",
     "forget_subject_for",
     "owner_of",
+    "purge_for",
     "visible_erasure",
 ]
 
@@ -34,7 +37,7 @@ def owner_of(key: ApiKey) -> str:
 def accept_erasure(svc: Service, key: ApiKey, handle: ErasureRequest) -> None:
     """A forget made through the server: remember who made it (the store's background purge
     carries it to verified)."""
-    svc.owners.record("erasure", handle.id, key, handle.version)
+    svc.owners.record("erasure", handle.id, key)
 
 
 def forget_subject_for(svc: Service, key: ApiKey, subject: str) -> ErasureRequest:
@@ -60,8 +63,21 @@ def erasures_for(svc: Service, key: ApiKey) -> list[ErasureRequest]:
     return [h for h in svc.store.erasures() if h.id in mine]
 
 
-def erasure_doc(handle: ErasureRequest) -> dict[str, Any]:
-    return {**handle.to_dict(), "status": handle.status().to_dict()}
+def erasure_doc(handle: ErasureRequest, spelling: Spelling = speak_http) -> dict[str, Any]:
+    """The request and where it stands, the store's words (gaps, next step, evidence) in
+    ``spelling``: the API's routes, or the console's actions."""
+    return {**handle.to_dict(), "status": spelling.document(handle.status().to_dict())}
+
+
+def purge_for(svc: Service, key: ApiKey) -> dict[str, Any]:
+    """Purge and verify every pending erasure now (``POST /v1/purge`` and the console's "Purge
+    now"); the report names only the requests in the key's reach."""
+    report = svc.store.purge()
+    mine = svc.owners.owned("erasure")
+    return {
+        **report.to_dict(),
+        "requests": {r: st for r, st in report.requests.items() if owned_by_reach(svc, key, mine.get(r))},
+    }
 
 
 def export_for(svc: Service, key: ApiKey, subject: str) -> dict[str, Any]:

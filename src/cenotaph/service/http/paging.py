@@ -1,11 +1,12 @@
 """Pagination (``limit``, ``cursor``) for listings.
 
 A cursor is the position of the last item served, sealed (AES-GCM) under a key derived from the
-key ring's pepper and bound to the API key and the listing: opaque to the caller (it never shows
-the scope or key it encodes, so proxies' logs of URLs learn nothing), unusable by another key or
-on another listing, and still valid after a server restart. Items are ordered by position, so a
-page boundary survives writes between pages: nothing is served twice and nothing is skipped
-except what was written before the boundary in the meantime.
+store's key provider for cursors alone (:meth:`ApiKeyRing.service_key`) and bound to the API key
+and the listing: opaque to the caller (it never shows the scope or key it encodes, so proxies'
+logs of URLs learn nothing), unusable by another key or on another listing, and still valid after
+a server restart. Items are ordered by position, so a page boundary survives writes between
+pages: nothing is served twice and nothing is skipped except what was written before the
+boundary in the meantime.
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ from ..apikeys import ApiKey, ApiKeyRing
 __all__ = ["Pager"]
 
 T = TypeVar("T")
+PURPOSE = "http-cursors"  # the provider-derived key cursors are sealed under
 BAD_CURSOR = "cursor is not one this server issued for this listing and key; start again without cursor"
 
 
 class Pager:
     def __init__(self, ring: ApiKeyRing) -> None:
-        self._sealer = Sealer(bytes.fromhex(ring.mac("cursor-key", b"")))
+        self._sealer = Sealer(ring.service_key(PURPOSE))
 
     def page(
         self,

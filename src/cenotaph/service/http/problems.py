@@ -1,7 +1,9 @@
 """Errors over HTTP: one table from the library's error tree to a status and a JSON body.
 
 The remote client reads the same table backwards (:func:`error_for`), so a caller of
-``cenotaph.Client`` catches exactly what a caller of ``Store`` catches.
+``cenotaph.Client`` catches exactly what a caller of ``Store`` catches. The store's messages name
+library calls; a body says them in HTTP's words (:mod:`.spelling`): ``POST /v1/purge``, never
+``store.purge()``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from ...errors import (
     StaleWriteError,
     StorageError,
 )
+from ...remedies import Spelling
+from .spelling import speak_http
 
 __all__ = [
     "NOT_FOUND_MESSAGE",
@@ -71,8 +75,9 @@ class NotVisible(ApiError):
         super().__init__(404, "not_found", NOT_FOUND_MESSAGE)
 
 
-def problem_for(exc: CenotaphError) -> tuple[int, dict[str, Any]]:
-    """The status and body for a library error. Messages name only the caller's own scopes."""
+def problem_for(exc: CenotaphError, spelling: Spelling = speak_http) -> tuple[int, dict[str, Any]]:
+    """The status and body for a library error, its words in ``spelling`` (the console passes its
+    own). Messages name only the caller's own scopes."""
     for cls in type(exc).__mro__:
         if cls in _STATUS:
             status, code = _STATUS[cls]
@@ -81,11 +86,11 @@ def problem_for(exc: CenotaphError) -> tuple[int, dict[str, Any]]:
         status, code = 500, "internal"
     if status == 404:
         return status, {"error": code, "message": NOT_FOUND_MESSAGE}
-    body: dict[str, Any] = {"error": code, "message": str(exc)}
+    body: dict[str, Any] = {"error": code, "message": spelling(str(exc))}
     if isinstance(exc, ForgottenError):
         body["version"] = exc.version
     if isinstance(exc, ErasureNotProvableError):
-        body["gaps"] = list(exc.gaps)
+        body["gaps"] = [spelling(gap) for gap in exc.gaps]
     if isinstance(exc, ScopeClosureError):
         body["ancestors"] = list(exc.ancestors)
     if status == 503:

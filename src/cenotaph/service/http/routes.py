@@ -30,6 +30,7 @@ from .operations import (
     export_for,
     forget_subject_for,
     owner_of,
+    purge_for,
     visible_erasure,
 )
 from .problems import ApiError, NotVisible
@@ -471,12 +472,7 @@ def rotate_keys(svc: SvcDep, key: Operator) -> dict[str, Any]:
 @router.post("/purge", response_model=s.PurgeOut, responses=OPERATOR_READ, tags=["operations"])
 def purge(svc: SvcDep, key: Operator) -> dict[str, Any]:
     """Purge and verify pending erasures now (the server also does it in the background)."""
-    report = svc.store.purge()
-    mine = svc.owners.owned("erasure")
-    return {
-        **report.to_dict(),
-        "requests": {r: st for r, st in report.requests.items() if owned_by_reach(svc, key, mine.get(r))},
-    }
+    return purge_for(svc, key)
 
 
 @router.get("/key", response_model=s.KeyInfo, responses=_errors(401), tags=["operations"])
