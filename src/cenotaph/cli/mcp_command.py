@@ -135,7 +135,13 @@ def _serve(
             store, confinement, session_idle_seconds=SESSION_IDLE_SECONDS + 60, keyed=keyed
         )
     if transport == "stdio":
-        serve_stdio(server)
+        serve_stdio(
+            server,
+            on_stop=lambda in_flight: click.echo(
+                f"cenotaph mcp: stopping; answering {in_flight} request(s) in flight, then closing the store",
+                err=True,
+            ),
+        )
         return
     ring = ApiKeyRing(store) if keyed and store.path is not None else None
     serve_http(

@@ -5,10 +5,10 @@
 refusal with its reason, invalid arguments naming each field (never the rejected value), or, for
 a bug, the exception's type only. Nothing a tool raises becomes a protocol error or a traceback,
 and the server logs at WARNING, so the SDK's INFO line per failed call (which repeats the
-message) is never written. Arguments and results nested deeper than MCP carries
-(:data:`.wire.MAX_VALUE_DEPTH`) are tool errors too: the arguments before the tool runs (so
-nothing is written that could not be answered), the result before the SDK would fail to
-serialize it. ``serverInfo`` names cenotaph and its version.
+message) is never written. Values nested deeper than MCP carries (:data:`.wire.MAX_VALUE_DEPTH`)
+are tool errors too: in the arguments before the tool runs (so nothing is written that could not
+be read back), in a result before a client would fail to parse it. ``serverInfo`` names
+cenotaph and its version.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from cenotaph import __version__
 from ..apikeys import ApiKey
 from .connections import AgentConnection, ConnectionRegistry
 from .refusals import invalid_arguments, reason_for
-from .wire import MAX_VALUE_DEPTH, deeper_than
+from .wire import MAX_VALUE_DEPTH, SDK_PARSER_DEPTH, deeper_than
 
 __all__ = [
     "API_KEY_SCOPE",
@@ -49,14 +49,13 @@ DEBUG_ENV = "CENOTAPH_DEBUG"  # set to 1 to let a tool's unexpected exception re
 Registry = Callable[[], ConnectionRegistry]
 _log = logging.getLogger("cenotaph.mcp")
 
-# how deep a tool's arguments and its structured result may nest so that every value in them
-# is at most MAX_VALUE_DEPTH levels deep: arguments hold a value one level down ({"value": v}),
-# a search result four ({"hits": [{"record": {"value": v}}]})
+# how deep a tool's arguments may nest (a value sits one level down: {"value": v}) and its
+# structured result (level 3 of the answer message, which the SDK's client must still parse)
 MAX_ARGUMENTS_DEPTH = MAX_VALUE_DEPTH + 1
-MAX_RESULT_DEPTH = MAX_VALUE_DEPTH + 4
+MAX_RESULT_DEPTH = SDK_PARSER_DEPTH - 2
 ARGUMENTS_TOO_DEEP = (
     f"invalid arguments: a value is nested more than {MAX_VALUE_DEPTH} levels deep, deeper than MCP "
-    "carries; nothing was changed. Use a flatter structure"
+    "carries (its SDK parses 200 levels a message); nothing was changed. Use a flatter structure"
 )
 ANSWER_TOO_DEEP = (
     f"refused: the answer holds a memory nested more than {MAX_VALUE_DEPTH} levels deep, deeper than "

@@ -62,12 +62,13 @@ Line = bytes | None  # None: a line that was too long
 _log = logging.getLogger("cenotaph.mcp")
 
 
-def serve_stdio(server: CenotaphMCPServer) -> None:
-    """Serve one client on stdin/stdout until its input ends or a stop signal arrives."""
+def serve_stdio(server: CenotaphMCPServer, on_stop: Callable[[int], None] | None = None) -> None:
+    """Serve one client on stdin/stdout until its input ends or a stop signal arrives;
+    ``on_stop`` gets the number of requests in flight when the first signal does."""
     handlers = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
     try:
         with _claimed_stdio() as (wire_in, wire_out):
-            anyio.run(_serve, server, wire_in, wire_out)
+            anyio.run(_serve, server, wire_in, wire_out, on_stop or (lambda _: None))
     finally:
         for sig, handler in handlers.items():  # asyncio resets what it handled to the default
             signal.signal(sig, handler)
@@ -80,6 +81,9 @@ class InFlight:
         self._ids: set[int | str] = set()
         self._empty = anyio.Event()
         self._empty.set()
+
+    def __len__(self) -> int:
+        return len(self._ids)
 
     def add(self, request_id: int | str) -> None:
         self._ids.add(request_id)
@@ -96,7 +100,9 @@ class InFlight:
         await self._empty.wait()
 
 
-async def _serve(server: CenotaphMCPServer, wire_in: BinaryIO, wire_out: BinaryIO) -> None:
+async def _serve(
+    server: CenotaphMCPServer, wire_in: BinaryIO, wire_out: BinaryIO, on_stop: Callable[[int], None]
+) -> None:
     lines_in, lines = anyio.create_memory_object_stream[Line](0)
     to_server, server_reads = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     server_writes, outgoing = anyio.create_memory_object_stream[SessionMessage](0)
@@ -114,7 +120,7 @@ async def _serve(server: CenotaphMCPServer, wire_in: BinaryIO, wire_out: BinaryI
     )
     async with anyio.create_task_group() as tg:
         reading, watching = anyio.CancelScope(), anyio.CancelScope()
-        tg.start_soon(_watch_signals, watching, reading, tg.cancel_scope)
+        tg.start_soon(_watch_signals, watching, reading, tg.cancel_scope, lambda: on_stop(len(flight)))
         tg.start_soon(_write, outgoing, wire_out, flight)
         tg.start_soon(_pump, lines, reading, to_server, server_writes.clone(), flight)
         reader.start()
@@ -214,7 +220,10 @@ def _write_line(wire_out: BinaryIO, data: bytes) -> None:
 
 
 async def _watch_signals(
-    watching: anyio.CancelScope, reading: anyio.CancelScope, everything: anyio.CancelScope
+    watching: anyio.CancelScope,
+    reading: anyio.CancelScope,
+    everything: anyio.CancelScope,
+    stopping: Callable[[], None],
 ) -> None:
     with watching, anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
         async for _ in signals:
@@ -222,6 +231,7 @@ async def _watch_signals(
                 everything.cancel()  # a second signal: stop now
                 return
             reading.cancel()
+            stopping()
 
 
 @contextmanager

@@ -3,9 +3,7 @@
 Over both transports every message is read by :func:`.wire.decode` first, so what the SDK's
 parser would drop or answer with pydantic's report (which quotes the request's values) gets a
 JSON-RPC error (HTTP 400 with the error as its body): stdio is :mod:`.stdio`, HTTP the
-:class:`MessageCheck` middleware. The 2025 HTTP sessions (no ``MCP-Protocol-Version`` header, or
-one of the handshake versions) are parsed again by the SDK, which reads at most
-:data:`.wire.SDK_PARSER_DEPTH` levels: a deeper message is refused here, with its id.
+:class:`MessageCheck` middleware.
 
 Streamable HTTP listens on loopback unless every request is bound by a bearer API key
 (``cenotaph api-keys create``): a non-loopback ``--host`` requires keys. With keys, each
@@ -26,8 +24,6 @@ from collections.abc import Callable
 from typing import Any
 
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
-from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -38,7 +34,7 @@ from ..apikeys import ApiKeyRing
 from .confinement import Confinement
 from .server import API_KEY_SCOPE, CenotaphMCPServer
 from .stdio import serve_stdio
-from .wire import MAX_MESSAGE_DEPTH, SDK_PARSER_DEPTH, Refusal, decode
+from .wire import Refusal, decode
 
 __all__ = [
     "MCP_PATH",
@@ -125,19 +121,12 @@ class MessageCheck:
             return
         body, whole = await _read_body(receive, DEFAULT_MAX_REQUEST_BODY_SIZE)
         if whole:
-            decoded = decode(body, max_depth=_depth_limit(scope))
+            decoded = decode(body)
             if isinstance(decoded, Refusal):
                 await Response(decoded.to_json(), 400, media_type="application/json")(scope, receive, send)
                 return
         # a body over the SDK's limit goes on as it came, for the SDK's own answer (413)
         await self.app(scope, _replayed(body, whole, receive), send)
-
-
-def _depth_limit(scope: Scope) -> int:
-    header = MCP_PROTOCOL_VERSION_HEADER.encode("latin-1")
-    version = next((v.decode("latin-1") for k, v in scope["headers"] if k == header), None)
-    legacy = version is None or version in HANDSHAKE_PROTOCOL_VERSIONS  # how the SDK routes it
-    return SDK_PARSER_DEPTH if legacy else MAX_MESSAGE_DEPTH
 
 
 async def _read_body(receive: Receive, limit: int) -> tuple[bytes, bool]:

@@ -17,16 +17,16 @@ What is refused, and how:
 - not UTF-8, not JSON, nested too deeply to read, a number too long to read: ``-32700``
   (Parse error), id ``null``;
 - JSON that is not one JSON-RPC 2.0 message (an array, a request whose ``method`` is not a
-  string, ...), nested more than ``max_depth`` levels, or holding a lone surrogate escape such
-  as ``"\\ud800"`` (not Unicode text): ``-32600`` (Invalid Request), with the request's id when
-  it has one (a response's id is the server's own, so it is never echoed).
+  string, ...), nested more than :data:`MAX_MESSAGE_DEPTH` levels, or holding a lone surrogate
+  escape such as ``"\\ud800"`` (not Unicode text): ``-32600`` (Invalid Request), with the
+  request's id when it has one (a response's id is the server's own, so it is never echoed).
 
-Nesting: the store keeps values nested :data:`~cenotaph.validation.MAX_JSON_DEPTH` levels deep,
-and :data:`MAX_MESSAGE_DEPTH` lets such a value reach a tool inside ``params.arguments``. What
-MCP carries back is less: the SDK's JSON serializer stops at 255 levels in a result, so a value
-travels over MCP nested at most :data:`MAX_VALUE_DEPTH` levels (a tool error says so, see
-``server``). The SDK's parser for the 2025 HTTP sessions reads at most
-:data:`SDK_PARSER_DEPTH` levels in a message.
+Nesting: the MCP SDK parses at most :data:`SDK_PARSER_DEPTH` levels in a message -- the
+server's HTTP transport and, what binds, the SDK's client, which drops an answer it cannot parse
+and waits until its timeout. So that limit is the wire's, for what comes in and what goes out:
+a value travels over MCP nested at most :data:`MAX_VALUE_DEPTH` levels (a search hit's value
+sits six levels deep in its answer), less than the store keeps
+(:data:`~cenotaph.validation.MAX_JSON_DEPTH`); ``server`` makes a deeper value a tool error.
 """
 
 from __future__ import annotations
@@ -47,8 +47,6 @@ from mcp.types import (
 )
 from pydantic import ValidationError
 
-from cenotaph.validation import MAX_JSON_DEPTH
-
 __all__ = [
     "MAX_MESSAGE_DEPTH",
     "MAX_VALUE_DEPTH",
@@ -58,12 +56,11 @@ __all__ = [
     "deeper_than",
 ]
 
-# a tools/call message holds its arguments' values three levels down (message, params, arguments)
-MAX_MESSAGE_DEPTH = MAX_JSON_DEPTH + 3
-MAX_VALUE_DEPTH = (
-    250  # a value in a search hit sits 4 levels inside a result of at most 254 (255 with its root)
-)
-SDK_PARSER_DEPTH = 200  # jiter's recursion limit, which the SDK's parser for 2025 HTTP sessions has
+SDK_PARSER_DEPTH = 200  # jiter's recursion limit: the SDK's parsers (client, HTTP server) read no deeper
+MAX_MESSAGE_DEPTH = SDK_PARSER_DEPTH
+# an answer nests its structured content at level 3 (message, result, structuredContent), and a
+# search hit's value 4 levels inside that ({"hits": [{"record": {"value": ...}}]})
+MAX_VALUE_DEPTH = SDK_PARSER_DEPTH - 6
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")  # only an escape can carry one into JSON text
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -84,7 +81,7 @@ class Refusal:
         return self.answer.model_dump_json(by_alias=True, exclude_unset=True).encode()
 
 
-def decode(data: bytes, *, max_depth: int = MAX_MESSAGE_DEPTH) -> JSONRPCMessage | Refusal:
+def decode(data: bytes) -> JSONRPCMessage | Refusal:
     """The message ``data`` holds, or the error to answer it with (see the module docstring)."""
     try:
         text = data.decode("utf-8")
@@ -103,10 +100,11 @@ def decode(data: bytes, *, max_depth: int = MAX_MESSAGE_DEPTH) -> JSONRPCMessage
         return _refusal(
             INVALID_REQUEST, "Invalid Request: a batch (JSON array) is not accepted; send one message"
         )
-    if deeper_than(raw, max_depth):
+    if deeper_than(raw, MAX_MESSAGE_DEPTH):
         return _refusal(
             INVALID_REQUEST,
-            f"Invalid Request: the message is nested more than {max_depth} levels deep; use a flatter structure",
+            f"Invalid Request: the message is nested more than {MAX_MESSAGE_DEPTH} levels deep, deeper than MCP "
+            f"carries; a value may be nested at most {MAX_VALUE_DEPTH} levels",
             request_id,
         )
     if _SURROGATE_ESCAPE.search(data) and _holds_lone_surrogate(raw):
@@ -116,6 +114,10 @@ def decode(data: bytes, *, max_depth: int = MAX_MESSAGE_DEPTH) -> JSONRPCMessage
             "which is not Unicode text; send the character itself or a valid pair",
             request_id,
         )
+    if isinstance(raw, dict) and "method" in raw and "id" in raw and request_id is None:
+        # a request whose id is null, a number with a fraction or a boolean would pass as a
+        # notification (which gets no answer); MCP ids are strings or integers, never null
+        return _refusal(INVALID_REQUEST, "Invalid Request: id must be a string or an integer")
     try:
         return jsonrpc_message_adapter.validate_python(raw, by_name=False)
     except ValidationError:
@@ -164,10 +166,13 @@ def _why_not_a_message(raw: object) -> str:
     if "method" in raw:
         if not isinstance(raw["method"], str):
             return "Invalid Request: method must be a string"
-        if "id" in raw and _request_id(raw) is None:
-            return "Invalid Request: id must be a string or an integer"
         if "params" in raw and not isinstance(raw["params"], dict | type(None)):
             return "Invalid Request: params must be an object"
+    elif "result" in raw or "error" in raw:
+        return (
+            'Invalid Request: a response needs an "id" (a string or an integer) and an object '
+            '"result", or an "error" object with an integer "code" and a string "message"'
+        )
     return _NOT_A_MESSAGE
 
 
