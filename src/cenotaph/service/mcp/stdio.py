@@ -65,10 +65,11 @@ _log = logging.getLogger("cenotaph.mcp")
 def serve_stdio(server: CenotaphMCPServer, on_stop: Callable[[int], None] | None = None) -> None:
     """Serve one client on stdin/stdout until its input ends or a stop signal arrives;
     ``on_stop`` gets the number of requests in flight when the first signal does."""
-    handlers = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    main = threading.current_thread() is threading.main_thread()  # only it can take signals
+    handlers = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS} if main else {}
     try:
         with _claimed_stdio() as (wire_in, wire_out):
-            anyio.run(_serve, server, wire_in, wire_out, on_stop or (lambda _: None))
+            anyio.run(_serve, server, wire_in, wire_out, on_stop or (lambda _: None), main)
     finally:
         for sig, handler in handlers.items():  # asyncio resets what it handled to the default
             signal.signal(sig, handler)
@@ -101,7 +102,11 @@ class InFlight:
 
 
 async def _serve(
-    server: CenotaphMCPServer, wire_in: BinaryIO, wire_out: BinaryIO, on_stop: Callable[[int], None]
+    server: CenotaphMCPServer,
+    wire_in: BinaryIO,
+    wire_out: BinaryIO,
+    on_stop: Callable[[int], None],
+    signals: bool,
 ) -> None:
     lines_in, lines = anyio.create_memory_object_stream[Line](0)
     to_server, server_reads = anyio.create_memory_object_stream[SessionMessage | Exception](0)
@@ -120,7 +125,8 @@ async def _serve(
     )
     async with anyio.create_task_group() as tg:
         reading, watching = anyio.CancelScope(), anyio.CancelScope()
-        tg.start_soon(_watch_signals, watching, reading, tg.cancel_scope, lambda: on_stop(len(flight)))
+        if signals:
+            tg.start_soon(_watch_signals, watching, reading, tg.cancel_scope, lambda: on_stop(len(flight)))
         tg.start_soon(_write, outgoing, wire_out, flight)
         tg.start_soon(_pump, lines, reading, to_server, server_writes.clone(), flight)
         reader.start()

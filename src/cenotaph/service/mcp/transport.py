@@ -116,7 +116,7 @@ class MessageCheck:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST":
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != MCP_PATH:
             await self.app(scope, receive, send)
             return
         body, whole = await _read_body(receive, DEFAULT_MAX_REQUEST_BODY_SIZE)
