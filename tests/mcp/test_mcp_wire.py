@@ -157,6 +157,10 @@ def test_every_refused_body_is_answered_over_http(cli_data: Path, protocol: str)
             answer = http.post(url, content=body, headers=headers)
             assert answer.status_code == 400 and answer.headers["content-type"] == "application/json", name
             _check_refusal(name, answer.json(), code, request_id)
+        huge = b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "x": "' + b"a" * (5 << 20) + b'"}'
+        assert http.post(url, content=huge, headers=headers).status_code == 413  # the SDK's answer
+        chunks = (huge[i : i + (1 << 20)] for i in range(0, len(huge), 1 << 20))  # no Content-Length
+        assert http.post(url, content=chunks, headers=headers).status_code == 413
 
 
 @pytest.mark.anyio

@@ -119,18 +119,19 @@ class MessageCheck:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != MCP_PATH:
             await self.app(scope, receive, send)
             return
-        body, whole = await _read_body(receive, DEFAULT_MAX_REQUEST_BODY_SIZE)
-        if whole:
+        body, complete = await _read_body(receive, DEFAULT_MAX_REQUEST_BODY_SIZE)
+        if complete and len(body) <= DEFAULT_MAX_REQUEST_BODY_SIZE:
             decoded = decode(body)
             if isinstance(decoded, Refusal):
                 await Response(decoded.to_json(), 400, media_type="application/json")(scope, receive, send)
                 return
         # a body over the SDK's limit goes on as it came, for the SDK's own answer (413)
-        await self.app(scope, _replayed(body, whole, receive), send)
+        await self.app(scope, _replayed(body, complete, receive), send)
 
 
 async def _read_body(receive: Receive, limit: int) -> tuple[bytes, bool]:
-    """The request's body, up to ``limit`` bytes; whether that is all of it."""
+    """The request's body, or its first part once it is past ``limit`` bytes; whether that is
+    all of it."""
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -141,12 +142,12 @@ async def _read_body(receive: Receive, limit: int) -> tuple[bytes, bool]:
         chunks.append(chunk)
         size += len(chunk)
         if not message.get("more_body", False):
-            return b"".join(chunks), size <= limit
+            return b"".join(chunks), True
         if size > limit:
             return b"".join(chunks), False
 
 
-def _replayed(body: bytes, whole: bool, receive: Receive) -> Receive:
+def _replayed(body: bytes, complete: bool, receive: Receive) -> Receive:
     """``receive`` as if nothing had been read: ``body`` first, then the rest (if any)."""
     sent = False
 
@@ -155,7 +156,7 @@ def _replayed(body: bytes, whole: bool, receive: Receive) -> Receive:
         if sent:
             return await receive()
         sent = True
-        return {"type": "http.request", "body": body, "more_body": not whole}
+        return {"type": "http.request", "body": body, "more_body": not complete}
 
     return replay
 
