@@ -17,9 +17,11 @@ import httpx
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+from mcp.types import JSONRPCNotification, JSONRPCResponse
 from tests.mcp.mcp_kit import SESSION, USER, RawStdio, Tools, nested, spawn_http
 
 import cenotaph
+from cenotaph.service.mcp.stdio import _encode
 from cenotaph.service.mcp.wire import MAX_MESSAGE_DEPTH, MAX_VALUE_DEPTH
 from cenotaph.validation import MAX_JSON_DEPTH
 
@@ -178,3 +180,13 @@ async def test_the_sdk_client_over_http_gets_the_depth_limits(cli_data: Path, mo
                 await client.call_tool("memory_write", {"key": "k", "value": nested(MAX_MESSAGE_DEPTH)})
             assert refused.value.error.code == INVALID_REQUEST
             assert (await tools.ok("memory_read", key="k"))["found"] is False
+
+
+def test_an_answer_that_cannot_be_written_becomes_an_error_with_its_id() -> None:
+    """The stdio writer's last line of defence: one unserializable answer (the SDK's serializer
+    stops at 255 levels) is an internal error for that request, not the end of the connection."""
+    written = _encode(JSONRPCResponse(jsonrpc="2.0", id=7, result={"x": nested(300)}))
+    assert written is not None
+    answer = json.loads(written)
+    assert answer["id"] == 7 and answer["error"]["code"] == -32603
+    assert _encode(JSONRPCNotification(jsonrpc="2.0", method="x", params={"x": nested(300)})) is None
