@@ -1,17 +1,24 @@
 """`cenotaph serve` and `cenotaph api-keys` as real processes: keys made on the command line work at
-once and stop working once revoked; SIGTERM lets in-flight requests finish and loses nothing it
-acknowledged; the access log holds no names."""
+once and stop working once revoked; a forget goes on to verified with nobody calling purge (the
+server runs the store's background worker), and the README's remote-client snippet runs as
+written; SIGTERM or Ctrl-C stops accepting, lets in-flight requests finish, loses nothing it
+acknowledged, closes the store cleanly and exits 0; the access log holds no names."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -26,13 +33,17 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120, check=False)
 
 
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
 class Server:
-    def __init__(self, data: Path, *extra: str) -> None:
+    def __init__(self, data: Path, *extra: str, env: Mapping[str, str] | None = None) -> None:
         self.proc = subprocess.Popen(
             [*CLI, "serve", "--data", str(data), "--port", "0", *extra],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            env={**os.environ, **(env or {})},
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
@@ -51,8 +62,20 @@ class Server:
     def stop(self) -> tuple[int, str]:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
+        return self.wait()
+
+    def wait(self) -> tuple[int, str]:
+        """Its exit status and what it wrote on stderr, once it has exited."""
         _, err = self.proc.communicate(timeout=60)
         return self.proc.returncode, err
+
+    def listening(self) -> bool:
+        parts = urlsplit(self.url)
+        try:
+            with socket.create_connection((parts.hostname, parts.port), timeout=2):
+                return True
+        except OSError:
+            return False
 
 
 @pytest.fixture
@@ -194,6 +217,103 @@ def test_sigterm_waits_for_the_purge_under_way(data: Path) -> None:
     with cenotaph.open(data) as store:  # a forget acknowledged is durable; the purge resumes if cut
         assert store.read("tenant:acme/user:alice", "k") is None
         assert store.erasure(r.json()["request_id"]).wait(30).state == "verified"
+
+
+def _until_verified(http: httpx.Client, request_id: str, timeout: float = 90) -> dict[str, Any]:
+    """GET /v1/erasures/{id} (which never purges) until the request is verified; its status."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status: dict[str, Any] = http.get(f"/v1/erasures/{request_id}").json()["status"]
+        if status["state"] == "verified":
+            return status
+        assert time.monotonic() < deadline, f"not verified within {timeout} s: {status.get('gaps')}"
+        time.sleep(0.05)
+
+
+def test_a_forget_verifies_with_nobody_calling_purge(data: Path, server: Server) -> None:
+    secret = _create(data, "--tenant", "acme", "--prefix", "tenant:acme/user:alice", "--role", "agent")["key"]
+    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {secret}"}, timeout=30) as http:
+        body = {"scope": "tenant:acme/user:alice", "key": "k", "value": CANARY}
+        assert http.post("/v1/memories", json=body).status_code == 201
+        forgotten = http.post("/v1/forget", json={"scope": "tenant:acme/user:alice", "key": "k"})
+        assert forgotten.status_code == 202
+        status = _until_verified(http, forgotten.json()["request_id"])
+    assert status["gaps"] == []
+    code, _ = server.stop()
+    assert code == 0
+    assert not [p for p in data.rglob("*") if p.is_file() and CANARY.encode() in p.read_bytes()]
+
+
+def _readme_client_snippet() -> str:
+    """The README's Python block that uses cenotaph.Client against a running server."""
+    section = README.read_text().split("### An HTTP server, its remote client and the operator console", 1)[1]
+    blocks = re.findall(r"```python\n(.*?)```", section.split("\n### ", 1)[0], re.DOTALL)
+    (snippet,) = [b for b in blocks if "cenotaph.Client(" in b]
+    return str(snippet)
+
+
+def test_the_readme_client_snippet_runs_as_written(data: Path, server: Server) -> None:
+    """Its key made as the README makes it; only the address is this server's free port."""
+    key = _create(data, "--tenant", "acme", "--prefix", "tenant:acme/user:alice", "--role", "agent")["key"]
+    snippet = _readme_client_snippet()
+    assert snippet.count("http://127.0.0.1:8000") == 1
+    result = subprocess.run(
+        [sys.executable, "-c", snippet.replace("http://127.0.0.1:8000", server.url)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "KEY": key},
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_lets_the_request_in_flight_finish_and_closes_the_store(
+    data: Path, tmp_path: Path, signum: int
+) -> None:
+    """The forget is held at a pause point inside the store when the signal comes: the server
+    stops accepting connections, then answers it, closes the store and exits 0. A clean close
+    leaves no write-ahead log (a killed process leaves it, for the next open to recover)."""
+    secret = _create(data, "--tenant", "acme", "--role", "operator")["key"]
+    with cenotaph.open(data, auto_purge="off") as store:
+        store.write("tenant:acme/user:alice", "k", CANARY)
+    marker = tmp_path / "forgetting"
+    server = Server(data, env={"CENOTAPH_PAUSE": f"forget.planned:{marker}"})
+    answered: list[httpx.Response] = []
+
+    def forget() -> None:
+        body = {"scope": "tenant:acme/user:alice", "key": "k"}
+        headers = {"Authorization": f"Bearer {secret}"}
+        answered.append(httpx.post(server.url + "/v1/forget", json=body, headers=headers, timeout=60))
+
+    in_flight = threading.Thread(target=forget)
+    in_flight.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert time.monotonic() < deadline and in_flight.is_alive(), "the forget never reached the store"
+            time.sleep(0.02)
+        server.proc.send_signal(signum)
+        while server.listening():
+            assert time.monotonic() < deadline, "still accepting connections after the signal"
+            time.sleep(0.05)
+        marker.unlink()
+        in_flight.join(60)
+        code, log = server.wait()
+    finally:
+        marker.unlink(missing_ok=True)
+        if server.proc.poll() is None:
+            server.proc.kill()
+            server.proc.communicate()
+    assert answered and answered[0].status_code == 202, answered
+    assert code == 0 and "Traceback" not in log, log
+    left = sorted(p.name for p in data.iterdir() if p.name.endswith(("-wal", "-shm", "-journal")))
+    assert left == [], f"the store was not closed cleanly: {left}"
+    with cenotaph.open(data) as store:
+        store.verify_audit()  # the anchors were flushed on close: the chain matches them
+        assert store.read("tenant:acme/user:alice", "k") is None
+        assert store.erasure(answered[0].json()["request_id"]).wait(60).state == "verified"
 
 
 def test_the_console_can_be_left_out(data: Path) -> None:

@@ -1,4 +1,4 @@
-"""The memory profile's six tools through the SDK's own Client, in memory: good and bad arguments."""
+"""The memory profile's seven tools through the SDK's own Client, in memory: good and bad arguments."""
 
 from __future__ import annotations
 
@@ -14,10 +14,20 @@ import cenotaph
 
 pytestmark = pytest.mark.anyio
 
-TOOLS = {"memory_write", "memory_read", "memory_search", "memory_list", "memory_forget", "erasure_status"}
+TOOLS = {
+    "memory_write",
+    "memory_read",
+    "memory_search",
+    "memory_list",
+    "memory_forget",
+    "erasure_status",
+    "erasure_certificate",
+}
 
 
-async def test_the_six_tools_have_typed_output_schemas_and_name_the_prefix(mcp_store: cenotaph.Store) -> None:
+async def test_the_seven_tools_have_typed_output_schemas_and_name_the_prefix(
+    mcp_store: cenotaph.Store,
+) -> None:
     async with memory_client(mcp_store) as tools:
         listed = (await tools.client.list_tools()).tools
     assert {t.name for t in listed} == TOOLS

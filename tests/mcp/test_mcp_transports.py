@@ -1,9 +1,10 @@
 """A real ``cenotaph mcp`` process, through the SDK's Client over stdio and streamable HTTP.
 
 Every tool with good and bad arguments, confinement and the seeds' scenario run on each
-transport; HTTP adds the loopback rules (DNS-rebinding protection, a non-loopback host
-refused) and what a connection is there (a legacy session each; the sessionless protocol one
-per server).
+transport, and a compliance forget goes on to verified with nobody calling purge (the process
+runs the store's background worker); HTTP adds the loopback rules (DNS-rebinding protection, a
+non-loopback host refused) and what a connection is there (a legacy session each; the
+sessionless protocol one per server).
 """
 
 from __future__ import annotations
@@ -17,7 +18,16 @@ import httpx
 import pytest
 from mcp import Client
 from tests.kit.checks import present
-from tests.mcp.mcp_kit import CENOTAPH, SESSION, USER, Tools, find_canary, spawn_http, stdio_params
+from tests.mcp.mcp_kit import (
+    CENOTAPH,
+    SESSION,
+    USER,
+    Tools,
+    find_canary,
+    spawn_http,
+    stdio_params,
+    wait_for_file,
+)
 
 import cenotaph
 
@@ -27,13 +37,15 @@ NOTE = "cardiology appointment Tuesday"
 
 
 @contextlib.asynccontextmanager
-async def connect(transport: str, data: Path, *args: str, mode: str = "auto") -> AsyncIterator[Tools]:
+async def connect(
+    transport: str, data: Path, *args: str, mode: str = "auto", env: dict[str, str] | None = None
+) -> AsyncIterator[Tools]:
     options = ("--scope", SESSION, "--prefix", USER, *args)
     if transport == "stdio":
-        async with Client(stdio_params(data, *options), mode=mode) as client:
+        async with Client(stdio_params(data, *options, env=env), mode=mode) as client:
             yield Tools(client)
     else:
-        with spawn_http(data, *options) as url:
+        with spawn_http(data, *options, env=env) as url:
             async with Client(url, mode=mode) as client:
                 yield Tools(client)
 
@@ -56,6 +68,7 @@ async def test_every_tool_over_a_real_process(cli_data: Path, transport: str) ->
             "memory_list",
             "memory_forget",
             "erasure_status",
+            "erasure_certificate",
         }
         written = await tools.ok("memory_write", key="diet", value={"kind": "vegetarian"}, ttl_seconds=3600)
         assert written["record"]["value"] == {"kind": "vegetarian"}
@@ -63,7 +76,7 @@ async def test_every_tool_over_a_real_process(cli_data: Path, transport: str) ->
         assert (await tools.ok("memory_search", query="cardiology"))["hits"][0]["record"]["key"] == "note"
         assert sorted(r["key"] for r in (await tools.ok("memory_list"))["records"]) == ["diet", "note"]
         forgotten = await tools.ok("memory_forget", key="diet")
-        assert (await tools.ok("erasure_status", request_id=forgotten["request_id"]))["verified"]
+        await tools.until_verified(forgotten["request_id"])
         # bad arguments, one line each
         assert "key" in await tools.refused("memory_write", value=1)
         assert "k" in await tools.refused("memory_search", query="x", k=0)
@@ -93,7 +106,7 @@ async def test_the_seeds_scenario_over_a_real_process(cli_data: Path, transport:
         )
         assert summary["record"]["derived_from"]
         forgotten = await tools.ok("memory_forget")
-        assert forgotten["verified"]
+        await tools.until_verified(forgotten["request_id"])
         assert (await tools.ok("memory_read", key="summary", scope=USER))["found"] is False
         assert (await tools.ok("memory_search", query="cardiology", scope=USER))["hits"] == []
         assert (await tools.ok("memory_list", scope=USER, include_descendants=True))["records"] == []
@@ -103,6 +116,55 @@ async def test_the_seeds_scenario_over_a_real_process(cli_data: Path, transport:
     with cenotaph.open(cli_data) as store:
         store.confirm_erasure(forgotten["request_id"])
     assert find_canary(cli_data, "cardiology") == []
+
+
+@pytest.mark.parametrize("transport", ["stdio", "streamable-http"])
+async def test_a_forget_verifies_with_nobody_calling_purge_and_then_has_a_certificate(
+    cli_data: Path, transport: str
+) -> None:
+    """The process runs the store's background worker: erasure_status, polled without ever
+    asking it to wait (which would nudge a purge), reaches verified, and erasure_certificate then
+    returns a certificate that verifies with the public key it names."""
+    async with connect(transport, cli_data) as tools:
+        info = tools.client.server_info
+        assert info is not None and info.name == "cenotaph-memory" and info.version == cenotaph.__version__
+        await tools.ok("memory_write", key="diet", value=NOTE)
+        forgotten = await tools.ok("memory_forget", key="diet")
+        status = await tools.until_verified(forgotten["request_id"])
+        assert status["gaps"] == [] and status["state"] == "verified"
+        issued = await tools.ok("erasure_certificate", request_id=forgotten["request_id"])
+    certificate = cenotaph.verify_certificate(issued["certificate"], issued["public_key"])
+    assert certificate["request_id"] == forgotten["request_id"]
+    with cenotaph.open(cli_data, auto_purge="off") as store:
+        assert issued["public_key"] == store.public_key
+        assert store.erasure(forgotten["request_id"]).status().state == "verified"
+    assert find_canary(cli_data, NOTE) == []
+
+
+@pytest.mark.parametrize("transport", ["stdio", "streamable-http"])
+async def test_erasure_certificate_names_the_gaps_until_verified(
+    cli_data: Path, transport: str, tmp_path: Path
+) -> None:
+    """The worker held at a pause point after removing the rows: the certificate is refused,
+    naming what is missing; let go, the request verifies and the certificate comes."""
+    marker = tmp_path / "purging"
+    async with connect(transport, cli_data, env={"CENOTAPH_PAUSE": f"purge.rows:{marker}"}) as tools:
+        await tools.ok("memory_write", key="diet", value=NOTE)
+        forgotten = await tools.ok("memory_forget", key="diet")
+        wait_for_file(marker)
+        status = await tools.ok("erasure_status", request_id=forgotten["request_id"])
+        refused = await tools.refused("erasure_certificate", request_id=forgotten["request_id"])
+        assert refused.startswith("not provable yet: ") and status["gaps"]
+        assert all(gap in refused for gap in status["gaps"]), (refused, status["gaps"])
+        marker.unlink()
+        await tools.until_verified(forgotten["request_id"])
+        issued = await tools.ok("erasure_certificate", request_id=forgotten["request_id"])
+        assert issued["certificate"]["request_id"] == forgotten["request_id"]
+        operational = await tools.ok("memory_forget", key="other", mode="operational")
+        assert "operational" in await tools.refused(
+            "erasure_certificate", request_id=operational["request_id"]
+        )
+        assert "not found" in await tools.refused("erasure_certificate", request_id="er_" + "0" * 24)
 
 
 async def test_the_knowledge_graph_profile_over_http(cli_data: Path) -> None:

@@ -1,7 +1,10 @@
 """``cenotaph mcp``: serve the store to an MCP client (stdio by default, or streamable HTTP).
 
 Nothing is printed on stdout: over stdio it carries the protocol. The root-of-trust warning and
-the HTTP address go to stderr.
+the HTTP address go to stderr. The store runs its background erasure worker, so a compliance
+forget goes on to ``verified`` with nobody calling purge. SIGTERM or Ctrl-C stops taking
+requests, answers those in flight, stops the worker at a step boundary and closes the store;
+the command then exits 0.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import click
 import cenotaph
 
 from .options import data_option, open_existing_store, root_of_trust_warning
+from .stopping import stopped_by_signals
 
 if TYPE_CHECKING:
     from cenotaph.service.mcp.confinement import Confinement
@@ -49,8 +53,8 @@ def require_mcp_extra() -> None:
     type=click.Choice(PROFILES),
     default="memory",
     show_default=True,
-    help="memory: memory_write/read/search/list/forget and erasure_status; knowledge-graph: the reference "
-    "MCP memory server's nine tools.",
+    help="memory: memory_write/read/search/list/forget, erasure_status and erasure_certificate; "
+    "knowledge-graph: the reference MCP memory server's nine tools.",
 )
 @click.option(
     "--transport",
@@ -105,7 +109,7 @@ def mcp(
     warning = root_of_trust_warning(data)
     if warning:
         click.echo(f"warning: {warning}", err=True)
-    with open_existing_store(data, auto_purge="sync") as store:  # memory_forget returns verified
+    with stopped_by_signals(), open_existing_store(data, auto_purge="background") as store:
         _serve(store, confinement, profile, transport, host, port, keyed)
 
 
@@ -130,19 +134,22 @@ def _serve(
         server = memory_server(
             store, confinement, session_idle_seconds=SESSION_IDLE_SECONDS + 60, keyed=keyed
         )
-    try:
-        if transport == "stdio":
-            serve_stdio(server)
-            return
-        ring = ApiKeyRing(store) if keyed and store.path is not None else None
-        serve_http(
+    if transport == "stdio":
+        serve_stdio(
             server,
-            host,
-            port,
-            lambda url: click.echo(
-                f"cenotaph mcp: serving {url}" + (" (API keys required)" if ring else ""), err=True
+            on_stop=lambda in_flight: click.echo(
+                f"cenotaph mcp: stopping; answering {in_flight} request(s) in flight, then closing the store",
+                err=True,
             ),
-            gate=None if ring is None else (lambda app: ApiKeyGate(app, ring, confinement)),
         )
-    except KeyboardInterrupt:
-        pass
+        return
+    ring = ApiKeyRing(store) if keyed and store.path is not None else None
+    serve_http(
+        server,
+        host,
+        port,
+        lambda url: click.echo(
+            f"cenotaph mcp: serving {url}" + (" (API keys required)" if ring else ""), err=True
+        ),
+        gate=None if ring is None else (lambda app: ApiKeyGate(app, ring, confinement)),
+    )

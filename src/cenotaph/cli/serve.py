@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import socket
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import click
 
 from .options import data_option, open_existing_store
+from .stopping import stopped_by_signals
 
 __all__ = ["serve"]
 
@@ -47,8 +47,10 @@ def serve(
     """Serve the HTTP API under /v1 (OpenAPI at /openapi.json, docs at /docs) and the console.
 
     Callers authenticate with keys from `cenotaph api-keys create`. Prints one JSON line,
-    {"listening": URL}, once the socket is bound. SIGTERM or Ctrl-C stops accepting requests,
-    lets those in flight finish, completes the background purge under way, then exits.
+    {"listening": URL}, once the socket listens. The store's background erasure worker takes
+    every compliance forget on to verified, with nobody calling purge. SIGTERM or Ctrl-C stops
+    accepting requests, lets those in flight finish, stops the worker at a step boundary (what
+    it left resumes at the next open), closes the store and exits 0.
     """
     try:
         import uvicorn
@@ -59,7 +61,7 @@ def serve(
         raise click.UsageError(
             f"the server needs the 'server' extra ({exc.name} is missing): pip install 'cenotaph[server]'"
         ) from None
-    with open_existing_store(data) as store:
+    with stopped_by_signals(), open_existing_store(data, auto_purge="background") as store:
         sock = _bind(host, port)
         _configure_logging(quiet)
         app = create_app(
@@ -76,12 +78,7 @@ def serve(
         sys.stdout.flush()
         # uvicorn handles SIGTERM/SIGINT (stop accepting, finish in-flight requests, lifespan
         # shutdown) and then raises the signal again with the handlers it found: ours exits 0
-        signal.signal(signal.SIGTERM, _exit_cleanly)
         uvicorn.Server(config).run(sockets=[sock])
-
-
-def _exit_cleanly(signum: int, frame: object) -> None:
-    raise SystemExit(0)
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -92,6 +89,7 @@ def _bind(host: str, port: int) -> socket.socket:
         sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
+        sock.listen(2048)  # a client may connect as soon as the address is printed (uvicorn's backlog)
     except OSError as exc:
         raise click.BadParameter(
             f"cannot listen on {host}:{port} ({exc.strerror}); pick another --host or --port",

@@ -6,10 +6,12 @@ Built on the official ``mcp`` SDK (``pip install 'cenotaph[mcp]'``). Modules, on
 - ``connections``  one MCP connection = one store session, plus the forgets it issued
 - ``refusals``     what a failed call says: one line, never a traceback or a value
 - ``server``       the ``MCPServer`` both profiles build on, and tool registration
-- ``memory``       the ``memory`` profile's six tools
+- ``memory``       the ``memory`` profile's seven tools
 - ``graph``        a knowledge graph (entities, observations, relations) kept as records
 - ``kg_schemas``   the reference knowledge-graph server's tool schemas, as published
 - ``knowledge_graph``  the ``knowledge-graph`` profile's nine tools over ``graph``
 - ``jsonl``        the reference server's JSONL file format, for ``cenotaph kg import/export``
-- ``transport``    serving over stdio or streamable HTTP (loopback unless API keys bound it)
+- ``wire``         one message off the wire, or the JSON-RPC error that answers it
+- ``stdio``        serving over stdio: every line answered, stopping with the answers in flight
+- ``transport``    serving over streamable HTTP (loopback unless API keys bound it), and stdio
 """

@@ -1,7 +1,7 @@
-"""The ``memory`` profile: six tools over one agent's scopes, each connection a store session.
+"""The ``memory`` profile: seven tools over one agent's scopes, each connection a store session.
 
-``memory_write``, ``memory_read``, ``memory_search``, ``memory_list``, ``memory_forget`` and
-``erasure_status``. Confinement is :mod:`.confinement`'s; what a connection is and what it
+``memory_write``, ``memory_read``, ``memory_search``, ``memory_list``, ``memory_forget``,
+``erasure_status`` and ``erasure_certificate``. Confinement is :mod:`.confinement`'s; what a connection is and what it
 remembers is :mod:`.connections`'; what a refusal says is :mod:`.refusals`'.
 
 Writes record everything the connection has read as ``derived_from`` (W6), so a summary of a
@@ -99,6 +99,13 @@ class LayerOut(TypedDict):
     evidence: dict[str, Any]
 
 
+class CertificateResult(TypedDict):
+    """The signed certificate, exactly as signed, and the key that verifies it."""
+
+    certificate: dict[str, Any]
+    public_key: str
+
+
 class ErasureStatusResult(TypedDict):
     request_id: str
     state: str
@@ -140,7 +147,7 @@ OPERATIONAL = "an operational forget hides the memory from every read; it is nev
 
 
 class MemoryTools:
-    """The six tools of one server: a store and the scopes it may reach."""
+    """The seven tools of one server: a store and the scopes it may reach."""
 
     def __init__(self, store: Store, confinement: Confinement) -> None:
         self.store = store
@@ -323,11 +330,7 @@ class MemoryTools:
             float, Field(ge=0, le=60, description="Purge and wait up to this long for it to verify.")
         ] = 0,
     ) -> Annotated[CallToolResult, ErasureStatusResult]:
-        # any request id: ids are unguessable (96 random bits) and a status names no scope or key
-        try:
-            request = self.store.erasure(request_id)
-        except NotFoundError:
-            raise Refused("not found: no erasure request has that id") from None
+        request = self._request(request_id)
         status = request.wait(wait_seconds) if wait_seconds > 0 else request.status()
         out: ErasureStatusResult = {
             "request_id": request.id,
@@ -345,6 +348,28 @@ class MemoryTools:
             },
         }
         return _result(f"erasure {request.id}: {status.state} - {_meaning(request, status)}", out)
+
+    def erasure_certificate(
+        self,
+        request_id: Annotated[str, Field(description="The request_id memory_forget returned.")],
+    ) -> Annotated[CallToolResult, CertificateResult]:
+        """The request's signed certificate once it is verified; before, a tool error naming the
+        gaps (``attest`` raises ErasureNotProvableError with them)."""
+        request = self._request(request_id)
+        certificate = self.store.attest(request.id).to_dict()
+        out: CertificateResult = {"certificate": certificate, "public_key": self.store.public_key}
+        return _result(
+            f"certificate of erasure {request.id}: verify it with cenotaph.verify_certificate and public_key",
+            out,
+        )
+
+    def _request(self, request_id: str) -> ErasureRequest:
+        """The erasure request ``request_id`` names; any request: ids are unguessable (96 random
+        bits), and a status or a certificate names no scope or key."""
+        try:
+            return self.store.erasure(request_id)
+        except NotFoundError:
+            raise Refused("not found: no erasure request has that id") from None
 
     # -- registration --------------------------------------------------------------------
     def tools(self, *, keyed: bool = False) -> list[Tool]:
@@ -426,6 +451,17 @@ class MemoryTools:
                     "Where an erasure request stands: tombstoned < shredded < purged < verified, each layer "
                     "with its evidence, and the gaps that keep it from verified. With wait_seconds, purge "
                     "and wait for it. Only 'verified' means the bytes are provably gone."
+                ),
+                annotations=read_only,
+            ),
+            build_tool(
+                self.erasure_certificate,
+                name="erasure_certificate",
+                title="Erasure certificate",
+                description=(
+                    "The signed, content-free certificate of a verified compliance erasure, and the "
+                    "public key that verifies it. Before the request is verified it is refused, naming "
+                    "what is still missing; an operational forget never has one."
                 ),
                 annotations=read_only,
             ),

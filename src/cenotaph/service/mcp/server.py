@@ -5,7 +5,10 @@
 refusal with its reason, invalid arguments naming each field (never the rejected value), or, for
 a bug, the exception's type only. Nothing a tool raises becomes a protocol error or a traceback,
 and the server logs at WARNING, so the SDK's INFO line per failed call (which repeats the
-message) is never written.
+message) is never written. Values nested deeper than MCP carries (:data:`.wire.MAX_VALUE_DEPTH`)
+are tool errors too: in the arguments before the tool runs (so nothing is written that could not
+be read back), in a result before a client would fail to parse it. ``serverInfo`` names
+cenotaph and its version.
 """
 
 from __future__ import annotations
@@ -20,12 +23,16 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
+from mcp.server.models import InitializationOptions
 from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from pydantic import ValidationError
+
+from cenotaph import __version__
 
 from ..apikeys import ApiKey
 from .connections import AgentConnection, ConnectionRegistry
 from .refusals import invalid_arguments, reason_for
+from .wire import MAX_VALUE_DEPTH, SDK_PARSER_DEPTH, deeper_than
 
 __all__ = [
     "API_KEY_SCOPE",
@@ -42,6 +49,19 @@ DEBUG_ENV = "CENOTAPH_DEBUG"  # set to 1 to let a tool's unexpected exception re
 Registry = Callable[[], ConnectionRegistry]
 _log = logging.getLogger("cenotaph.mcp")
 
+# how deep a tool's arguments may nest (a value sits one level down: {"value": v}) and its
+# structured result (level 3 of the answer message, which the SDK's client must still parse)
+MAX_ARGUMENTS_DEPTH = MAX_VALUE_DEPTH + 1
+MAX_RESULT_DEPTH = SDK_PARSER_DEPTH - 2
+ARGUMENTS_TOO_DEEP = (
+    f"invalid arguments: a value is nested more than {MAX_VALUE_DEPTH} levels deep, deeper than MCP "
+    "carries (its SDK parses 200 levels a message); nothing was changed. Use a flatter structure"
+)
+ANSWER_TOO_DEEP = (
+    f"refused: the answer holds a memory nested more than {MAX_VALUE_DEPTH} levels deep, deeper than "
+    "MCP carries; read it through the HTTP API or the Python API"
+)
+
 
 class CenotaphMCPServer(MCPServer[ConnectionRegistry]):
     """An ``MCPServer`` whose lifespan holds the connections and whose failures are one line."""
@@ -56,13 +76,31 @@ class CenotaphMCPServer(MCPServer[ConnectionRegistry]):
             finally:
                 connections.close()
 
-        super().__init__(name, instructions=instructions, tools=tools, lifespan=lifespan, log_level="WARNING")
+        super().__init__(
+            name,
+            version=__version__,
+            instructions=instructions,
+            tools=tools,
+            lifespan=lifespan,
+            log_level="WARNING",
+        )
+
+    async def serve_streams(
+        self, read_stream: Any, write_stream: Any, options: InitializationOptions | None = None
+    ) -> None:
+        """Serve one connection over a transport's two streams until ``read_stream`` ends (what
+        the SDK's ``run_stdio_async`` does over its own stdio streams)."""
+        lowlevel = self._lowlevel_server  # the SDK names no public way to reach it
+        init = options if options is not None else lowlevel.create_initialization_options()
+        await lowlevel.run(read_stream, write_stream, init)
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[ConnectionRegistry, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
+        if deeper_than(arguments, MAX_ARGUMENTS_DEPTH):
+            raise ToolError(ARGUMENTS_TOO_DEEP)
         try:
-            return await super().call_tool(name, arguments, context)
+            result = await super().call_tool(name, arguments, context)
         except UnexpectedToolError as exc:
             cause = exc.__cause__ if exc.__cause__ is not None else exc
             reason = reason_for(cause)
@@ -79,6 +117,10 @@ class CenotaphMCPServer(MCPServer[ConnectionRegistry]):
             if isinstance(exc.__cause__, ValidationError):
                 raise ToolError(invalid_arguments(name, exc.__cause__)) from None
             raise
+        structured = getattr(result, "structured_content", None)
+        if structured is not None and deeper_than(structured, MAX_RESULT_DEPTH):
+            raise ToolError(ANSWER_TOO_DEEP)
+        return result
 
 
 class _VerbatimStrings(FuncMetadata):

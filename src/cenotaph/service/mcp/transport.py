@@ -1,5 +1,10 @@
 """Serving a server over stdio or streamable HTTP, and the HTTP API-key gate.
 
+Over both transports every message is read by :func:`.wire.decode` first, so what the SDK's
+parser would drop or answer with pydantic's report (which quotes the request's values) gets a
+JSON-RPC error (HTTP 400 with the error as its body): stdio is :mod:`.stdio`, HTTP the
+:class:`MessageCheck` middleware.
+
 Streamable HTTP listens on loopback unless every request is bound by a bearer API key
 (``cenotaph api-keys create``): a non-loopback ``--host`` requires keys. With keys, each
 request must carry ``Authorization: Bearer <secret>`` of a live key whose prefix overlaps the
@@ -18,18 +23,28 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-import anyio
+from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cenotaph.errors import InvalidValueError
 
 from ..apikeys import ApiKeyRing
 from .confinement import Confinement
 from .server import API_KEY_SCOPE, CenotaphMCPServer
+from .stdio import serve_stdio
+from .wire import Refusal, decode
 
-__all__ = ["MCP_PATH", "SESSION_IDLE_SECONDS", "ApiKeyGate", "check_host", "serve_http", "serve_stdio"]
+__all__ = [
+    "MCP_PATH",
+    "SESSION_IDLE_SECONDS",
+    "ApiKeyGate",
+    "MessageCheck",
+    "check_host",
+    "serve_http",
+    "serve_stdio",
+]
 
 MCP_PATH = "/mcp"
 SESSION_IDLE_SECONDS = 30 * 60  # a legacy HTTP session idle this long is closed (the SDK's default)
@@ -93,9 +108,57 @@ async def _deny(scope: Scope, receive: Receive, send: Send, status: int, reason:
     await JSONResponse({"error": reason}, status_code=status, headers=headers)(scope, receive, send)
 
 
-def serve_stdio(server: CenotaphMCPServer) -> None:
-    """Serve one client on stdin/stdout until it closes them."""
-    anyio.run(server.run_stdio_async)
+class MessageCheck:
+    """ASGI middleware: a POSTed body that is no message the server can handle is answered here
+    (HTTP 400, the JSON-RPC error as the body), as stdio answers such a line."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != MCP_PATH:
+            await self.app(scope, receive, send)
+            return
+        body, complete = await _read_body(receive, DEFAULT_MAX_REQUEST_BODY_SIZE)
+        if complete and len(body) <= DEFAULT_MAX_REQUEST_BODY_SIZE:
+            decoded = decode(body)
+            if isinstance(decoded, Refusal):
+                await Response(decoded.to_json(), 400, media_type="application/json")(scope, receive, send)
+                return
+        # a body over the SDK's limit goes on as it came, for the SDK's own answer (413)
+        await self.app(scope, _replayed(body, complete, receive), send)
+
+
+async def _read_body(receive: Receive, limit: int) -> tuple[bytes, bool]:
+    """The request's body, or its first part once it is past ``limit`` bytes; whether that is
+    all of it."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(chunks), False  # the client went away; the app will see it too
+        chunk = message.get("body", b"")
+        chunks.append(chunk)
+        size += len(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks), True
+        if size > limit:
+            return b"".join(chunks), False
+
+
+def _replayed(body: bytes, complete: bool, receive: Receive) -> Receive:
+    """``receive`` as if nothing had been read: ``body`` first, then the rest (if any)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": not complete}
+
+    return replay
 
 
 def serve_http(
@@ -128,8 +191,9 @@ def serve_http(
         ) from None
     bound = sock.getsockname()[1]
     shown = f"[{address}]" if family == socket.AF_INET6 else address
+    checked = MessageCheck(app)
     config = uvicorn.Config(
-        app if gate is None else gate(app), log_level="warning", access_log=False, lifespan="on"
+        checked if gate is None else gate(checked), log_level="warning", access_log=False, lifespan="on"
     )
     on_ready(f"http://{shown}:{bound}{MCP_PATH}")
     uvicorn.Server(config).run(sockets=[sock])
