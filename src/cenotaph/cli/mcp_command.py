@@ -6,16 +6,16 @@ the HTTP address go to stderr.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 import cenotaph
 
-from .options import data_option, open_existing_store, root_of_trust_warning
+from .options import DataLocation, api_key_ring, data_option, open_existing_store, root_of_trust_warning
 
 if TYPE_CHECKING:
+    from cenotaph.service.apikeys import ApiKeyRing
     from cenotaph.service.mcp.confinement import Confinement
 
 __all__ = ["mcp", "require_mcp_extra"]
@@ -83,7 +83,7 @@ def mcp(
     host: str,
     port: int,
     api_keys: bool | None,
-    data: Path,
+    data: DataLocation,
 ) -> None:
     """Serve the store to an MCP client.
 
@@ -106,7 +106,8 @@ def mcp(
     if warning:
         click.echo(f"warning: {warning}", err=True)
     with open_existing_store(data, auto_purge="sync") as store:  # memory_forget returns verified
-        _serve(store, confinement, profile, transport, host, port, keyed)
+        ring = api_key_ring(data, store) if keyed else None
+        _serve(store, confinement, profile, transport, host, port, ring)
 
 
 def _serve(
@@ -116,13 +117,13 @@ def _serve(
     transport: str,
     host: str,
     port: int,
-    keyed: bool,
+    ring: ApiKeyRing | None,
 ) -> None:
-    from cenotaph.service.apikeys import ApiKeyRing
     from cenotaph.service.mcp.knowledge_graph import knowledge_graph_server
     from cenotaph.service.mcp.memory import memory_server
     from cenotaph.service.mcp.transport import SESSION_IDLE_SECONDS, ApiKeyGate, serve_http, serve_stdio
 
+    keyed = ring is not None  # every request needs a key of the store's ring (a PostgreSQL store's too)
     if profile == "knowledge-graph":
         store.auto_purge = False  # a delete forgets several targets, then purges and verifies once
         server = knowledge_graph_server(store, confinement, keyed=keyed)
@@ -134,7 +135,6 @@ def _serve(
         if transport == "stdio":
             serve_stdio(server)
             return
-        ring = ApiKeyRing(store) if keyed and store.path is not None else None
         serve_http(
             server,
             host,
