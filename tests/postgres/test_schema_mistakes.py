@@ -97,7 +97,7 @@ def test_a_url_without_schema_names_the_default_one_and_creates_nothing(
     keyring, _ = used_keyring
     if _schema_exists(pg_dsn, "cenotaph"):
         pytest.skip("the shared server already has a schema 'cenotaph'")
-    with pytest.raises(InvalidValueError, match="schema 'cenotaph' .* holds no cenotaph store") as info:
+    with pytest.raises(InvalidValueError, match=r"schema 'cenotaph' .* holds no cenotaph store") as info:
         cenotaph.open(pg_dsn, key_provider=keyring)
     assert "altered" not in str(info.value)
     assert not _schema_exists(pg_dsn, "cenotaph")
@@ -111,7 +111,7 @@ def test_a_store_that_lost_its_chain_id_is_still_tampering(
         conn.execute(
             sql.SQL("DELETE FROM {} WHERE name = 'audit_chain'").format(sql.Identifier(schema, "meta"))
         )
-    with pytest.raises(StorageError, match="audit chain id is missing.*altered or replaced"):
+    with pytest.raises(StorageError, match=r"audit chain id is missing.*altered or replaced"):
         cenotaph.open(_url(pg_dsn, schema), key_provider=keyring)
     assert _tables(pg_dsn, schema), "the store's tables are evidence: never dropped"
 
@@ -161,7 +161,7 @@ def test_create_false_refuses_a_schema_without_a_store(
     tmp_path: Path, pg_dsn: str, schemas: Callable[[], str]
 ) -> None:
     schema = schemas()
-    with pytest.raises(InvalidValueError, match="does not exist.*create=True"):
+    with pytest.raises(InvalidValueError, match=r"does not exist.*create=True"):
         cenotaph.open(_url(pg_dsn, schema), key_provider=cenotaph.LocalKeyring(tmp_path / "k"), create=False)
     assert not _schema_exists(pg_dsn, schema)
 
