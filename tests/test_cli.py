@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import sqlite3
 import stat
@@ -335,6 +336,41 @@ def test_doctor_fails_on_a_missing_data_directory(tmp_path: Path) -> None:
     assert checks["data directory"]["status"] == "fail"
     assert checks["sqlite secure_delete"]["status"] == "ok"  # the SQLite build is still checked
     assert not (tmp_path / "nowhere").exists()
+
+
+def test_doctor_on_a_relative_read_only_data_directory(data: Path) -> None:
+    """A relative --data whose files nobody may write: the read-only database is opened through a
+    file: URI, which a relative path cannot become; doctor once crashed there."""
+    from tests.test_read_only import as_unprivileged, make_read_only
+
+    base = Path(tempfile.mkdtemp(prefix="cenotaph-doctor-"))  # one `nobody` can reach
+    try:
+        base.chmod(0o755)
+        target = base / "store"
+        with cenotaph.open(target, auto_purge=False) as store:
+            store.write(USER, "k", "v")
+        run("doctor", "--data", str(data))  # what doctor imports, loaded before the child drops root
+        make_read_only(target)
+
+        def doctor_here() -> tuple[int, str, str]:
+            os.chdir(base)
+            result = CliRunner().invoke(cli, ["doctor", "--data", "store"])
+            return result.exit_code, result.stdout, result.stderr
+
+        code, out, err = as_unprivileged(doctor_here)
+        assert "internal error" not in err and "Traceback" not in err, err
+        assert code == 0, (out, err)
+        doc = json.loads(out)
+        checks = {c["name"]: c for c in doc["checks"]}
+        assert doc["data"] == str(target.resolve())
+        assert (
+            checks["data directory"]["status"] == "warn" and "read-only" in checks["data directory"]["detail"]
+        )
+        assert checks["sqlite secure_delete"]["status"] == "ok"
+    finally:
+        for path in [base, *base.rglob("*")]:
+            path.chmod(stat.S_IMODE(path.stat().st_mode) | 0o700)
+        shutil.rmtree(base)
 
 
 # -- output modes --------------------------------------------------------------------------
