@@ -31,7 +31,7 @@ from cenotaph.cli.main import COMMANDS, cli
 USER = "tenant:acme/user:alice"
 SESSION = f"{USER}/session:s1"
 README = Path(__file__).resolve().parents[1] / "README.md"
-ENV_VARS = ("CENOTAPH_DATA", "CENOTAPH_KEYRING", "CENOTAPH_MASTER_KEY", "CENOTAPH_DEBUG")
+ENV_VARS = ("CENOTAPH_DATA", "CENOTAPH_KEYRING", "CENOTAPH_MASTER_KEY", "CENOTAPH_REPLICAS", "CENOTAPH_DEBUG")
 
 
 # -- helpers -------------------------------------------------------------------------------

@@ -25,11 +25,11 @@ from ..physical import Check
 from .address import split_schema, split_url
 from .backend import CONNECT_TIMEOUT_S, no_store_message, schema_description
 from .errors import Endpoint, endpoint, translate, translate_connect
-from .physical import REPLAY_WAIT_S, ReplicaProbe
+from .physical import POSTGRES_FORMAT, REPLAY_WAIT_S, ReplicaProbe
 from .schema import MIGRATIONS_TABLE, created_objects
 from .txn import Connection
 
-__all__ = ["SchemaState", "schema_state", "server_checks", "url_checks", "url_state"]
+__all__ = ["SchemaState", "schema_state", "server_checks", "url_checks", "url_state", "version_checks"]
 
 _INCOMPLETE = "restore_incomplete"  # dump.py's mark of a loaded copy not yet committed
 _DML = ("SELECT", "INSERT", "UPDATE", "DELETE")
@@ -146,6 +146,11 @@ def _one(conn: Connection, query: str) -> Any:
     row = conn.execute(query).fetchone()
     assert row is not None
     return row[0]
+
+
+def version_checks() -> list[Check]:
+    """The driver's version (the server's is in the connection check)."""
+    return POSTGRES_FORMAT.version_checks()
 
 
 # -- privileges ------------------------------------------------------------------------------
