@@ -127,6 +127,21 @@ def test_init_with_the_keyring_elsewhere_has_no_warning(
     assert (tmp_path / "keys").is_dir() and not (tmp_path / "data" / "keyring").exists()
 
 
+def test_init_with_another_store_s_keyring_says_so_and_makes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A keyring belongs to one store: init on a new directory with a keyring that has history (a
+    mistyped --data) is a mistake said plainly, not "the database was altered", and leaves no
+    directory or database behind."""
+    monkeypatch.setenv("CENOTAPH_KEYRING", str(tmp_path / "keys"))
+    ok_json("init", "--data", str(tmp_path / "data"))
+    ok_json("write", USER, "k", "v", "--data", str(tmp_path / "data"))
+    ok_json("forget", USER, "k", "--data", str(tmp_path / "data"))
+    line = assert_one_line_error(run("init", "--data", str(tmp_path / "typo")), 2)
+    assert "holds no cenotaph store" in line and "new keyring" in line and "altered" not in line
+    assert not (tmp_path / "typo").exists()
+
+
 def test_data_defaults_to_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CENOTAPH_DATA", str(tmp_path / "env-data"))
     ok_json("init")

@@ -9,7 +9,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -905,12 +905,8 @@ def open_store(
     # the provider before the backend: the default keyring tells a new store from one whose
     # keyring is missing by whether the database file exists yet
     provider = key_provider if key_provider is not None else _default_provider(place, found)
-    if not found.existing and _belongs_to_a_store(provider):
-        raise InvalidValueError(
-            f"{found.where} holds no cenotaph store, but this key provider already belongs to one "
-            f"(its ledger names that store's audit chain): open that store's {_own_location(place)}, "
-            "or give a new store a new keyring"
-        )
+    if not found.existing:
+        _refuse_a_foreign_keyring(place, found, provider)
     options: dict[str, Any] = {"replicas": list(replicas)} if replicas else {}
     # a store found is opened, never made again if it went away since
     backend = place.open(create=not found.existing, **options)
@@ -925,6 +921,22 @@ def _default_provider(place: Location, found: Found) -> KeyProvider:
     if place.directory is not None:
         return keyring_from_env(place.directory)
     return keyring_from_env_only(found.where, store_exists=found.existing)
+
+
+def _refuse_a_foreign_keyring(place: Location, found: Found, provider: KeyProvider) -> None:
+    """A key provider that belongs to a store never starts another: a location without a store,
+    opened with it, is a mistyped location (one keyring, one store). Refused before anything is
+    created; a data directory made empty by locating it is removed again."""
+    if not _belongs_to_a_store(provider):
+        return
+    if place.made_directory and place.directory is not None:
+        with suppress(OSError):  # only while empty: nothing else is ever removed
+            place.directory.rmdir()
+    raise InvalidValueError(
+        f"{found.where} holds no cenotaph store, but this key provider already belongs to one "
+        f"(its ledger names that store's audit chain): open that store's {_own_location(place)}, "
+        "or give a new store a new keyring"
+    )
 
 
 def _own_location(place: Location) -> str:

@@ -106,6 +106,7 @@ class Location:
 
     directory: Path | None
     url: str | None = None
+    made_directory: bool = False  # locating it created the data directory (empty)
 
     def survey(self) -> Found:
         """Whether a store is there (a PostgreSQL URL: its server is asked, on a connection of
@@ -154,7 +155,8 @@ def locate(location: str | os.PathLike[str], *, create: bool = True) -> Location
     path = check_path(location, "the location (a data directory path or a postgresql:// URL)")
     if not create and not looks_like_store(path):
         raise InvalidValueError(_no_store(path))
-    return Location(directory=_data_directory(path))
+    existed = path.exists()
+    return Location(directory=_data_directory(path), made_directory=not existed)
 
 
 def _no_store(directory: Path) -> str:
