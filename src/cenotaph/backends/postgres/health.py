@@ -19,6 +19,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
 from ...errors import StorageError
 from ..physical import Check
@@ -66,13 +67,23 @@ class SchemaState:
 
 @contextlib.contextmanager
 def _connected(dsn: str, where: Endpoint) -> Iterator[Connection]:
+    timeout: dict[str, Any] = (
+        {} if "connect_timeout" in _conninfo(dsn) else {"connect_timeout": CONNECT_TIMEOUT_S}
+    )
     try:
-        with psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
+        with psycopg.connect(dsn, autocommit=True, **timeout) as conn:
             yield conn
     except psycopg.OperationalError as exc:
         raise translate_connect(exc, where) from exc
     except psycopg.Error as exc:
         raise translate(exc, where) from exc
+
+
+def _conninfo(dsn: str) -> dict[str, Any]:
+    try:
+        return conninfo_to_dict(dsn)
+    except psycopg.Error:  # endpoint() refused it already, without quoting it
+        raise StorageError("the PostgreSQL address is malformed") from None
 
 
 def url_state(url: str) -> SchemaState:
