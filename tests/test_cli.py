@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import sqlite3
 import stat
@@ -30,7 +31,7 @@ from cenotaph.cli.main import COMMANDS, cli
 USER = "tenant:acme/user:alice"
 SESSION = f"{USER}/session:s1"
 README = Path(__file__).resolve().parents[1] / "README.md"
-ENV_VARS = ("CENOTAPH_DATA", "CENOTAPH_KEYRING", "CENOTAPH_MASTER_KEY", "CENOTAPH_DEBUG")
+ENV_VARS = ("CENOTAPH_DATA", "CENOTAPH_KEYRING", "CENOTAPH_MASTER_KEY", "CENOTAPH_REPLICAS", "CENOTAPH_DEBUG")
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -124,6 +125,21 @@ def test_init_with_the_keyring_elsewhere_has_no_warning(
     assert doc["keyring_inside_data"] is False and doc["warning"] is None
     assert result.stderr == ""
     assert (tmp_path / "keys").is_dir() and not (tmp_path / "data" / "keyring").exists()
+
+
+def test_init_with_another_store_s_keyring_says_so_and_makes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A keyring belongs to one store: init on a new directory with a keyring that has history (a
+    mistyped --data) is a mistake said plainly, not "the database was altered", and leaves no
+    directory or database behind."""
+    monkeypatch.setenv("CENOTAPH_KEYRING", str(tmp_path / "keys"))
+    ok_json("init", "--data", str(tmp_path / "data"))
+    ok_json("write", USER, "k", "v", "--data", str(tmp_path / "data"))
+    ok_json("forget", USER, "k", "--data", str(tmp_path / "data"))
+    line = assert_one_line_error(run("init", "--data", str(tmp_path / "typo")), 2)
+    assert "holds no cenotaph store" in line and "new keyring" in line and "altered" not in line
+    assert not (tmp_path / "typo").exists()
 
 
 def test_data_defaults_to_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -335,6 +351,41 @@ def test_doctor_fails_on_a_missing_data_directory(tmp_path: Path) -> None:
     assert checks["data directory"]["status"] == "fail"
     assert checks["sqlite secure_delete"]["status"] == "ok"  # the SQLite build is still checked
     assert not (tmp_path / "nowhere").exists()
+
+
+def test_doctor_on_a_relative_read_only_data_directory(data: Path) -> None:
+    """A relative --data whose files nobody may write: the read-only database is opened through a
+    file: URI, which a relative path cannot become; doctor once crashed there."""
+    from tests.test_read_only import as_unprivileged, make_read_only
+
+    base = Path(tempfile.mkdtemp(prefix="cenotaph-doctor-"))  # one `nobody` can reach
+    try:
+        base.chmod(0o755)
+        target = base / "store"
+        with cenotaph.open(target, auto_purge=False) as store:
+            store.write(USER, "k", "v")
+        run("doctor", "--data", str(data))  # what doctor imports, loaded before the child drops root
+        make_read_only(target)
+
+        def doctor_here() -> tuple[int, str, str]:
+            os.chdir(base)
+            result = CliRunner().invoke(cli, ["doctor", "--data", "store"])
+            return result.exit_code, result.stdout, result.stderr
+
+        code, out, err = as_unprivileged(doctor_here)
+        assert "internal error" not in err and "Traceback" not in err, err
+        assert code == 0, (out, err)
+        doc = json.loads(out)
+        checks = {c["name"]: c for c in doc["checks"]}
+        assert doc["data"] == str(target.resolve())
+        assert (
+            checks["data directory"]["status"] == "warn" and "read-only" in checks["data directory"]["detail"]
+        )
+        assert checks["sqlite secure_delete"]["status"] == "ok"
+    finally:
+        for path in [base, *base.rglob("*")]:
+            path.chmod(stat.S_IMODE(path.stat().st_mode) | 0o700)
+        shutil.rmtree(base)
 
 
 # -- output modes --------------------------------------------------------------------------

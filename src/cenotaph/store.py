@@ -9,15 +9,26 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import suppress
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from .backends import is_postgres_url, locate, open_backend, ops, postgres_dump
+from .backends import (
+    POSTGRES_DEFAULT_SCHEMA,
+    Found,
+    Location,
+    discard_created,
+    is_postgres_url,
+    locate,
+    open_backend,
+    ops,
+    postgres_dump,
+)
 from .backends.base import Backend, LineageRow, RecordRow, Txn
 from .crypto.aead import derive
 from .crypto.keys import KeyChain
-from .crypto.provider import KeyProvider, keyring_from_env
+from .crypto.provider import KeyProvider, keyring_env_location, keyring_from_env, keyring_from_env_only
 from .crypto.tokens import TokenMaker
 from .dominance import WriteTargets, blocking
 from .erasure.audit import verified_requests
@@ -986,14 +997,24 @@ def open_store(
     auto_purge: bool | str = "background",
     embedder: Embedder | None = None,
     replicas: Sequence[str] = (),
+    create: bool = True,
 ) -> Store:
     """Open (creating if needed) a store: a directory (embedded SQLite) or a postgresql:// URL.
 
-    A PostgreSQL store keeps its tables in one schema of the database (the URL's ``?schema=``,
-    default ``cenotaph``) and needs a ``key_provider`` (it has no data directory for a default
-    keyring). ``replicas`` lists the addresses of the primary's streaming replicas: a purge waits
-    for each to replay past it, and one that lags, is paused or cannot be reached keeps the
-    erasure unverified with the replica named (a data directory has no replicas).
+    A PostgreSQL store keeps its tables in one schema of the database: the URL's ``?schema=``,
+    an unquoted lower-case identifier, default ``cenotaph`` (``postgresql://app@db/prod`` is
+    schema ``cenotaph`` of database ``prod``). It has no data directory for a default keyring:
+    its key provider is ``key_provider``, else the keyring directory ``$CENOTAPH_KEYRING`` names
+    (sealed with ``$CENOTAPH_MASTER_KEY`` if that is set). ``replicas`` lists the addresses of
+    the primary's streaming replicas: a purge waits for each to replay past it, and one that
+    lags, is paused or cannot be reached keeps the erasure ``shredded`` with the replica named
+    (a data directory has no replicas).
+
+    A store is created only where none is, and only for a key provider that belongs to no store
+    yet: a keyring whose ledger already names a store, opened on a location holding none (a
+    mistyped directory, a URL naming the wrong ``?schema=`` or none), is refused, saying so.
+    ``create=False`` refuses any location holding no store. A first open that is refused leaves
+    nothing behind on PostgreSQL (the schema or tables it made are dropped again).
 
     ``auto_purge`` says what a compliance forget does about its purge (row removal, WAL
     truncation, the verifying scan):
@@ -1011,25 +1032,65 @@ def open_store(
         raise InvalidValueError("key_provider must implement cenotaph.KeyProvider (e.g. LocalKeyring)")
     if embedder is not None and not isinstance(embedder, Embedder):
         raise InvalidValueError("embedder must implement cenotaph.Embedder (embed(texts) -> matrix)")
-    place = locate(location)  # checked (a data directory is created), nothing opened yet
-    if place.directory is not None:
-        check_not_restoring(place.directory)
-    # the provider before the backend: the default keyring tells a new store from one whose
-    # keyring is missing by whether the database file exists yet
-    provider = key_provider if key_provider is not None else _default_provider(place.directory)
     if isinstance(replicas, str) or not all(isinstance(r, str) for r in replicas):
         raise InvalidValueError("replicas must be a list of postgresql:// addresses, one per replica")
+    if not isinstance(create, bool):
+        raise InvalidValueError("create must be True or False")
+    place = locate(location, create=create)  # checked (a data directory is created), nothing opened yet
+    if place.directory is not None:
+        check_not_restoring(place.directory)
+    if key_provider is None and place.url is not None:
+        keyring_env_location()  # no keyring named: said before the server is asked anything
+    found = place.survey()  # a PostgreSQL server is asked whether its schema holds a store
+    if not create and not found.existing:
+        raise InvalidValueError(found.no_store)
+    # the provider before the backend: the default keyring tells a new store from one whose
+    # keyring is missing by whether the database file exists yet
+    provider = key_provider if key_provider is not None else _default_provider(place, found)
+    if not found.existing:
+        _refuse_a_foreign_keyring(place, found, provider)
     options: dict[str, Any] = {"replicas": list(replicas)} if replicas else {}
-    return Store(place.open(**options), provider, auto_purge=auto_purge, embedder=embedder)
+    # a store found is opened, never made again if it went away since
+    backend = place.open(create=not found.existing, **options)
+    try:
+        return Store(backend, provider, auto_purge=auto_purge, embedder=embedder)
+    except BaseException:
+        discard_created(backend)  # the store's connections are closed; what it made goes too
+        raise
 
 
-def _default_provider(directory: Path | None) -> KeyProvider:
-    if directory is None:
-        raise InvalidValueError(
-            "a postgresql:// store has no data directory to keep its keyring in; pass "
-            "key_provider=LocalKeyring(<keyring dir>)"
-        )
-    return keyring_from_env(directory)
+def _default_provider(place: Location, found: Found) -> KeyProvider:
+    if place.directory is not None:
+        return keyring_from_env(place.directory)
+    return keyring_from_env_only(found.where, store_exists=found.existing)
+
+
+def _refuse_a_foreign_keyring(place: Location, found: Found, provider: KeyProvider) -> None:
+    """A key provider that belongs to a store never starts another: a location without a store,
+    opened with it, is a mistyped location (one keyring, one store). Refused before anything is
+    created; a data directory made empty by locating it is removed again."""
+    if not _belongs_to_a_store(provider):
+        return
+    if place.made_directory and place.directory is not None:
+        with suppress(OSError):  # only while empty: nothing else is ever removed
+            place.directory.rmdir()
+    raise InvalidValueError(
+        f"{found.where} holds no cenotaph store, but this key provider already belongs to one "
+        f"(its ledger names that store's audit chain): open that store's {_own_location(place)}, "
+        "or give a new store a new keyring"
+    )
+
+
+def _own_location(place: Location) -> str:
+    if place.url is None:
+        return "data directory"
+    return f"schema (?schema=NAME; a URL without it names schema {POSTGRES_DEFAULT_SCHEMA!r})"
+
+
+def _belongs_to_a_store(provider: KeyProvider) -> bool:
+    """Has a store already started its audit chain on this key provider (or anchored or logged a
+    forget)? Then a location without a store is a mistake, not a new store (one keyring, one store)."""
+    return any(e.get("kind") in ("chain", "anchor", "forget") for e in provider.ledger())
 
 
 def restore(

@@ -6,10 +6,12 @@ files are laid out and checked, for the code that works on a directory without o
 (restore, the command line), which so never imports a backend module itself.
 
 This module is the one place a location becomes a backend: a ``postgresql://`` (or
-``postgres://``) URL is a PostgreSQL database (``backends.postgres``), anything else is the data
-directory of the embedded SQLite backend (``backends.sqlite``). Each backend is imported only
-when a location names it, so the store imports none of them and a missing driver only matters
-to the locations that need it.
+``postgres://``) URL is a PostgreSQL database (``backends.postgres``), any other path the data
+directory of the embedded SQLite backend (``backends.sqlite``). A URL is never a path: any
+other ``scheme://`` string (or a ``postgresql:`` missing its ``//``) is refused, not made a
+directory (a path object is always a path).
+Each backend is imported only when a location names it, so the store imports none of them and a
+missing driver only matters to the locations that need it.
 
 >>> import tempfile
 >>> backend = open_backend(tempfile.mkdtemp())
@@ -22,9 +24,11 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..errors import InvalidValueError, StorageError
 from ..validation import check_path
@@ -36,23 +40,62 @@ if TYPE_CHECKING:
     from .physical import DirectoryFormat
 
 __all__ = [
+    "POSTGRES_DEFAULT_SCHEMA",
     "POSTGRES_SCHEMES",
     "Location",
+    "Found",
     "directory_format",
+    "discard_created",
     "is_postgres_url",
     "locate",
     "looks_like_store",
+    "names_a_url",
     "open_backend",
     "postgres_dump",
+    "postgres_health",
+    "redacted",
 ]
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+POSTGRES_DEFAULT_SCHEMA = "cenotaph"  # the schema of a postgresql:// URL without ?schema=
 _DRIVERS = ("psycopg", "psycopg_pool")  # what cenotaph[postgres] installs
+_URL_LIKE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://|postgres(?:ql)?:", re.IGNORECASE)
+_SECRET_PARAMETERS = frozenset({"password", "sslpassword"})
 
 
 def is_postgres_url(location: object) -> bool:
     """Does ``location`` name a PostgreSQL database (a string, never a path object)?"""
     return isinstance(location, str) and location.startswith(POSTGRES_SCHEMES)
+
+
+def names_a_url(location: object) -> bool:
+    """Is ``location`` a string that reads as a URL (``scheme://``, or ``postgresql:`` without
+    its ``//``), so that it must never become a directory of that name? A path object is a path."""
+    return isinstance(location, str) and _URL_LIKE.match(location) is not None
+
+
+def redacted(url: str) -> str:
+    """A PostgreSQL URL as a message or a document may show it: without its password (in the
+    user part or as a query parameter); a URL that does not parse shows as its scheme alone."""
+    try:
+        parts = urlsplit(url)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+    except ValueError:
+        return f"{url.split('://', 1)[0]}://..."
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    netloc = f"{userinfo.partition(':')[0]}{at}{hosts}"
+    kept = urlencode([(k, v) for k, v in query if k.lower() not in _SECRET_PARAMETERS], safe="/:")
+    return urlunsplit(parts._replace(netloc=netloc, query=kept))
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What a location holds now: a store or not, and how a message names the location (a
+    directory's path, or a PostgreSQL schema, database and ``host:port``, never a password)."""
+
+    existing: bool
+    where: str
+    no_store: str  # why an open that must find a store there refuses, and what to do
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,11 +106,28 @@ class Location:
 
     directory: Path | None
     url: str | None = None
+    made_directory: bool = False  # locating it created the data directory (empty)
 
-    def open(self, **options: Any) -> Backend:
-        """The backend for this location; ``options`` go to a PostgreSQL backend (``replicas``)."""
+    def survey(self) -> Found:
+        """Whether a store is there (a PostgreSQL URL: its server is asked, on a connection of
+        its own; opening it is still a separate step)."""
         if self.url is not None:
-            return _open_postgres(self.url, options)
+            state = postgres_health().url_state(self.url)
+            return Found(state.holds_store, state.where, state.no_store)
+        if self.directory is None:
+            raise InvalidValueError("a location is a data directory or a postgresql:// URL")
+        return Found(
+            looks_like_store(self.directory),
+            f"the data directory {self.directory}",
+            _no_store(self.directory),
+        )
+
+    def open(self, *, create: bool = True, **options: Any) -> Backend:
+        """The backend for this location; ``options`` go to a PostgreSQL backend (``replicas``).
+        ``create=False``: a PostgreSQL schema without a store is refused, not made (a data
+        directory's caller checks that before, see :func:`locate`)."""
+        if self.url is not None:
+            return _open_postgres(self.url, options if create else {**options, "create": False})
         if options:
             raise InvalidValueError(
                 f"{', '.join(sorted(options))} applies to a PostgreSQL store only; a data directory "
@@ -80,14 +140,30 @@ class Location:
         return SQLiteBackend(self.directory)
 
 
-def locate(location: str | os.PathLike[str]) -> Location:
+def locate(location: str | os.PathLike[str], *, create: bool = True) -> Location:
     """Check ``location`` and make it ready: a PostgreSQL URL whose backend is installed, or a
-    data directory, created (mode 0700) if missing, that this process may read."""
+    data directory, created (mode 0700) if missing, that this process may read (with
+    ``create=False``, one that holds no store is refused, and nothing is created)."""
     if is_postgres_url(location):
         _postgres()  # refused now, before anything else is settled for a store it cannot open
         return Location(directory=None, url=str(location))
+    if names_a_url(location):
+        raise InvalidValueError(
+            "the location is a URL but not a postgresql:// one; give a data directory path or a "
+            "postgresql://user@host/database URL (as a string)"
+        )
     path = check_path(location, "the location (a data directory path or a postgresql:// URL)")
-    return Location(directory=_data_directory(path))
+    if not create and not looks_like_store(path):
+        raise InvalidValueError(_no_store(path))
+    existed = path.exists()
+    return Location(directory=_data_directory(path), made_directory=not existed)
+
+
+def _no_store(directory: Path) -> str:
+    return (
+        f"no cenotaph store in the data directory {directory}; name the store's directory, or open it "
+        "with create=True to make a new store there"
+    )
 
 
 def open_backend(location: str | os.PathLike[str], **options: Any) -> Backend:
@@ -117,6 +193,28 @@ def _postgres() -> ModuleType:
         return importlib.import_module(f"{__name__}.postgres")
     except ModuleNotFoundError as exc:
         raise _unavailable(exc) from exc
+
+
+def postgres_health() -> ModuleType:
+    """``backends.postgres.health`` (what a PostgreSQL store's server looks like: the doctor's
+    checks), imported; refused clearly if the driver is missing."""
+    try:
+        return importlib.import_module(f"{__name__}.postgres.health")
+    except ModuleNotFoundError as exc:
+        raise _unavailable(exc) from exc
+
+
+@runtime_checkable
+class _Discards(Protocol):
+    def discard_created(self) -> bool: ...
+
+
+def discard_created(backend: Backend) -> None:
+    """Undo what opening ``backend`` created (a PostgreSQL schema or tables), if no transaction
+    committed in it since: a store whose first open is refused leaves nothing behind. A data
+    directory's backend creates nothing this undoes."""
+    if isinstance(backend, _Discards):
+        backend.discard_created()
 
 
 def postgres_dump() -> ModuleType:

@@ -2,26 +2,28 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from cenotaph.backends import looks_like_store
 from cenotaph.service.apikeys import ApiKeyRing
 
-from .options import data_option
+from .options import DataLocation, api_key_ring, data_option, open_existing_store
 from .output import emit, table_option
 
 __all__ = ["api_keys"]
 
 
-def _ring(data: Path) -> ApiKeyRing:
-    if not looks_like_store(data):  # a mistyped --data must not grow a key file of its own
+def _ring(data: DataLocation) -> ApiKeyRing:
+    """The store's key ring; a mistyped --data must not grow a key file of its own."""
+    if data.url is not None:
+        with open_existing_store(data):  # the schema holds a store, and the keyring is its own
+            pass
+    elif not looks_like_store(data.path or data.api_keys_home()):
         raise click.BadParameter(
-            f"no cenotaph store in {str(data)!r}; create one with `cenotaph init --data {data}`",
+            f"no cenotaph store in {data.given!r}; create one with `cenotaph init --data {data.given}`",
             param_hint="--data",
         )
-    return ApiKeyRing(data)
+    return api_key_ring(data)
 
 
 @click.group("api-keys")
@@ -29,7 +31,8 @@ def api_keys() -> None:
     """Create, list and revoke API keys (each bound to a tenant, a scope prefix and a role).
 
     The secret is printed once, by `create`, and kept only as a keyed hash. A revoked key is
-    refused from the server's next request on.
+    refused from the server's next request on. They live in the data directory's api-keys/; a
+    PostgreSQL store's, in api-keys/ of its keyring directory (CENOTAPH_KEYRING).
     """
 
 
@@ -45,7 +48,7 @@ def api_keys() -> None:
     help="agent: read/write/search/forget; operator: also subject erasure, certificates, export, backups.",
 )
 @table_option
-def create(data: Path, tenant: str, prefix: str | None, role: str, table: bool) -> None:
+def create(data: DataLocation, tenant: str, prefix: str | None, role: str, table: bool) -> None:
     """Create a key. Prints {"id", "key", ...}: store "key" now, it is never shown again."""
     ring = _ring(data)
     key, secret = ring.create(tenant=tenant, prefix=prefix, role=role)
@@ -55,7 +58,7 @@ def create(data: Path, tenant: str, prefix: str | None, role: str, table: bool) 
 @api_keys.command("list")
 @data_option
 @table_option
-def list_keys(data: Path, table: bool) -> None:
+def list_keys(data: DataLocation, table: bool) -> None:
     """List every key (never its secret), revoked ones included."""
     ring = _ring(data)
     emit([k.to_dict() for k in ring.list()], table=table)
@@ -64,7 +67,7 @@ def list_keys(data: Path, table: bool) -> None:
 @api_keys.command()
 @click.argument("key_id")
 @data_option
-def revoke(key_id: str, data: Path) -> None:
+def revoke(key_id: str, data: DataLocation) -> None:
     """Revoke KEY_ID: the server refuses it from its next request on."""
     ring = _ring(data)
     ring.revoke(key_id)

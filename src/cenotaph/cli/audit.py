@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
 
-from .options import data_option, open_existing_store
+from .options import DataLocation, data_option, open_existing_store
 from .output import emit, table_option
 
 __all__ = ["audit"]
@@ -21,7 +20,7 @@ def audit() -> None:
 @audit.command()
 @data_option
 @table_option
-def verify(data: Path, table: bool) -> None:
+def verify(data: DataLocation, table: bool) -> None:
     """Verify the audit log has not been altered.
 
     Re-hashes every entry and checks the head against the one anchored in the keyring, so an

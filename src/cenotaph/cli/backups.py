@@ -18,13 +18,14 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 import cenotaph
+from cenotaph.backends import postgres_health
 from cenotaph.crypto.provider import KEYRING_ENV, MASTER_KEY_ENV
 from cenotaph.erasure.restoring import restore_committed
-from cenotaph.errors import NotFoundError
+from cenotaph.errors import CenotaphError, NotFoundError
 
 from .forgetting import erasure_counts, registered_backups, request_rows
 from .interrupts import held, on_interrupt
-from .options import data_option, open_existing_store
+from .options import DataLocation, data_option, open_existing_store
 from .output import emit, generic_table, table_option
 from .progress import ProgressCallback, progress_bar
 
@@ -37,7 +38,7 @@ KEYRING_FILE = "keyring.json"  # what makes a directory a LocalKeyring
 @click.argument("dest", type=click.Path(file_okay=False, path_type=Path))
 @data_option
 @table_option
-def backup(dest: Path, data: Path, table: bool) -> None:
+def backup(dest: Path, data: DataLocation, table: bool) -> None:
     """Back the store up into a new or empty directory.
 
     The copy holds ciphertext only, never key material: restoring it needs this store's keyring
@@ -66,7 +67,7 @@ def _backup_table(doc: dict[str, Any]) -> RenderableType:
 @click.argument("backup_id")
 @data_option
 @table_option
-def release_backup(backup_id: str, data: Path, table: bool) -> None:
+def release_backup(backup_id: str, data: DataLocation, table: bool) -> None:
     """End a backup's retention, so its KEK epochs can be destroyed.
 
     After this, `cenotaph rotate-keys` destroys the epochs only BACKUP_ID needed: the backup's
@@ -74,7 +75,7 @@ def release_backup(backup_id: str, data: Path, table: bool) -> None:
     their erasure horizon. `cenotaph status` lists the registered backups.
     """
     with open_existing_store(data) as store:
-        backups = registered_backups(data)
+        backups = registered_backups(store)
         if backup_id not in backups:
             raise NotFoundError("no backup with that id is registered; `cenotaph status` lists them")
         with held():
@@ -101,14 +102,15 @@ def release_backup(backup_id: str, data: Path, table: bool) -> None:
     help="The source store's keyring directory (a backup holds no key material).",
 )
 @table_option
-def restore(src: Path, data: Path, keyring: Path | None, table: bool) -> None:
-    """Restore a backup into a new data directory.
+def restore(src: Path, data: DataLocation, keyring: Path | None, table: bool) -> None:
+    """Restore a backup into a new data directory (or a new PostgreSQL schema).
 
     Copies the backup SRC into --data (a new or empty directory) and opens it with the SOURCE
     store's keyring (--keyring DIR, default $CENOTAPH_KEYRING; for a default setup that is
     <source data>/keyring). Every forget made since the backup is replayed and purged before the
     store serves anything, so nothing forgotten comes back. Prints the erasure requests now in
-    force and the public key.
+    force and the public key. A PostgreSQL store's backup goes into a new or empty schema:
+    --data postgresql://user@host/db?schema=NEW.
 
     No key material is copied: later commands on the restored directory need the same keyring,
     e.g. CENOTAPH_KEYRING=DIR cenotaph status --data TARGET. Restore replaces a lost or damaged
@@ -126,36 +128,28 @@ def restore(src: Path, data: Path, keyring: Path | None, table: bool) -> None:
             param_hint="--keyring",
         )
     provider = cenotaph.LocalKeyring(keyring.resolve(), master_key=_master_key())
-    target = data.resolve()
-    existed = target.exists()
-    before = set(target.iterdir()) if existed and target.is_dir() else set()
-    try:
-        with progress_bar("restoring: replaying forgets, purging, scanning") as progress:
-            store = _restore(src.resolve(), target, provider, progress)
-    except BaseException:
-        _undo(target, existed, before)  # a half-restored copy must neither serve nor block a retry
-        if restore_committed(target):
-            on_interrupt(
-                "interrupted after the restore committed (every forget replayed); run "
-                f"`cenotaph purge --data {target}` to finish purging it"
-            )
-        else:
-            on_interrupt("interrupted: the restore was undone; nothing was written")
-        raise
+    keyring = keyring.resolve()
+    if data.url is not None:
+        store = _restore_into_schema(src, data, provider)
+        keyring_inside = False
+    else:
+        assert data.directory is not None
+        store = _restore_into_directory(src, data.directory, provider)
+        keyring_inside = keyring == (data.directory / "keyring").resolve()
     with store:
         requests = request_rows(store)
         public_key = store.public_key
-    keyring = keyring.resolve()
-    if keyring == (target / "keyring").resolve():
-        follow_up = "later commands on this data directory find the keyring inside it"
+    where = "this data directory" if data.url is None else "this store"
+    if keyring_inside:
+        follow_up = f"later commands on {where} find the keyring inside it"
     else:
         follow_up = (
-            f"later commands on this data directory need {KEYRING_ENV}={keyring} (its keys are the source "
+            f"later commands on {where} need {KEYRING_ENV}={keyring} (its keys are the source "
             "store's and were not copied)"
         )
     doc = {
         "restored_from": str(src.resolve()),
-        "data": str(target),
+        "data": data.shown,
         "keyring": str(keyring),
         "public_key": public_key,
         "erasures": erasure_counts(requests),
@@ -165,8 +159,51 @@ def restore(src: Path, data: Path, keyring: Path | None, table: bool) -> None:
     emit(doc, table=table, render=_restore_table)
 
 
+def _restore_into_directory(src: Path, target: Path, provider: cenotaph.KeyProvider) -> cenotaph.Store:
+    existed = target.exists()
+    before = set(target.iterdir()) if existed and target.is_dir() else set()
+    try:
+        with progress_bar("restoring: replaying forgets, purging, scanning") as progress:
+            return _restore(src.resolve(), target, provider, progress)
+    except BaseException:
+        _undo(target, existed, before)  # a half-restored copy must neither serve nor block a retry
+        _interrupted(restore_committed(target), str(target))
+        raise
+
+
+def _restore_into_schema(src: Path, data: DataLocation, provider: cenotaph.KeyProvider) -> cenotaph.Store:
+    """A PostgreSQL store's backup, loaded into the schema --data names; a restore refused or
+    interrupted before it committed drops what it loaded itself."""
+    assert data.url is not None
+    try:
+        with progress_bar("restoring: replaying forgets, purging, scanning") as progress:
+            return _restore(src.resolve(), data.url, provider, progress)
+    except BaseException:
+        _interrupted(_schema_committed(data.url), data.given)
+        raise
+
+
+def _schema_committed(url: str) -> bool:
+    """Does the schema hold a restored store that committed (only its purge was cut short)?"""
+    try:
+        state = postgres_health().url_state(url)
+    except CenotaphError:
+        return False
+    return bool(state.holds_store and not state.restoring)
+
+
+def _interrupted(committed: bool, target: str) -> None:
+    if committed:
+        on_interrupt(
+            "interrupted after the restore committed (every forget replayed); run "
+            f"`cenotaph purge --data {target}` to finish purging it"
+        )
+    else:
+        on_interrupt("interrupted: the restore was undone; nothing was written")
+
+
 def _restore(
-    src: Path, target: Path, provider: cenotaph.KeyProvider, progress: ProgressCallback | None
+    src: Path, target: Path | str, provider: cenotaph.KeyProvider, progress: ProgressCallback | None
 ) -> cenotaph.Store:
     return cenotaph.restore(src, target, key_provider=provider, progress=progress)
 

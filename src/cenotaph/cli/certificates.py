@@ -23,7 +23,7 @@ from cenotaph.errors import CertificateError, ErasureNotProvableError
 from cenotaph.model import LayerState, Mode
 
 from .interrupts import held, on_interrupt
-from .options import data_option, open_existing_store
+from .options import DataLocation, data_option, open_existing_store
 from .output import emit, generic_table, table_option
 from .spelling import speak_cli
 
@@ -56,7 +56,7 @@ SUMMARY_FIELDS = (
 )
 @data_option
 @table_option
-def attest(request_id: str, out: Path | None, data: Path, table: bool) -> None:
+def attest(request_id: str, out: Path | None, data: DataLocation, table: bool) -> None:
     """Issue a signed certificate of a verified erasure.
 
     Prints the certificate: canonical JSON, content-free (no scope, key, subject or value),

@@ -1,5 +1,6 @@
-"""``cenotaph doctor``: check the data directory, the keyring and the backend's erasure settings
-(the engine's checks are the backend's: ``DirectoryFormat.settings_checks`` and friends)."""
+"""``cenotaph doctor``: check the data directory (or the PostgreSQL store), the keyring and the
+backend's erasure settings (the engine's checks are the backend's: ``DirectoryFormat.settings_checks``
+and friends, and for PostgreSQL ``backends.postgres.health``)."""
 
 from __future__ import annotations
 
@@ -7,21 +8,20 @@ import os
 import stat
 import sys
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import RenderableType
 from rich.text import Text
 
-from cenotaph.backends import directory_format
+from cenotaph.backends import POSTGRES_DEFAULT_SCHEMA, directory_format, postgres_health
 from cenotaph.backends.physical import Check
 from cenotaph.crypto.provider import keyring_from_env
 from cenotaph.errors import CenotaphError
 from cenotaph.model import ErasureState, Mode
 from cenotaph.store import Store
 
-from .options import data_option, keyring_location, open_existing_store, root_of_trust_warning
+from .options import DataLocation, data_option, open_existing_store, root_of_trust_warning
 from .output import emit, message_cell, new_table, table_option
 from .spelling import speak_cli
 
@@ -34,7 +34,7 @@ _READS_ONLY = "reads work; writes, forgets, purges and key rotation are refused"
 @data_option
 @table_option
 @click.pass_context
-def doctor(ctx: click.Context, data: Path, table: bool) -> None:
+def doctor(ctx: click.Context, data: DataLocation, table: bool) -> None:
     """Check the setup; exit 1 if a check fails.
 
     A warning does not fail. Checks: the data directory exists and is writable; the keyring
@@ -46,36 +46,111 @@ def doctor(ctx: click.Context, data: Path, table: bool) -> None:
     requests not yet verified (a warning with their gaps and next step; a failure if one cannot
     verify by purging); KEK epochs held back from rotation, by whom and what releases them (a
     failure if the holder is such a request); Python and SQLite versions.
+
+    On a PostgreSQL store (--data postgresql://...): the connection; that the schema exists and
+    holds a store; the role's privileges on the schema and its tables; each replica listed in
+    CENOTAPH_REPLICAS (reachable, replaying, how far behind); when VACUUM is due (dead tuples and
+    the last vacuum of the store's tables); then the keyring and store checks above.
     """
-    engine = directory_format()
-    checks = [*_data_checks(data), *_keyring_checks(data), *engine.settings_checks(data)]
-    if all(c.status != "fail" for c in checks) and engine.holds_store(data):
-        checks += _store_checks(data)
-    checks.append(Check("python", "ok", sys.version.split()[0]))
-    checks += engine.version_checks()
+    checks = _postgres_doctor(data) if data.url is not None else _directory_doctor(data)
     ok = all(c.status != "fail" for c in checks)
-    doc = {"ok": ok, "data": str(data.resolve()), "checks": [asdict(c) for c in checks]}
+    doc = {"ok": ok, "data": data.shown, "checks": [asdict(c) for c in checks]}
     emit(doc, table=table, render=_checks_table)
     if not ok:
         ctx.exit(1)
 
 
-def _data_checks(data: Path) -> list[Check]:
-    if not data.is_dir():
-        return [Check("data directory", "fail", f"{data} does not exist; run `cenotaph init --data {data}`")]
-    if not os.access(data, os.R_OK | os.X_OK):
-        return [Check("data directory", "fail", f"{data} is not readable by this user")]
-    if not directory_format().holds_store(data):
-        return [Check("data directory", "fail", f"{data} holds no store; run `cenotaph init --data {data}`")]
-    denied = directory_format().unwritable(data)
+def _directory_doctor(data: DataLocation) -> list[Check]:
+    # the engine's checks get the absolute directory: a relative one cannot become a file: URI
+    assert data.path is not None and data.directory is not None
+    engine = directory_format()
+    checks = [*_data_checks(data), *_keyring_checks(data), *engine.settings_checks(data.directory)]
+    if all(c.status != "fail" for c in checks) and engine.holds_store(data.directory):
+        checks.append(engine.integrity_check(data.directory))
+        checks += _store_checks(data)
+    checks.append(Check("python", "ok", sys.version.split()[0]))
+    return checks + engine.version_checks()
+
+
+def _postgres_doctor(data: DataLocation) -> list[Check]:
+    assert data.url is not None
+    health = postgres_health()
+    checks = _schema_checks(data)
+    if all(c.status != "fail" for c in checks):
+        try:
+            checks += health.url_checks(data.url, data.replicas())
+        except CenotaphError as exc:
+            checks.append(Check("postgresql server", "fail", " ".join(str(exc).split())))
+    checks += _keyring_checks(data)
+    if all(c.status != "fail" for c in checks):
+        checks += _store_checks(data)
+    checks.append(Check("python", "ok", sys.version.split()[0]))
+    versions: list[Check] = health.version_checks()
+    return checks + versions
+
+
+def _schema_checks(data: DataLocation) -> list[Check]:
+    """The server answers, and the URL's schema holds a store (only `cenotaph init` makes one)."""
+    assert data.url is not None
+    try:
+        state = postgres_health().url_state(data.url)
+    except CenotaphError as exc:
+        return [Check("postgresql connection", "fail", " ".join(str(exc).split()))]
+    server = f"{state.server} as {state.user!r}, database {state.database!r}, PostgreSQL {state.version}"
+    if state.in_recovery:
+        connection = Check(
+            "postgresql connection",
+            "fail",
+            f"{server} is in recovery (a standby): it accepts no writes; point --data at the primary",
+        )
+    else:
+        connection = Check("postgresql connection", "ok", server)
+    init = f"`cenotaph init --data {data.given}`"
+    default = f"a URL without ?schema= names schema {POSTGRES_DEFAULT_SCHEMA!r}"
+    if not state.exists:
+        schema = Check("postgresql schema", "fail", f"{state.where} does not exist ({default}); run {init}")
+    elif not state.holds_store:
+        schema = Check(
+            "postgresql schema", "fail", f"{state.where} holds no cenotaph store ({default}); run {init}"
+        )
+    elif state.restoring:
+        schema = Check(
+            "postgresql schema",
+            "fail",
+            f"{state.where} holds a restore that did not finish; run the same `cenotaph restore` again",
+        )
+    else:
+        schema = Check(
+            "postgresql schema", "ok", f"{state.where} holds a cenotaph store (migration {state.migration})"
+        )
+    return [connection, schema]
+
+
+def _data_checks(data: DataLocation) -> list[Check]:
+    assert data.path is not None and data.directory is not None
+    given, directory = data.path, data.directory
+    if not directory.is_dir():
+        return [
+            Check("data directory", "fail", f"{given} does not exist; run `cenotaph init --data {given}`")
+        ]
+    if not os.access(directory, os.R_OK | os.X_OK):
+        return [Check("data directory", "fail", f"{given} is not readable by this user")]
+    if not directory_format().holds_store(directory):
+        return [
+            Check("data directory", "fail", f"{given} holds no store; run `cenotaph init --data {given}`")
+        ]
+    denied = directory_format().unwritable(directory)
     if denied:
-        names = ", ".join(p.name if p != data else str(p) for p in denied)
+        names = ", ".join(p.name if p != directory else str(given) for p in denied)
         return [Check("data directory", "warn", f"read-only for this user ({names}): {_READS_ONLY}")]
-    return [Check("data directory", "ok", f"{data} exists and is writable")]
+    return [Check("data directory", "ok", f"{given} exists and is writable")]
 
 
-def _keyring_checks(data: Path) -> list[Check]:
-    keyring = keyring_location(data)
+def _keyring_checks(data: DataLocation) -> list[Check]:
+    try:
+        keyring = data.keyring()
+    except click.UsageError as exc:
+        return [Check("keyring", "fail", exc.format_message())]
     if not keyring.is_dir() or not any(keyring.iterdir()):
         return [
             Check("keyring", "fail", f"no keyring at {keyring}; run `cenotaph init` or set the right path")
@@ -102,9 +177,10 @@ def _keyring_checks(data: Path) -> list[Check]:
         )
     )
     warning = root_of_trust_warning(data)
-    checks.append(Check("root of trust", "warn" if warning else "ok", warning or "keyring outside data"))
+    apart = "keyring outside data" if data.path is not None else "keyring apart from the database"
+    checks.append(Check("root of trust", "warn" if warning else "ok", warning or apart))
     try:  # after the mode checks: opening the keyring also restores its directory to 0700
-        provider = keyring_from_env(data)
+        provider = data.provider() if data.directory is None else keyring_from_env(data.directory)
     except CenotaphError as exc:
         checks.append(Check("keyring opens", "fail", " ".join(str(exc).split())))
     else:
@@ -112,12 +188,11 @@ def _keyring_checks(data: Path) -> list[Check]:
     return checks
 
 
-def _store_checks(data: Path) -> list[Check]:
-    """Checks that need the open store: file integrity, the audit chain, open erasure requests."""
+def _store_checks(data: DataLocation) -> list[Check]:
+    """Checks that need the open store: the audit chain, the ledger, open erasure requests."""
     checks: list[Check] = []
     try:
         with open_existing_store(data) as store:
-            checks.append(directory_format().integrity_check(data))
             try:
                 audit = store.verify_audit()
             except CenotaphError as exc:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from .options import data_option, open_existing_store
+from .options import DataLocation, data_option, open_existing_store
 from .output import emit, generic_table, records_table, table_option
 
 __all__ = ["export"]
@@ -19,7 +18,7 @@ __all__ = ["export"]
 @click.argument("subject")
 @data_option
 @table_option
-def export(subject: str, data: Path, table: bool) -> None:
+def export(subject: str, data: DataLocation, table: bool) -> None:
     """Export everything about a data subject (an access request).
 
     Prints one JSON document: the records carrying SUBJECT, the records derived from them, and

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import click
@@ -16,13 +15,12 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 import cenotaph
-from cenotaph.crypto.provider import keyring_from_env
 from cenotaph.errors import ErasureNotProvableError
 from cenotaph.model import Mode
-from cenotaph.service.apikeys import KEYS_DIR, ApiKeyRing
+from cenotaph.service.apikeys import KEYS_DIR
 
 from .interrupts import held, on_interrupt
-from .options import data_option, keyring_location, open_existing_store
+from .options import DataLocation, api_key_ring, data_option, keyring_location, open_existing_store
 from .output import cell, emit, erasure_table, generic_table, message_cell, new_table, table_option
 from .progress import progress_bar
 
@@ -92,7 +90,13 @@ def emit_forgotten(
 @data_option
 @table_option
 def forget(
-    scope: str, key: str | None, mode: str, include_ancestors: bool, no_wait: bool, data: Path, table: bool
+    scope: str,
+    key: str | None,
+    mode: str,
+    include_ancestors: bool,
+    no_wait: bool,
+    data: DataLocation,
+    table: bool,
 ) -> None:
     """Forget a key, or a whole scope subtree.
 
@@ -131,7 +135,7 @@ def committed_forget(
 @no_wait_option
 @data_option
 @table_option
-def forget_subject(subject: str, no_wait: bool, data: Path, table: bool) -> None:
+def forget_subject(subject: str, no_wait: bool, data: DataLocation, table: bool) -> None:
     """Forget everything about a data subject.
 
     Every record carrying SUBJECT, and every record derived from one, always in compliance mode.
@@ -140,8 +144,8 @@ def forget_subject(subject: str, no_wait: bool, data: Path, table: bool) -> None
     """
     with open_existing_store(data) as store:
         request = committed_forget(store, lambda: store.forget_subject(subject))
-        if (data / KEYS_DIR).is_dir():  # API keys bound inside the subject go with it
-            ApiKeyRing(store).erase_subject(subject)
+        if (data.api_keys_home() / KEYS_DIR).is_dir():  # API keys bound inside the subject go with it
+            api_key_ring(data, store).erase_subject(subject)
         emit_forgotten(store, request, no_wait, table)
 
 
@@ -153,7 +157,7 @@ def forget_subject(subject: str, no_wait: bool, data: Path, table: bool) -> None
 )
 @data_option
 @table_option
-def reauthorize(scope: str, key: str | None, subject: str | None, data: Path, table: bool) -> None:
+def reauthorize(scope: str, key: str | None, subject: str | None, data: DataLocation, table: bool) -> None:
     """Issue a token to rewrite a forgotten target.
 
     The token is good for one write. Without KEY it covers SCOPE's subtree; with KEY that key in
@@ -171,7 +175,7 @@ def reauthorize(scope: str, key: str | None, subject: str | None, data: Path, ta
 @click.argument("request_id", required=False)
 @data_option
 @table_option
-def status(request_id: str | None, data: Path, table: bool) -> None:
+def status(request_id: str | None, data: DataLocation, table: bool) -> None:
     """Show an erasure request, or sum up the store.
 
     With REQUEST_ID: that request and its status (with `stuck`: purging again cannot verify it,
@@ -189,10 +193,10 @@ def status(request_id: str | None, data: Path, table: bool) -> None:
             return
         requests = request_rows(store)
         public_key = store.public_key
-        backups = registered_backups(data)
+        backups = registered_backups(store)
         retained = [r.to_dict() for r in store.retention()]
     summary = {
-        "data": str(data.resolve()),
+        "data": data.shown,
         "keyring": str(keyring_location(data).resolve()),
         "public_key": public_key,
         "erasures": erasure_counts(requests),
@@ -222,9 +226,9 @@ def erasure_counts(requests: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def registered_backups(data: Path) -> dict[str, list[int]]:
+def registered_backups(store: cenotaph.Store) -> dict[str, list[int]]:
     """The backups registered with this store's keyring (id -> the KEK epochs each retains)."""
-    return dict(sorted(keyring_from_env(data.resolve()).backups().items()))
+    return dict(sorted(store.backups().items()))
 
 
 def _summary_table(doc: dict[str, Any]) -> RenderableType:

@@ -1,4 +1,4 @@
-"""``cenotaph init``: create the data directory and its keyring."""
+"""``cenotaph init``: create the store (a data directory, or a PostgreSQL schema) and its keyring."""
 
 from __future__ import annotations
 
@@ -10,10 +10,16 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 import cenotaph
-from cenotaph.backends import looks_like_store
+from cenotaph.backends import locate, looks_like_store
 
 from .interrupts import held, on_interrupt
-from .options import data_option, keyring_inside, keyring_location, root_of_trust_warning
+from .options import (
+    DataLocation,
+    data_option,
+    keyring_inside,
+    keyring_location,
+    root_of_trust_warning,
+)
 from .output import emit, generic_table, table_option
 
 __all__ = ["init"]
@@ -22,20 +28,33 @@ __all__ = ["init"]
 @click.command()
 @data_option
 @table_option
-def init(data: Path, table: bool) -> None:
-    """Create the data directory and keyring.
+def init(data: DataLocation, table: bool) -> None:
+    """Create the store and its keyring.
 
     Safe to run again on an existing store. Prints where both live. With the default keyring
     inside the data directory, whoever copies the directory has the keys: it warns about that,
     and says how to keep the keyring elsewhere (CENOTAPH_KEYRING, CENOTAPH_MASTER_KEY).
+
+    With --data postgresql://user@host/db?schema=NAME (default schema: cenotaph) it creates the
+    schema and its tables, and the keyring in the directory CENOTAPH_KEYRING names (required).
+    The only command that creates a store: every other one refuses a schema or directory
+    holding none.
     """
-    created = not looks_like_store(data)
+    replicas = data.replicas()
+    if data.url is not None:
+        keyring_location(data)  # CENOTAPH_KEYRING, or a usage error before anything is made
+        created = not locate(data.url).survey().existing
+        target: str | Path = data.url
+    else:
+        assert data.directory is not None
+        created = not looks_like_store(data.directory)
+        target = data.directory
     with held():
-        cenotaph.open(data).close()
-        on_interrupt(f"interrupted after the store in {data} was {'created' if created else 'checked'}")
+        cenotaph.open(target, replicas=replicas).close()
+        on_interrupt(f"interrupted after the store in {data.given} was {'created' if created else 'checked'}")
     warning = root_of_trust_warning(data)
     doc = {
-        "data": str(data.resolve()),
+        "data": data.shown,
         "keyring": str(keyring_location(data).resolve()),
         "keyring_inside_data": keyring_inside(data),
         "created": created,

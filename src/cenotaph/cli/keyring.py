@@ -20,7 +20,7 @@ from cenotaph.crypto.provider import KEYRING_ENV, MASTER_KEY_ENV, LocalKeyring, 
 from cenotaph.errors import KeyProviderError
 
 from .interrupts import held, on_interrupt
-from .options import data_option, keyring_location
+from .options import DataLocation, data_option, keyring_location
 from .output import emit, generic_table, table_option
 
 __all__ = ["keyring"]
@@ -39,13 +39,19 @@ def keyring() -> None:
     """
 
 
-def _existing_keyring(data: Path) -> Path:
+def _existing_keyring(data: DataLocation) -> Path:
     location = keyring_location(data)
     if not (location / LocalKeyring.KEYRING_FILE).is_file():
         raise click.BadParameter(
             f"no keyring at {location}; point {KEYRING_ENV} at this store's keyring", param_hint="--data"
         )
     return location
+
+
+def _outside(data: DataLocation, keyring: Path) -> Path:
+    """What a moved keyring or an export must lie outside: the data directory (a PostgreSQL
+    store has none; the keyring itself then)."""
+    return data.path if data.path is not None else keyring
 
 
 def _required_master(name: str = MASTER_KEY_ENV) -> bytes:
@@ -58,7 +64,7 @@ def _required_master(name: str = MASTER_KEY_ENV) -> bytes:
 @keyring.command()
 @data_option
 @table_option
-def seal(data: Path, table: bool) -> None:
+def seal(data: DataLocation, table: bool) -> None:
     """Seal the keyring with the master key in CENOTAPH_MASTER_KEY.
 
     keyring.json is rewritten sealed (AES-256-GCM) in one atomic step. A keyring sealed already
@@ -99,7 +105,7 @@ def seal(data: Path, table: bool) -> None:
 @click.argument("dest", type=click.Path(path_type=Path))
 @data_option
 @table_option
-def move(dest: Path, data: Path, table: bool) -> None:
+def move(dest: Path, data: DataLocation, table: bool) -> None:
     """Move the keyring to DEST, outside the data directory.
 
     DEST is a new or empty directory (never a symbolic link). The keyring is copied, fsynced and
@@ -110,7 +116,7 @@ def move(dest: Path, data: Path, table: bool) -> None:
     if not (source / LocalKeyring.KEYRING_FILE).exists() and not (dest / LocalKeyring.KEYRING_FILE).exists():
         _existing_keyring(data)  # nothing to move, and no move to finish
     on_interrupt(f"interrupted: run the same `cenotaph keyring move {dest}` again to finish the move")
-    report = move_keyring(source, dest, master_key_from_env(), outside=data)
+    report = move_keyring(source, dest, master_key_from_env(), outside=_outside(data, source))
     report["next"] = f"export {KEYRING_ENV}={report['to']} for every later command"
     emit(report, table=table, render=_with_next)
 
@@ -119,7 +125,7 @@ def move(dest: Path, data: Path, table: bool) -> None:
 @click.argument("out", type=click.Path(path_type=Path))
 @data_option
 @table_option
-def export_(out: Path, data: Path, table: bool) -> None:
+def export_(out: Path, data: DataLocation, table: bool) -> None:
     """Write a sealed copy of the keyring to the new file OUT.
 
     Needs a sealed keyring (`cenotaph keyring seal`) and its key in CENOTAPH_MASTER_KEY; refuses
@@ -135,7 +141,9 @@ def export_(out: Path, data: Path, table: bool) -> None:
             f"(`cenotaph keyring seal` with {MASTER_KEY_ENV})"
         )
     master = _required_master()
-    report = export_keyring(LocalKeyring(location, master_key=master), out, master, outside=data)
+    report = export_keyring(
+        LocalKeyring(location, master_key=master), out, master, outside=_outside(data, location)
+    )
     report["next"] = (
         "restore: `cenotaph keyring import OUT DIR`, then `cenotaph restore BACKUP --data NEW --keyring DIR`"
     )

@@ -17,7 +17,7 @@ from cenotaph.scope import Scope
 from cenotaph.service.mcp.graph import KnowledgeGraph
 from cenotaph.service.mcp.jsonl import dump_graph, parse_graph
 
-from .options import data_option, open_existing_store
+from .options import DataLocation, data_option, open_existing_store
 from .output import emit, table_option
 
 __all__ = ["kg"]
@@ -42,7 +42,7 @@ def kg() -> None:
 @_PREFIX
 @data_option
 @table_option
-def import_graph(file: IO[str], prefix: str, data: Path, table: bool) -> None:
+def import_graph(file: IO[str], prefix: str, data: DataLocation, table: bool) -> None:
     """Import FILE (a memory.jsonl of the reference server; - for stdin) into the graph.
 
     Entities, their observations and relations; an entity whose name is already in the graph is
@@ -76,7 +76,7 @@ def import_graph(file: IO[str], prefix: str, data: Path, table: bool) -> None:
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path), default="-")
 @_PREFIX
 @data_option
-def export_graph(file: Path, prefix: str, data: Path) -> None:
+def export_graph(file: Path, prefix: str, data: DataLocation) -> None:
     """Write the graph to FILE (default: stdout) as the reference server's memory.jsonl.
 
     The file holds the graph in plain text: keep it as carefully as the data it came from.

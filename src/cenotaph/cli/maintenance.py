@@ -6,7 +6,6 @@ terminal; stdout only ever holds the report.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
@@ -15,7 +14,7 @@ from rich.text import Text
 
 from .forgetting import retention_table
 from .interrupts import on_interrupt
-from .options import data_option, open_existing_store
+from .options import DataLocation, data_option, open_existing_store
 from .output import emit, generic_table, table_option
 from .progress import progress_bar
 
@@ -25,7 +24,7 @@ __all__ = ["purge", "rotate_keys"]
 @click.command()
 @data_option
 @table_option
-def purge(data: Path, table: bool) -> None:
+def purge(data: DataLocation, table: bool) -> None:
     """Physically purge forgotten data, then verify by scanning every file.
 
     Removes erased rows, truncates the WAL, clears caches, then scans the store's files for
@@ -71,7 +70,7 @@ def _scan_part(scan: dict[str, Any]) -> RenderableType:
 @click.command("rotate-keys")
 @data_option
 @table_option
-def rotate_keys(data: Path, table: bool) -> None:
+def rotate_keys(data: DataLocation, table: bool) -> None:
     """Rewrap every live key under a new KEK epoch and destroy the old ones.
 
     An old epoch is retained while a registered backup needs it (`cenotaph release-backup`) or a

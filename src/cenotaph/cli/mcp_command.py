@@ -9,17 +9,17 @@ the command then exits 0.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 import cenotaph
 
-from .options import data_option, open_existing_store, root_of_trust_warning
+from .options import DataLocation, api_key_ring, data_option, open_existing_store, root_of_trust_warning
 from .stopping import stopped_by_signals
 
 if TYPE_CHECKING:
+    from cenotaph.service.apikeys import ApiKeyRing
     from cenotaph.service.mcp.confinement import Confinement
 
 __all__ = ["mcp", "require_mcp_extra"]
@@ -87,7 +87,7 @@ def mcp(
     host: str,
     port: int,
     api_keys: bool | None,
-    data: Path,
+    data: DataLocation,
 ) -> None:
     """Serve the store to an MCP client.
 
@@ -110,7 +110,8 @@ def mcp(
     if warning:
         click.echo(f"warning: {warning}", err=True)
     with stopped_by_signals(), open_existing_store(data, auto_purge="background") as store:
-        _serve(store, confinement, profile, transport, host, port, keyed)
+        ring = api_key_ring(data, store) if keyed else None
+        _serve(store, confinement, profile, transport, host, port, ring)
 
 
 def _serve(
@@ -120,13 +121,13 @@ def _serve(
     transport: str,
     host: str,
     port: int,
-    keyed: bool,
+    ring: ApiKeyRing | None,
 ) -> None:
-    from cenotaph.service.apikeys import ApiKeyRing
     from cenotaph.service.mcp.knowledge_graph import knowledge_graph_server
     from cenotaph.service.mcp.memory import memory_server
     from cenotaph.service.mcp.transport import SESSION_IDLE_SECONDS, ApiKeyGate, serve_http, serve_stdio
 
+    keyed = ring is not None  # every request needs a key of the store's ring (a PostgreSQL store's too)
     if profile == "knowledge-graph":
         store.auto_purge = False  # a delete forgets several targets, then purges and verifies once
         server = knowledge_graph_server(store, confinement, keyed=keyed)
@@ -143,7 +144,6 @@ def _serve(
             ),
         )
         return
-    ring = ApiKeyRing(store) if keyed and store.path is not None else None
     serve_http(
         server,
         host,

@@ -13,7 +13,7 @@ from rich.text import Text
 from cenotaph.validation import MAX_VALUE_BYTES
 
 from .interrupts import held, on_interrupt
-from .options import data_option, json_callback, open_existing_store, parse_json
+from .options import DataLocation, data_option, json_callback, open_existing_store, parse_json
 from .output import RECORD_COLUMNS, cell, emit, new_table, records_table, table_option
 
 __all__ = ["list_records", "read", "search", "write"]
@@ -152,7 +152,7 @@ def write(
     metadata: Any,
     base_version: int | None,
     reauthorization: str | None,
-    data: Path,
+    data: DataLocation,
     table: bool,
 ) -> None:
     """Write a value under a key in a scope.
@@ -189,7 +189,9 @@ def write(
 @data_option
 @table_option
 @click.pass_context
-def read(ctx: click.Context, scope: str, key: str, no_fallthrough: bool, data: Path, table: bool) -> None:
+def read(
+    ctx: click.Context, scope: str, key: str, no_fallthrough: bool, data: DataLocation, table: bool
+) -> None:
     """Read a key, falling through to ancestor scopes.
 
     Prints the record under KEY in SCOPE, else in its nearest ancestor. When nothing is found
@@ -212,7 +214,7 @@ def read(ctx: click.Context, scope: str, key: str, no_fallthrough: bool, data: P
 @click.option("--descendants", is_flag=True, help="Also list the records of every descendant scope.")
 @data_option
 @table_option
-def list_records(scope: str, descendants: bool, data: Path, table: bool) -> None:
+def list_records(scope: str, descendants: bool, data: DataLocation, table: bool) -> None:
     """List the records in a scope.
 
     Prints every visible record in SCOPE as a JSON array, ordered by scope then key.
@@ -252,7 +254,7 @@ def search(
     no_fallthrough: bool,
     descendants: bool,
     filter_: Any,
-    data: Path,
+    data: DataLocation,
     table: bool,
 ) -> None:
     """Search records by similarity to a text query.

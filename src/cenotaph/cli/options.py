@@ -1,4 +1,5 @@
-"""Options shared by commands: where the data lives, and opening the store it holds."""
+"""Options shared by commands: where the data lives (``--data``, see ``location``), and opening
+the store it holds."""
 
 from __future__ import annotations
 
@@ -13,16 +14,19 @@ import click
 from click.core import ParameterSource
 
 import cenotaph
-from cenotaph.backends import looks_like_store
-from cenotaph.crypto.provider import KEYRING_ENV, MASTER_KEY_ENV
-from cenotaph.crypto.provider import keyring_location as default_keyring_location
+from cenotaph.backends import POSTGRES_DEFAULT_SCHEMA, locate, looks_like_store
+from cenotaph.crypto.provider import KEYRING_ENV, MASTER_KEY_ENV, LocalKeyring
+from cenotaph.service.apikeys import ApiKeyRing
 
+from .location import DataLocation, DataType
 from .output import GLOBAL_TABLE, table_group_option
 
 __all__ = [
     "DATA_ENV",
     "DEFAULT_DATA",
     "GLOBAL_DATA",
+    "DataLocation",
+    "api_key_ring",
     "check_global_options",
     "data_option",
     "global_options",
@@ -31,6 +35,7 @@ __all__ = [
     "keyring_location",
     "open_existing_store",
     "parse_json",
+    "require_keyring",
     "root_of_trust_warning",
 ]
 
@@ -43,11 +48,11 @@ DEFAULT_DATA = "cenotaph-data"
 # Where the group keeps ``cenotaph --data DIR --table COMMAND``'s values (ctx.meta is shared by
 # every context of one invocation), for the command's own options to pick up.
 GLOBAL_DATA = "cenotaph.data"
-_DATA_TYPE = click.Path(file_okay=False, path_type=Path)
+_DATA_TYPE = DataType()
 
 
 def data_option(func: F) -> F:
-    """The shared ``--data DIR`` option, passed to the command as ``data`` (a Path).
+    """The shared ``--data DIR|URL`` option, passed to the command as ``data`` (a DataLocation).
 
     It may also come before the command (``cenotaph --data DIR COMMAND``); the command line wins
     over ``$CENOTAPH_DATA``, and the same option given in both places must agree.
@@ -56,30 +61,33 @@ def data_option(func: F) -> F:
         "--data",
         "data",
         type=_DATA_TYPE,
-        metavar="DIR",
+        metavar="DIR|URL",
         envvar=DATA_ENV,
         default=DEFAULT_DATA,
         show_default=True,
         show_envvar=True,
         callback=_command_data,
-        help="The data directory of the store (also accepted before the command).",
+        help="The store: its data directory, or postgresql://user@host/db?schema=NAME (keyring in "
+        f"${KEYRING_ENV}); also accepted before the command.",
     )(func)
 
 
-def _command_data(ctx: click.Context, param: click.Parameter, value: Path) -> Path:
-    before: Path | None = ctx.meta.get(GLOBAL_DATA)
+def _command_data(ctx: click.Context, param: click.Parameter, value: DataLocation) -> DataLocation:
+    before: DataLocation | None = ctx.meta.get(GLOBAL_DATA)
     if before is None:
         return value
     given_here = param.name and ctx.get_parameter_source(param.name) is ParameterSource.COMMANDLINE
     if given_here and value != before:
         raise click.UsageError(
-            "--data was given before and after the command with different directories; give it once",
+            "--data was given before and after the command with different stores; give it once",
             ctx=ctx,
         )
     return before
 
 
-def _group_data(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+def _group_data(
+    ctx: click.Context, param: click.Parameter, value: DataLocation | None
+) -> DataLocation | None:
     if value is not None:
         ctx.meta[GLOBAL_DATA] = value
     return value
@@ -91,11 +99,12 @@ def global_options(func: F) -> F:
         "--data",
         "data",
         type=_DATA_TYPE,
-        metavar="DIR",
+        metavar="DIR|URL",
         callback=_group_data,
         expose_value=False,
         is_eager=True,
-        help=f"The data directory, for every command that uses one (default ${DATA_ENV}, else ./{DEFAULT_DATA}).",
+        help="The store (a data directory or a postgresql:// URL), for every command that uses one "
+        f"(default ${DATA_ENV}, else ./{DEFAULT_DATA}).",
     )(func)
     return table_group_option(func)
 
@@ -120,18 +129,17 @@ def _option_names(command: click.Command) -> set[str]:
     return names
 
 
-def keyring_location(data: Path) -> Path:
-    """Where the default key provider keeps the keyring for ``data`` (``$CENOTAPH_KEYRING`` wins)."""
-    return default_keyring_location(data)
+def keyring_location(data: DataLocation) -> Path:
+    """Where the store's keyring is (``$CENOTAPH_KEYRING`` wins; a PostgreSQL store needs it)."""
+    return data.keyring()
 
 
-def keyring_inside(data: Path) -> bool:
+def keyring_inside(data: DataLocation) -> bool:
     """True if the keyring lives inside the data directory (S8: copying the directory copies the keys)."""
-    keyring = keyring_location(data).resolve()
-    return keyring.is_relative_to(data.resolve())
+    return data.keyring_inside()
 
 
-def root_of_trust_warning(data: Path) -> str | None:
+def root_of_trust_warning(data: DataLocation) -> str | None:
     """The S8 warning for this setup, or None when the keys do not travel with the data directory."""
     if not keyring_inside(data):
         return None
@@ -149,33 +157,63 @@ def root_of_trust_warning(data: Path) -> str | None:
 
 
 @contextmanager
-def open_existing_store(data: Path, *, auto_purge: str = "off") -> Iterator[cenotaph.Store]:
-    """Open the store in ``data``; a missing store or keyring is bad input, never created silently.
+def open_existing_store(data: DataLocation, *, auto_purge: str = "off") -> Iterator[cenotaph.Store]:
+    """Open the store ``data`` names; a missing store or keyring is bad input, never created silently.
 
     Creating one here would turn a mistyped ``--data`` or ``$CENOTAPH_KEYRING`` into an empty store
     (or a fresh keyring that cannot decrypt anything); ``cenotaph init`` is the one place that creates.
+    A PostgreSQL store is opened with the replicas ``$CENOTAPH_REPLICAS`` lists.
 
     ``auto_purge`` is ``"off"``: a command ends long before a background purge would, and one
     that inspects (``status``, ``doctor``, ``audit verify``) must not change what it reports on.
     """
-    if not looks_like_store(data):
-        raise click.BadParameter(
-            f"no cenotaph store in {str(data)!r}; create one with `cenotaph init --data {data}`",
-            param_hint="--data",
-        )
-    keyring = keyring_location(data)
-    if not keyring.is_dir():
-        raise click.BadParameter(
-            f"no keyring at {str(keyring)!r}; point {KEYRING_ENV} at this store's keyring",
-            param_hint="--data",
-        )
-    # An absolute path: the residue scanner walks this directory, and with a relative root it
-    # matched no file at all (a clean scan of nothing proves nothing).
-    store = cenotaph.open(data.resolve(), auto_purge=auto_purge)
+    replicas = data.replicas()
+    if data.url is not None:
+        if not locate(data.url).survey().existing:  # its server is asked (create=False, said in CLI)
+            raise click.BadParameter(_no_store(data), param_hint="--data")
+        require_keyring(data)
+        store = cenotaph.open(data.url, auto_purge=auto_purge, replicas=replicas, create=False)
+    else:
+        assert data.path is not None and data.directory is not None
+        if not looks_like_store(data.path):
+            raise click.BadParameter(_no_store(data), param_hint="--data")
+        require_keyring(data)
+        # An absolute path: the residue scanner walks this directory, and with a relative root it
+        # matched no file at all (a clean scan of nothing proves nothing).
+        store = cenotaph.open(data.directory, auto_purge=auto_purge)
     try:
         yield store
     finally:
         store.close()
+
+
+def _no_store(data: DataLocation) -> str:
+    text = f"no cenotaph store in {data.given!r}; create one with `cenotaph init --data {data.given}`"
+    if data.url is not None:
+        text += f" (a URL without ?schema= names schema {POSTGRES_DEFAULT_SCHEMA!r})"
+    return text
+
+
+def require_keyring(data: DataLocation) -> Path:
+    """The store's keyring directory, refused (bad input) if it holds no keyring."""
+    keyring = data.keyring()
+    missing = (
+        not keyring.is_dir() if data.path is not None else not (keyring / LocalKeyring.KEYRING_FILE).is_file()
+    )
+    if missing:
+        raise click.BadParameter(
+            f"no keyring at {str(keyring)!r}; point {KEYRING_ENV} at this store's keyring",
+            param_hint="--data",
+        )
+    return keyring
+
+
+def api_key_ring(data: DataLocation, store: cenotaph.Store | None = None) -> ApiKeyRing:
+    """The store's API keys: ``<data dir>/api-keys``, or for a PostgreSQL store
+    ``<keyring dir>/api-keys`` (see ``location``); sealed under the store's key provider."""
+    if data.path is not None:
+        return ApiKeyRing(store if store is not None else data.path)
+    return ApiKeyRing(data.api_keys_home(), key_provider=data.provider())
 
 
 def json_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from .options import data_option, open_existing_store
+from .options import DataLocation, api_key_ring, data_option, open_existing_store
 from .stopping import stopped_by_signals
 
 __all__ = ["serve"]
@@ -36,7 +36,7 @@ __all__ = ["serve"]
 )
 @click.option("--quiet", is_flag=True, help="No access log on stderr.")
 def serve(
-    data: Path,
+    data: DataLocation,
     host: str,
     port: int,
     backup_dir: Path | None,
@@ -55,7 +55,6 @@ def serve(
     try:
         import uvicorn
 
-        from cenotaph.service.apikeys import ApiKeyRing
         from cenotaph.service.http import create_app
     except ImportError as exc:
         raise click.UsageError(
@@ -66,7 +65,7 @@ def serve(
         _configure_logging(quiet)
         app = create_app(
             store,
-            ApiKeyRing(store),
+            api_key_ring(data, store),
             backup_dir=backup_dir.resolve() if backup_dir else None,
             console=not no_console,
             secure_cookies=not insecure_cookies,

@@ -43,6 +43,8 @@ API_TO_CLI: dict[str, str] = {
     "base_version": "--base-version",
     "derived_from": "--derived-from",
     "CENOTAPH_KEYRING (or key_provider=)": "CENOTAPH_KEYRING",
+    "open it with create=True": "run `cenotaph init` with that --data",
+    "stop listing it (replicas=)": "stop listing it (CENOTAPH_REPLICAS)",
 }
 
 # API spellings in messages that only an API caller can meet (the CLI never makes those calls).

@@ -24,13 +24,15 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from ..durable import write_all, write_atomically
-from ..errors import KeyProviderError
+from ..errors import InvalidValueError, KeyProviderError
 from .aead import KEY_BYTES, new_key, open_sealed, seal
 
 __all__ = [
     "KeyProvider",
     "LocalKeyring",
     "keyring_from_env",
+    "keyring_env_location",
+    "keyring_from_env_only",
     "keyring_location",
     "master_key_from_env",
     "MASTER_KEY_ENV",
@@ -479,6 +481,37 @@ def keyring_from_env(data_dir: Path) -> LocalKeyring:
             f"this data directory has a database but {where}; point {KEYRING_ENV} at its keyring, "
             "or restore keyring.json from your keyring backup (without it nothing in the store can "
             "be decrypted; a new keyring is only made for a new store)"
+        )
+    return LocalKeyring(location, master_key=master)
+
+
+def keyring_env_location() -> Path:
+    """The keyring directory ``$CENOTAPH_KEYRING`` names, for a store with no data directory
+    (PostgreSQL); InvalidValueError if it names none."""
+    named = os.environ.get(KEYRING_ENV)
+    if not named:
+        raise InvalidValueError(
+            f"a postgresql:// store has no data directory to keep its keyring in: set {KEYRING_ENV} to "
+            "the store's keyring directory, or pass key_provider=LocalKeyring(<keyring dir>)"
+        )
+    return Path(named)
+
+
+def keyring_from_env_only(where: str, *, store_exists: bool) -> LocalKeyring:
+    """The default provider of a store with no data directory (a PostgreSQL schema, named by
+    ``where`` in messages): the keyring directory ``$CENOTAPH_KEYRING`` names, sealed if a master
+    key is set. A store that exists needs its keyring there: a new one is only made for a new store."""
+    location = keyring_env_location()
+    master = master_key_from_env()
+    try:
+        orphaned = store_exists and not (location / LocalKeyring.KEYRING_FILE).exists()
+    except OSError as exc:
+        raise KeyProviderError(f"cannot look for the keyring in {location} ({exc.strerror})") from exc
+    if orphaned:
+        raise KeyProviderError(
+            f"{where} holds a store but {KEYRING_ENV} names no keyring (no keyring.json in {location}); "
+            f"point {KEYRING_ENV} at the store's keyring, or restore keyring.json from your keyring "
+            "backup (without it nothing in the store can be decrypted)"
         )
     return LocalKeyring(location, master_key=master)
 

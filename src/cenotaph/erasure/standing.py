@@ -201,5 +201,7 @@ def standing_of(row: ErasureRow, lookup: Callable[[str], ErasureRow | None], _de
                     tuple(gaps), True, False, f"{earlier.id} cannot verify yet: {waited.next_step}"
                 )
     wal = layers.get(Layer.WAL)
-    blocked = wal is not None and wal.state == LayerState.PENDING and "gap" in wal.evidence
-    return Standing(tuple(gaps), False, blocked, READER if blocked else PURGE)
+    if wal is None or wal.state != LayerState.PENDING or "gap" not in wal.evidence:
+        return Standing(tuple(gaps), False, False, PURGE)
+    # an open reader (SQLite), or what the backend says releases it (a replica behind)
+    return Standing(tuple(gaps), False, True, str(wal.evidence.get("release") or READER))

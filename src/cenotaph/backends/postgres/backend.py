@@ -31,7 +31,16 @@ from ..base import run_after_commit
 from ..sqlite.backend import busy_timeout_ms
 from .errors import Endpoint, endpoint, translate, translate_connect
 from .marker import OwnCommits
-from .schema import LATEST, MIGRATIONS, MIGRATIONS_TABLE, create_schema, set_search_path
+from .schema import (
+    DEFAULT_SCHEMA,
+    LATEST,
+    MIGRATIONS,
+    MIGRATIONS_TABLE,
+    check_schema_name,
+    create_schema,
+    created_objects,
+    set_search_path,
+)
 from .txn import Connection, PostgresTxn
 
 if TYPE_CHECKING:
@@ -41,12 +50,19 @@ T = TypeVar("T")
 
 _READ = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 
-__all__ = ["PostgresBackend", "advisory_key", "POOL_MIN", "POOL_MAX", "CONNECT_TIMEOUT_S"]
+__all__ = [
+    "PostgresBackend",
+    "advisory_key",
+    "no_store_message",
+    "schema_description",
+    "POOL_MIN",
+    "POOL_MAX",
+    "CONNECT_TIMEOUT_S",
+]
 
 POOL_MIN = 1
 POOL_MAX = 4  # transactions of one backend are serialised; the spares serve a read inside a read
 CONNECT_TIMEOUT_S = 10  # unless the address sets connect_timeout
-_MAX_IDENTIFIER = 63  # PostgreSQL truncates longer names: two stores could end up in one schema
 
 
 def advisory_key(schema: str) -> int:
@@ -55,19 +71,39 @@ def advisory_key(schema: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-def _checked_schema(schema: str) -> str:
-    if not isinstance(schema, str) or not schema or "\x00" in schema:
-        raise InvalidValueError("the PostgreSQL schema must be a non-empty name")
-    if len(schema.encode()) > _MAX_IDENTIFIER:
-        raise InvalidValueError(f"the PostgreSQL schema name must be at most {_MAX_IDENTIFIER} bytes")
-    return schema
+def schema_description(schema: str, database: str, server: str) -> str:
+    """How a message names a store's schema (never the address it was given)."""
+    return f"schema {schema!r} of database {database!r} at {server}"
+
+
+def no_store_message(where: str, schema_exists: bool) -> str:
+    """What a location naming a schema without a store hears: which schema it named (``where``,
+    see :func:`schema_description`), and that a URL without ``?schema=`` names the default one."""
+    missing = "does not exist" if not schema_exists else "holds no cenotaph store"
+    return (
+        f"{where} {missing} (a URL without ?schema= names schema {DEFAULT_SCHEMA!r}); name the "
+        "store's schema with ?schema=NAME, or open it with create=True to make a new store there"
+    )
 
 
 class PostgresBackend:
-    """One store in one PostgreSQL schema; several processes and servers share it."""
+    """One store in one PostgreSQL schema; several processes and servers share it.
 
-    def __init__(self, dsn: str, *, schema: str = "cenotaph", replicas: Sequence[str] = ()) -> None:
-        self.schema = _checked_schema(schema)
+    ``create=False`` refuses a schema that holds no store (InvalidValueError) instead of making
+    one. ``created`` says what this open made: ``"schema"`` (the schema and the store's
+    tables), ``"tables"`` (the tables, in a schema that existed) or None (the store was there);
+    :meth:`discard_created` removes it again while no transaction has committed in it.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        replicas: Sequence[str] = (),
+        create: bool = True,
+    ) -> None:
+        self.schema = check_schema_name(schema)
         self.endpoint: Endpoint = endpoint(dsn, self.schema)
         for replica in replicas:
             endpoint(replica, self.schema)  # refused now if malformed, not when first confirming
@@ -81,7 +117,8 @@ class PostgresBackend:
         self._connect_kwargs: dict[str, Any] = {"autocommit": True}
         if "connect_timeout" not in conninfo_to_dict(dsn):
             self._connect_kwargs["connect_timeout"] = CONNECT_TIMEOUT_S
-        self._migrate()
+        self.created: str | None = None
+        self._migrate(create)
         self._pool: ConnectionPool[Connection] = ConnectionPool(
             dsn,
             kwargs=self._connect_kwargs,
@@ -121,9 +158,9 @@ class PostgresBackend:
         row = conn.execute(sql.SQL("SELECT coalesce(max(version), 0) FROM {}").format(table)).fetchone()
         return 0 if row is None else int(row[0])
 
-    def _migrate(self) -> None:
+    def _migrate(self, create: bool) -> None:
         """Bring the schema to :data:`LATEST`, under the writers' lock; a schema already there is
-        opened without waiting for a writer."""
+        opened without waiting for a writer. One transaction: a failed migration leaves nothing."""
         with self._connect() as conn:
             try:
                 if self._applied(conn) == LATEST:
@@ -131,9 +168,16 @@ class PostgresBackend:
                 conn.execute("BEGIN")
                 conn.execute(f"SET LOCAL lock_timeout = {self._lock_timeout_ms()}")
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._key,))
+                existed = _schema_exists(conn, self.schema)
+                current = self._applied(conn) if existed else 0
+                if current == 0 and not create:
+                    database = conn.execute("SELECT current_database()").fetchone()
+                    where = schema_description(
+                        self.schema, str(database and database[0]), self.endpoint.server
+                    )
+                    raise InvalidValueError(no_store_message(where, existed))
                 conn.execute(create_schema(self.schema))
                 conn.execute(set_search_path(self.schema, local=True))
-                current = self._applied(conn)
                 if current > LATEST:
                     # its rows may mean what this code cannot know (a token kind, a column)
                     raise StorageError(
@@ -146,6 +190,8 @@ class PostgresBackend:
                         conn.execute(script)
                         conn.execute(f"INSERT INTO {MIGRATIONS_TABLE} (version) VALUES (%s)", (number,))
                 conn.execute("COMMIT")
+                if current == 0:
+                    self.created = "tables" if existed else "schema"
             except psycopg.Error as exc:
                 _rollback(conn)
                 raise translate(exc, self.endpoint) from exc
@@ -327,6 +373,55 @@ class PostgresBackend:
     def close(self) -> None:
         with self._lock:
             self._pool.close()
+
+    def discard_created(self) -> bool:
+        """Remove what this open created (see ``created``) if no write transaction ever committed
+        in it, so a store whose first open was refused leaves no schema or table behind. Works
+        after :meth:`close`, on a connection of its own; returns whether anything was removed.
+        Best effort: it runs while another error is on its way out, which it must not hide."""
+        if self.created is None:
+            return False
+        try:
+            with psycopg.connect(self._dsn, **self._connect_kwargs) as conn:
+                try:
+                    removed = self._discard(conn)
+                except BaseException:
+                    _rollback(conn)
+                    raise
+        except psycopg.Error:
+            return False  # the server went away, most likely why the open failed: nothing to do
+        self.created = None
+        return removed
+
+    def _discard(self, conn: Connection) -> bool:
+        conn.execute("BEGIN")
+        conn.execute(f"SET LOCAL lock_timeout = {self._lock_timeout_ms()}")
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._key,))
+        marker = conn.execute(
+            sql.SQL("SELECT value FROM {}.change_marker").format(sql.Identifier(self.schema))
+        ).fetchone()
+        if marker is None or int(marker[0]) != 0:  # a store now: another process opened it since
+            conn.execute("ROLLBACK")
+            return False
+        schema = sql.Identifier(self.schema)
+        if self.created == "schema":
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(schema))
+        else:  # the schema was there before: drop only what the migrations made in it
+            tables, functions = created_objects()
+            conn.execute(
+                sql.SQL("DROP TABLE {} CASCADE").format(
+                    sql.SQL(", ").join(sql.Identifier(self.schema, t) for t in tables)
+                )
+            )
+            for function in functions:
+                conn.execute(sql.SQL("DROP FUNCTION {}()").format(sql.Identifier(self.schema, function)))
+        conn.execute("COMMIT")
+        return True
+
+
+def _schema_exists(conn: Connection, schema: str) -> bool:
+    row = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone()
+    return row is not None
 
 
 def _rollback(conn: Connection) -> None:

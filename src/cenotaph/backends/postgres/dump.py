@@ -29,6 +29,7 @@ from psycopg import sql
 from ...durable import fsync, write_atomically
 from ...errors import InvalidValueError, StorageError
 from ...faults import fault_point
+from .address import split_url
 from .backend import PostgresBackend, advisory_key
 from .errors import endpoint, translate, translate_connect
 from .schema import LATEST, MIGRATIONS, MIGRATIONS_TABLE, create_schema, set_search_path
@@ -262,10 +263,7 @@ def _load_table(conn: Connection, schema: str, table: str, columns: Sequence[str
 
 def split_target(url: str) -> tuple[str, str]:
     """A restore target's address (without ``?schema=``) and schema (default ``cenotaph``)."""
-    from . import DEFAULT_SCHEMA, split_schema  # the package imports this module's neighbours
-
-    address, named = split_schema(url)
-    return address, named or DEFAULT_SCHEMA
+    return split_url(url)
 
 
 def restore_key(schema: str) -> int:

@@ -17,7 +17,7 @@ from psycopg_pool import PoolTimeout
 from ...errors import StorageError
 from ..sqlite.backend import BUSY_TIMEOUT_ENV
 
-__all__ = ["Endpoint", "endpoint", "translate", "translate_connect"]
+__all__ = ["Endpoint", "connect_reason", "endpoint", "translate", "translate_connect"]
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def _unreachable(where: Endpoint, reason: str = "") -> StorageError:
     )
 
 
-def _reason(exc: BaseException, where: Endpoint) -> str:
+def connect_reason(exc: BaseException, where: Endpoint) -> str:
     """libpq's reason for a failed connection (its first line, after the server's address)."""
     lines = where.scrub(str(exc)).strip().splitlines()
     first = lines[0] if lines else ""
@@ -95,7 +95,7 @@ def translate(exc: BaseException, where: Endpoint) -> StorageError:
     if isinstance(exc, (PoolTimeout, *_GONE)) or state.startswith("08"):
         return _unreachable(where)
     if isinstance(exc, psycopg.OperationalError) and not state:  # libpq: the connection broke
-        return _unreachable(where, _reason(exc, where))
+        return _unreachable(where, connect_reason(exc, where))
     if isinstance(exc, pg.DiskFull):
         return StorageError(f"PostgreSQL at {where.server} is out of disk space; free some, then retry")
     if isinstance(exc, pg.InsufficientPrivilege):
@@ -126,5 +126,5 @@ def translate_connect(exc: BaseException, where: Endpoint) -> StorageError:
     """A failure to open a first connection: unreachable, refused login, or no such database
     (libpq reports all three without a SQLSTATE; its reason, which holds no password, is quoted)."""
     if isinstance(exc, psycopg.OperationalError) and not getattr(exc, "sqlstate", None):
-        return _unreachable(where, _reason(exc, where))
+        return _unreachable(where, connect_reason(exc, where))
     return translate(exc, where)

@@ -29,12 +29,12 @@ from ..base import LayerEntry
 from ..physical import Check, LayerProof, Reclaimed, ScanGap, ScanSources
 from ..sqlite.backend import busy_timeout_ms
 from .dump import dump_files, holds_dump, write_dump
-from .errors import endpoint, translate, translate_connect
+from .errors import connect_reason, endpoint, translate, translate_connect
 
 if TYPE_CHECKING:
     from .backend import PostgresBackend
 
-__all__ = ["POSTGRES_FORMAT", "PostgresFormat", "PostgresPhysical", "REPLAY_WAIT_S"]
+__all__ = ["POSTGRES_FORMAT", "PostgresFormat", "PostgresPhysical", "REPLAY_WAIT_S", "ReplicaProbe"]
 
 REPLAY_WAIT_S = 2.0  # how long a purge waits for replicas to replay before it says which lag
 _POLL_S = 0.02
@@ -125,13 +125,14 @@ class PostgresPhysical:
     def reclaim(self) -> Reclaimed:
         """Wait (briefly) for every replica to replay past the primary's current WAL position,
         which follows the deleting commit; a replica paused, lagging or unreachable leaves the
-        layer pending (it may still serve a destroyed key)."""
+        layer pending (it may still serve a destroyed key), and the request ``shredded``: the
+        gap names each such replica (``host:port``) and what it is doing."""
         replicas = self._backend.replicas
         if not replicas:
             return Reclaimed(True, 0, {Layer.WAL: LayerEntry(LayerState.DONE, {"replicas": 0})})
         target = self._backend.current_lsn()
         with ExitStack() as stack:
-            watched = [_Replica(dsn, self._backend.schema, stack) for dsn in replicas]
+            watched = [ReplicaProbe(dsn, self._backend.schema, stack) for dsn in replicas]
             deadline = time.monotonic() + REPLAY_WAIT_S
             behind = [r for r in watched if r.lag(target) != 0]
             while behind and time.monotonic() < deadline:
@@ -142,14 +143,16 @@ class PostgresPhysical:
         lag = max(r.last_lag or 0 for r in behind)
         unreachable = sorted(r.server for r in behind if r.last_lag is None)
         gap = (
-            f"{len(behind)} of {len(replicas)} replica(s) have not replayed past the purge's commit "
-            "(paused, lagging or unreachable); resume replay on them and purge again"
+            f"{len(behind)} of {len(replicas)} replica(s) have not replayed past the purge's commit: "
+            + ", ".join(r.described() for r in behind)
         )
         evidence: dict[str, object] = {
             "replicas": len(replicas),
             "replicas_behind": len(behind),
+            "behind": [r.server for r in behind],
             "wal_bytes": lag,
             "gap": gap,
+            "release": _REPLICA_RELEASE,
         }
         if unreachable:
             evidence["unreachable"] = unreachable
@@ -175,8 +178,9 @@ class PostgresPhysical:
         return busy_timeout_ms() / 1000
 
 
-class _Replica:
-    """One replica polled during a reclaim, on one connection (opened on first use)."""
+class ReplicaProbe:
+    """One replica polled during a reclaim (or by the doctor), on one connection (opened on
+    first use, again after it broke)."""
 
     def __init__(self, dsn: str, schema: str, stack: ExitStack) -> None:
         self._dsn = dsn
@@ -185,6 +189,8 @@ class _Replica:
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
         self.server = endpoint(dsn, schema).server
         self.last_lag: int | None = None  # None: not reached (yet)
+        self.paused = False  # its replay was paused (pg_wal_replay_pause) when last asked
+        self.reason: str | None = None  # why it could not be reached, as libpq said (no password)
 
     def lag(self, target: str) -> int | None:
         """Bytes still to replay up to ``target`` (0: past it), None if the replica cannot be
@@ -194,21 +200,45 @@ class _Replica:
                 self._conn = self._stack.enter_context(
                     psycopg.connect(self._dsn, autocommit=True, connect_timeout=5)
                 )
-            self.last_lag = _lag(self._conn, target, self._dsn, self._schema)
-        except psycopg.OperationalError:
+            self.last_lag, self.paused = _replay(self._conn, target, self._dsn, self._schema)
+        except psycopg.OperationalError as exc:
             self._conn = None
             self.last_lag = None
+            self.reason = connect_reason(exc, endpoint(self._dsn, self._schema))
         return self.last_lag
 
+    def described(self) -> str:
+        """``host:port`` and what keeps it behind, for a gap."""
+        if self.last_lag is None:
+            return f"{self.server} (unreachable)"
+        if self.paused:
+            return f"{self.server} (replay paused, {self.last_lag} bytes behind)"
+        return f"{self.server} (lagging, {self.last_lag} bytes behind)"
 
-def _lag(conn: psycopg.Connection[tuple[object, ...]], target: str, dsn: str, schema: str) -> int:
+
+_REPLICA_RELEASE = (
+    "resume replay on a paused replica (pg_wal_replay_resume), wait for a lagging one, make an "
+    "unreachable one reachable or stop listing it (replicas=), then run store.purge()"
+)
+
+
+def _replay(
+    conn: psycopg.Connection[tuple[object, ...]], target: str, dsn: str, schema: str
+) -> tuple[int, bool]:
+    """(bytes to replay up to ``target``, whether replay is paused) on the replica ``conn``."""
     row = conn.execute(
-        "SELECT pg_wal_lsn_diff(%s::pg_lsn, pg_last_wal_replay_lsn())::bigint", (target,)
+        "SELECT pg_wal_lsn_diff(%s::pg_lsn, pg_last_wal_replay_lsn())::bigint, "
+        "CASE WHEN pg_is_in_recovery() THEN pg_is_wal_replay_paused() END",
+        (target,),
     ).fetchone()
     if row is None or row[0] is None:  # not a replica at all: it never replays
         where = endpoint(dsn, schema)
         raise StorageError(f"the replica at {where.server} is not in recovery; list only streaming replicas")
-    return max(0, int(str(row[0])))
+    return max(0, int(str(row[0]))), bool(row[1])
+
+
+def _lag(conn: psycopg.Connection[tuple[object, ...]], target: str, dsn: str, schema: str) -> int:
+    return _replay(conn, target, dsn, schema)[0]
 
 
 def replay_lag(dsn: str, target: str, schema: str) -> int:

@@ -9,11 +9,33 @@ the store's schema, so it names no schema itself.
 
 from __future__ import annotations
 
+import re
+
 from psycopg import sql
 
-__all__ = ["MIGRATIONS", "LATEST", "create_schema", "set_search_path", "MIGRATIONS_TABLE"]
+from ...errors import InvalidValueError
+from ...validation import echo
+from .. import POSTGRES_DEFAULT_SCHEMA as DEFAULT_SCHEMA
+
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "LATEST",
+    "MAX_IDENTIFIER",
+    "MIGRATIONS",
+    "MIGRATIONS_TABLE",
+    "check_schema_name",
+    "create_schema",
+    "created_objects",
+    "set_search_path",
+]
 
 MIGRATIONS_TABLE = "schema_migrations"
+MAX_IDENTIFIER = 63  # bytes; PostgreSQL truncates longer names, so two stores could share one schema
+# What psql and every SQL tool mean by an unquoted name: PostgreSQL folds those to lower case,
+# so a store's schema is lower case or it is a name only quoting reaches ("Memories" and
+# memories would be two schemas here and one in a psql session). No "$": the SQL standard
+# does not allow it, and in a shell it starts a variable.
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]*")
 
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (
@@ -122,6 +144,36 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
 )
 
 LATEST = MIGRATIONS[-1][0]
+
+
+def check_schema_name(name: object) -> str:
+    """``name`` if it can be a store's schema: an unquoted PostgreSQL identifier in lower case
+    (a letter or ``_``, then letters, digits and ``_``), at most 63 bytes, not ``pg_...``
+    (PostgreSQL reserves those); otherwise InvalidValueError saying what to write."""
+    if not isinstance(name, str) or not name:
+        raise InvalidValueError("the PostgreSQL schema must be a non-empty name, e.g. ?schema=memories")
+    if len(name.encode()) > MAX_IDENTIFIER:
+        raise InvalidValueError(f"the PostgreSQL schema name must be at most {MAX_IDENTIFIER} bytes")
+    if not _SCHEMA_NAME.fullmatch(name):
+        raise InvalidValueError(
+            f"the PostgreSQL schema name {echo(name)} is not a plain identifier: use lower-case letters, "
+            "digits and '_', starting with a letter or '_' (e.g. ?schema=memories); PostgreSQL folds "
+            "unquoted names to lower case"
+        )
+    if name.startswith("pg_"):
+        raise InvalidValueError(
+            f"the PostgreSQL schema name {echo(name)} starts with 'pg_', which PostgreSQL reserves; "
+            "choose another"
+        )
+    return name
+
+
+def created_objects() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The tables and functions the migrations create (the migrations table included), read from
+    the scripts themselves: what removing a store that was never used drops."""
+    scripts = "\n".join(script for _, script in MIGRATIONS)
+    tables = (*re.findall(r"CREATE TABLE (\w+)", scripts), MIGRATIONS_TABLE)
+    return tables, tuple(re.findall(r"CREATE FUNCTION (\w+)", scripts))
 
 
 def create_schema(schema: str) -> sql.Composed:
