@@ -61,6 +61,8 @@ REMEDIES: frozenset[str] = frozenset(
         "derived_from",
         # opening a store, its keys and its embedder
         "cenotaph.open(...)",
+        "open it with create=True",
+        "stop listing it (replicas=)",
         "CENOTAPH_KEYRING (or key_provider=)",
         "key_provider=LocalKeyring(<keyring dir>)",
         "ApiKeyRing.create()",

@@ -43,6 +43,7 @@ API_TO_HTTP: dict[str, str] = {
     "cenotaph.open(...)": "a restart of the server",
     "ApiKeyRing.create()": "`cenotaph api-keys create` on the server",
     "ApiKeyRing.list()": "`cenotaph api-keys list` on the server",
+    "stop listing it (replicas=)": "stop listing it in the server's CENOTAPH_REPLICAS",
 }
 
 # Raised only while a store is opened or by the server's own embedder and index: no request names them.
@@ -50,6 +51,7 @@ NOT_OVER_HTTP = frozenset(
     {
         "CENOTAPH_KEYRING (or key_provider=)",
         "key_provider=LocalKeyring(<keyring dir>)",
+        "open it with create=True",
         "store.cenotaph.reauthorize(...)",  # the LangGraph integration's own store
         "embed()",
         "value_text()",
