@@ -116,8 +116,8 @@ def test_dominance_holds_over_many_forgets_and_a_token(tmp_path: Path) -> None:
 
 def _crash_after_ledger(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make the next forget stop like a crash after its ledger entry is durable, before COMMIT."""
-    from cenotaph.erasure import ledger as ledger_module
     from cenotaph.faults import fault_point as original  # what ledger_module.fault_point is
+    from cenotaph.ledger import journal as ledger_module
 
     def crash(name: str) -> None:
         if name == "forget.ledgered":

@@ -1,9 +1,10 @@
-"""Which way the erasure side, the command line and the store's memory may import.
+"""Which way the ledger, the erasure side, the command line and the store's caches may import.
 
-The store holds the erasure service, and both hold one ``StoreMemory``: nothing under
+The store holds the erasure service, and both hold one ``StoreCaches``: nothing under
 ``cenotaph.erasure`` may import the store (it would be a way to call back into it), and the
-memory may import nothing of ``cenotaph.erasure`` (it sits below the erasure side, which holds
-it). Neither the erasure side nor the command line imports a backend's own modules: they ask the
+caches may import nothing of ``cenotaph.erasure`` (they sit below the erasure side, which holds
+them). The ledger (``cenotaph.ledger``) sits below both the write path and erasure, which import
+it: it imports neither, nor the store. Neither the erasure side nor the command line imports a backend's own modules: they ask the
 backend's physical part (``backends.physical``) or the backends package, so another backend
 plugs in without them knowing SQLite. Read from the source files' own import statements.
 """
@@ -49,21 +50,34 @@ def test_the_imports_are_read_as_written() -> None:
     the backends package's opener imports the SQLite backend (so a module importing it would be
     caught)."""
     found = _imports(PACKAGE / "store.py")
-    assert "cenotaph.erasure.service" in found and "cenotaph.memory" in found
+    assert "cenotaph.erasure.service" in found and "cenotaph.caches" in found
     assert _sqlite_imports(PACKAGE / "backends" / "__init__.py")
 
 
 def test_nothing_in_erasure_imports_the_store() -> None:
     offenders = {
-        path.name: sorted(n for n in _imports(path) if n in ("cenotaph.store", "cenotaph.session"))
-        for path in sorted((PACKAGE / "erasure").glob("*.py"))
+        str(path.relative_to(PACKAGE)): sorted(
+            n for n in _imports(path) if n in ("cenotaph.store", "cenotaph.session")
+        )
+        for path in sorted((PACKAGE / "erasure").rglob("*.py"))
     }
+    assert len(offenders) > 20  # every subpackage was read
     assert not {name: found for name, found in offenders.items() if found}
 
 
-def test_the_memory_imports_nothing_of_erasure() -> None:
-    found = sorted(n for n in _imports(PACKAGE / "memory.py") if n.startswith("cenotaph.erasure"))
+def test_the_caches_import_nothing_of_erasure() -> None:
+    found = sorted(n for n in _imports(PACKAGE / "caches.py") if n.startswith("cenotaph.erasure"))
     assert not found
+
+
+def test_the_ledger_imports_neither_writes_nor_erasure_nor_the_store() -> None:
+    above = ("cenotaph.erasure", "cenotaph.writes", "cenotaph.store", "cenotaph.session", "cenotaph.caches")
+    offenders = {
+        str(path.relative_to(PACKAGE)): sorted(n for n in _imports(path) if n.startswith(above))
+        for path in sorted((PACKAGE / "ledger").rglob("*.py"))
+    }
+    assert len(offenders) >= 5  # the package was read
+    assert not {name: found for name, found in offenders.items() if found}
 
 
 def test_erasure_and_the_cli_import_no_backend_module() -> None:

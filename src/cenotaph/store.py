@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from .audit.chain import verified_requests
 from .backends import (
     POSTGRES_DEFAULT_SCHEMA,
     Found,
@@ -26,20 +27,18 @@ from .backends import (
     postgres_dump,
 )
 from .backends.base import Backend, LineageRow, RecordRow, Txn
+from .caches import RECORD_CACHE_LIMIT, StoreCaches
 from .crypto.aead import derive
 from .crypto.keys import KeyChain
 from .crypto.provider import KeyProvider, keyring_env_location, keyring_from_env, keyring_from_env_only
 from .crypto.tokens import TokenMaker
 from .dominance import WriteTargets, blocking
-from .erasure.audit import verified_requests
-from .erasure.background import CLOSE_PASS_S, failure_for_caller, purge_mode
-from .erasure.forget import ForgetPlan
-from .erasure.integrity import find_tampering
-from .erasure.ledger import AUDIT_CHAIN, KEK_EPOCH, Ledger, anchor_audit, chunk_records, start_audit_chain
-from .erasure.plan import ForgetPlanner, ForgetTarget, Survey, check_postcondition
-from .erasure.probes import RecordSample
-from .erasure.restoring import audited_forgets, check_not_restoring, check_outside_stores, restoring
-from .erasure.sampling import ProbeSampler
+from .erasure.lifecycle.restoring import audited_forgets, check_not_restoring, check_outside_stores, restoring
+from .erasure.planning.planner import ForgetPlanner, ForgetTarget, Survey, check_postcondition
+from .erasure.planning.probes import RecordSample
+from .erasure.planning.sampling import ProbeSampler
+from .erasure.proof.integrity import find_tampering
+from .erasure.purge.worker import CLOSE_PASS_S, failure_for_caller, purge_mode
 from .erasure.service import ErasureService, Progress
 from .errors import (
     ErasureNotProvableError,
@@ -50,12 +49,11 @@ from .errors import (
     StorageError,
 )
 from .faults import fault_point
-from .group_writes import GroupWriter
-from .groupcommit import GroupCommit
 from .index.embedder import Embedder, HashingEmbedder
 from .index.search import SearchIndex, check_filter, check_query, matches_filter
+from .ledger.journal import AUDIT_CHAIN, KEK_EPOCH, Ledger, anchor_audit, chunk_records, start_audit_chain
+from .ledger.plan import ForgetPlan
 from .locking import LockedBackend
-from .memory import RECORD_CACHE_LIMIT, StoreMemory
 from .model import (
     BackupInfo,
     Certificate,
@@ -81,7 +79,9 @@ from .validation import (
     check_subject,
     check_subjects,
 )
-from .writes import Prepared, RecordWriter
+from .writes.batches import GroupWriter
+from .writes.group_commit import GroupCommit
+from .writes.record_writer import Prepared, RecordWriter
 
 __all__ = ["Store", "StoreSession", "open_store", "restore"]
 
@@ -89,7 +89,7 @@ T = TypeVar("T")
 
 
 class _InMemory(Generic[T]):
-    """A store attribute that is its memory's (:class:`StoreMemory`) of the given name: reading
+    """A store attribute that is its memory's (:class:`StoreCaches`) of the given name: reading
     it reads the memory's, setting it sets the memory's, so the store and the erasure side,
     which holds the memory itself, always see the same state and the same operations."""
 
@@ -99,11 +99,11 @@ class _InMemory(Generic[T]):
     def __get__(self, store: Store | None, owner: type[Store] | None = None) -> T:
         if store is None:  # looked up on the class: there is no memory to read
             raise AttributeError(self._name)
-        value: T = getattr(store._memory, self._name)
+        value: T = getattr(store._caches, self._name)
         return value
 
     def __set__(self, store: Store, value: T) -> None:
-        setattr(store._memory, self._name, value)
+        setattr(store._caches, self._name, value)
 
 
 def _unexpired(opened: OpenedRecord, now: float) -> bool:
@@ -153,9 +153,9 @@ class Store:
         self._planner = ForgetPlanner(self._tokens)
         # the caches and how fresh they are: shared with the erasure side, which syncs and
         # drops what memory holds through it (it never calls back into the store)
-        self._memory = StoreMemory(self._backend, provider, self._keys, self._search, self._ledger)
+        self._caches = StoreCaches(self._backend, provider, self._keys, self._search, self._ledger)
         self._erasure = ErasureService(
-            self._backend, provider, self._keys, self._memory, self._ledger, purge_mode(auto_purge)
+            self._backend, provider, self._keys, self._caches, self._ledger, purge_mode(auto_purge)
         )
         self._applier = self._erasure.applier
         self._worker = self._erasure.worker
@@ -213,7 +213,7 @@ class Store:
         the worker stops at its next step boundary, and whatever it left (a purge, a large
         forget's chunks) resumes when this store is next opened. A background pass that failed,
         and that no caller has been told of, is raised once the store is closed."""
-        if self._memory.closed:
+        if self._caches.closed:
             return
         try:
             self._worker.finish(purge_timeout)
@@ -222,8 +222,8 @@ class Store:
             atexit.unregister(self._ledger.flush_anchors)
             self._ledger.flush_anchors()
             self._search.flush(self._store_vectors, force=True)
-            self._memory.closed = True
-            self._memory.drop()
+            self._caches.closed = True
+            self._caches.drop()
             self._backend.close()
         self.raise_background_failure()
 
@@ -273,7 +273,7 @@ class Store:
     _drop_caches = _InMemory[Callable[[], None]]("drop")
     _forget_from_memory = _InMemory[Callable[[Iterable[str] | None], int]]("forget")
     _remember = _InMemory[Callable[[OpenedRecord, int], None]]("remember")
-    _sync = _InMemory[Callable[[], None]]("sync")  # before serving anything (StoreMemory.sync)
+    _sync = _InMemory[Callable[[], None]]("sync")  # before serving anything (StoreCaches.sync)
     _sync_locked = _InMemory[Callable[..., None]]("sync_locked")  # (changed=None)
     _check_open = _InMemory[Callable[[], None]]("check_open")
 
@@ -318,7 +318,7 @@ class Store:
                 "write_many names the same (scope, key) twice; write each key once per batch "
                 "(the last value would silently replace the first)"
             )
-        # one transaction and one fsync for every write queued meanwhile (see groupcommit.py);
+        # one transaction and one fsync for every write queued meanwhile (see cenotaph/writes/group_commit.py);
         # a thread already inside this backend (a callback) commits alone, as it always did
         alone = any(p.reauthorization is not None for p in prepared)
         if self._backend.held_here():
@@ -542,7 +542,7 @@ class Store:
             self._sync_locked(changed=False)
             with self._backend.read() as txn:
                 marker, found = txn.run(ops.KeyRecords(tokens, key_token))
-                if self._memory.saw(marker):
+                if self._caches.saw(marker):
                     self._sync_locked(changed=True)  # drops what that commit made stale, then we go on
                 generation = self._resolved_gen
                 rows = {r.scope_token: (r, lin) for r, lin in found}

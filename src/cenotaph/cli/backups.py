@@ -20,7 +20,7 @@ from rich.text import Text
 import cenotaph
 from cenotaph.backends import postgres_health
 from cenotaph.crypto.provider import KEYRING_ENV, MASTER_KEY_ENV
-from cenotaph.erasure.restoring import restore_committed
+from cenotaph.erasure.lifecycle.restoring import restore_committed
 from cenotaph.errors import CenotaphError, NotFoundError
 
 from .forgetting import erasure_counts, registered_backups, request_rows

@@ -22,7 +22,7 @@ from rich.markup import escape
 
 import cenotaph
 from cenotaph.backends import directory_format
-from cenotaph.erasure.scanner import ResidueScanner, text_probes
+from cenotaph.erasure.proof.scanner import ResidueScanner, text_probes
 from cenotaph.errors import (
     CenotaphError,
     CertificateError,

@@ -2,16 +2,16 @@
 module whose one job it is, and running purges as the store's purge mode says.
 
 - ``erasure.status``: a request's status, ``confirm_erasure`` and ``wait``
-- ``erasure.purge``: row removal, WAL truncation, memory, then the verifying scan
-- ``erasure.verification``: the scan and each request's verdict
-- ``erasure.horizon``: the horizon and what retains KEK epochs
-- ``erasure.attest``: certificates
-- ``erasure.audit_check``: the audit log against the key provider's ledger
-- ``erasure.rotation`` and ``erasure.backup``: KEK rotation, backups
-- ``erasure.applier`` and ``erasure.background``: large forgets' chunks, the worker thread
+- ``erasure.purge.purger``: row removal, WAL truncation, memory, then the verifying scan
+- ``erasure.proof.verification``: the scan and each request's verdict
+- ``erasure.lifecycle.horizon``: the horizon and what retains KEK epochs
+- ``erasure.certify.attest``: certificates
+- ``erasure.proof.audit_check``: the audit log against the key provider's ledger
+- ``erasure.lifecycle.rotation`` and ``erasure.lifecycle.backup``: KEK rotation, backups
+- ``erasure.purge.chunks`` and ``erasure.purge.worker``: large forgets' chunks, the worker thread
 
-What it shares with the store is :class:`~cenotaph.memory.StoreMemory` (caches and how fresh
-they are) and the :class:`~cenotaph.erasure.ledger.Ledger`; it never calls back into the store.
+What it shares with the store is :class:`~cenotaph.caches.StoreCaches` (caches and how fresh
+they are) and the :class:`~cenotaph.ledger.journal.Ledger`; it never calls back into the store.
 """
 
 from __future__ import annotations
@@ -21,22 +21,22 @@ from pathlib import Path
 from typing import Any
 
 from ..backends.base import Backend, ErasureRow
+from ..caches import StoreCaches
 from ..crypto.keys import KeyChain
 from ..crypto.provider import KeyProvider
-from ..memory import StoreMemory
+from ..ledger.journal import Ledger
 from ..model import BackupInfo, Certificate, ErasureStatus, PurgeReport, Retention, RotationReport
-from .applier import PlanApplier
-from .attest import Attestor
-from .audit_check import AuditCheck
-from .background import ErasureWorker
-from .backup import BACKUP_MANIFEST, Backups
-from .certificate import Signer
-from .horizon import Horizons
-from .ledger import Ledger
-from .purge import Purger
-from .rotation import Rotation
+from .certify.attest import Attestor
+from .certify.certificate import Signer
+from .lifecycle.backup import BACKUP_MANIFEST, Backups
+from .lifecycle.horizon import Horizons
+from .lifecycle.rotation import Rotation
+from .proof.audit_check import AuditCheck
+from .proof.verification import Progress, Verifier
+from .purge.chunks import PlanApplier
+from .purge.purger import Purger
+from .purge.worker import ErasureWorker
 from .status import RequestStatus
-from .verification import Progress, Verifier
 
 __all__ = ["ErasureService", "BACKUP_MANIFEST", "Progress"]
 
@@ -47,26 +47,26 @@ class ErasureService:
         backend: Backend,
         provider: KeyProvider,
         keys: KeyChain,
-        memory: StoreMemory,
+        caches: StoreCaches,
         ledger: Ledger,
         mode: str,
     ) -> None:
-        self.mode = mode  # the purge mode (erasure.background.PURGE_MODES)
-        self._memory = memory
+        self.mode = mode  # the purge mode (erasure.purge.worker.PURGE_MODES)
+        self._caches = caches
         self._ledger = ledger
         self.horizons = Horizons(backend, provider)
         self._verifier = Verifier(
             backend, provider, keys, lambda row: self.horizons.horizon(row, retention=())
         )
-        self.audit = AuditCheck(backend, provider, memory, ledger)
-        self.requests = RequestStatus(backend, self.horizons, self.audit, memory, self.advance)
-        self.purger = Purger(backend, provider, self._verifier, memory)
+        self.audit = AuditCheck(backend, provider, caches, ledger)
+        self.requests = RequestStatus(backend, self.horizons, self.audit, caches, self.advance)
+        self.purger = Purger(backend, provider, self._verifier, caches)
         self.attestor = Attestor(backend, provider, self.requests, self.horizons, self.audit)
-        self.rotation = Rotation(backend, provider, keys, self.horizons, memory)
-        self.backups = Backups(backend, provider, keys, memory)
-        self.applier = PlanApplier(backend, ledger.view, memory)
+        self.rotation = Rotation(backend, provider, keys, self.horizons, caches)
+        self.backups = Backups(backend, provider, keys, caches)
+        self.applier = PlanApplier(backend, ledger.view, caches)
         self.worker = ErasureWorker(self._background_pass)
-        memory.on_replayed_chunks = self.worker.wake
+        caches.on_replayed_chunks = self.worker.wake
 
     def resume(self) -> None:
         """A large forget cut short (by a crash) is finished now (W7), and pending requests are
@@ -82,7 +82,7 @@ class ErasureService:
         now (its failure raised here), else chunks and a purge in this thread."""
         if self.mode == "background":
             error = self.worker.wait_for(self.worker.nudge(thorough=True), timeout)
-            self._memory.check_open()
+            self._caches.check_open()
             if error is not None:
                 raise error
         else:
@@ -90,7 +90,7 @@ class ErasureService:
 
     def purge_all(self, progress: Progress | None = None) -> PurgeReport:
         """Finish a large forget still being applied, then purge (``Store.purge``)."""
-        self._memory.check_open()
+        self._caches.check_open()
         self.applier.resume()
         return self.purger.purge(progress)
 

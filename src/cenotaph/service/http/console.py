@@ -33,7 +33,7 @@ from markupsafe import Markup, escape
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ...erasure.certificate import verify_certificate
+from ...erasure.certify.certificate import verify_certificate
 from ...errors import CenotaphError
 from ..apikeys import ApiKey, Role
 from .context import Service, service_of

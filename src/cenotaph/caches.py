@@ -1,7 +1,7 @@
 """What one store holds in this process's memory, and keeping it fresh.
 
 Decrypted records, resolved reads, unwrapped keys and the search index's vectors are caches of
-the database; the ledger decides what was forgotten. :class:`StoreMemory` owns them all with the
+the database; the ledger decides what was forgotten. :class:`StoreCaches` owns them all with the
 state that says how fresh they are (the forget epoch they were valid at, a sync left half done),
 so the store and the erasure side share one object: a forget or a purge drops what memory holds
 of its records through it, and every call of either side syncs through it first. Nothing below
@@ -23,7 +23,7 @@ from .index.search import SearchIndex
 from .locking import LockedBackend
 from .records import OpenedRecord
 
-__all__ = ["RECORD_CACHE_LIMIT", "StoreMemory"]
+__all__ = ["RECORD_CACHE_LIMIT", "StoreCaches"]
 
 RECORD_CACHE_LIMIT = 65_536
 
@@ -33,7 +33,7 @@ class _LedgerView(Protocol):
 
 
 class _Ledger(Protocol):
-    """What a sync asks of the forget ledger (``erasure.ledger.Ledger``, which sits above this
+    """What a sync asks of the forget ledger (``cenotaph.ledger.journal.Ledger``, which sits above this
     module: the erasure side holds the memory, never the reverse)."""
 
     @property
@@ -44,7 +44,7 @@ class _Ledger(Protocol):
     def take_replayed(self) -> bool: ...
 
 
-class StoreMemory:
+class StoreCaches:
     def __init__(
         self,
         backend: LockedBackend,
