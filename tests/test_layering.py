@@ -80,6 +80,29 @@ def test_the_ledger_imports_neither_writes_nor_erasure_nor_the_store() -> None:
     assert not {name: found for name, found in offenders.items() if found}
 
 
+SURFACES = ("cli", "service", "integrations")
+ABOVE_THE_CORE = {"__init__.py", "store.py", "session.py", "client.py"}
+
+
+def test_nothing_below_the_store_imports_it() -> None:
+    """The store and its sessions sit on top of the core (ledger, writes, erasure, caches, crypto,
+    index, backends); only the package's entrance and the surfaces import them."""
+    below = [
+        path
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.relative_to(PACKAGE).parts[0] not in SURFACES
+        and str(path.relative_to(PACKAGE)) not in ABOVE_THE_CORE
+    ]
+    offenders = {
+        str(path.relative_to(PACKAGE)): sorted(
+            n for n in _imports(path) if n in ("cenotaph.store", "cenotaph.session")
+        )
+        for path in below
+    }
+    assert len(offenders) > 70  # the core was read
+    assert not {name: found for name, found in offenders.items() if found}
+
+
 def test_erasure_and_the_cli_import_no_backend_module() -> None:
     """What ``erasure/`` and ``cli/`` need of the engine (WAL truncation, VACUUM, its files, the
     doctor's checks) they get through ``backend.physical`` or ``cenotaph.backends``."""
