@@ -1,6 +1,6 @@
 """Which way the ledger, the erasure side, the command line and the store's caches may import.
 
-The store holds the erasure service, and both hold one ``StoreCaches``: nothing under
+The store holds the erasure side's one entrance (``erasure.entrance.Erasure``), and both hold one ``StoreCaches``: nothing under
 ``cenotaph.erasure`` may import the store (it would be a way to call back into it), and the
 caches may import nothing of ``cenotaph.erasure`` (they sit below the erasure side, which holds
 them). The ledger (``cenotaph.ledger``) sits below both the write path and erasure, which import
@@ -46,11 +46,11 @@ SQLITE = "cenotaph.backends.sqlite"
 
 
 def test_the_imports_are_read_as_written() -> None:
-    """The reader itself: the store's own imports name the erasure service and the memory, and
+    """The reader itself: the store's own imports name the erasure entrance and the caches, and
     the backends package's opener imports the SQLite backend (so a module importing it would be
     caught)."""
     found = _imports(PACKAGE / "store.py")
-    assert "cenotaph.erasure.service" in found and "cenotaph.caches" in found
+    assert "cenotaph.erasure.entrance" in found and "cenotaph.caches" in found
     assert _sqlite_imports(PACKAGE / "backends" / "__init__.py")
 
 
@@ -63,6 +63,20 @@ def test_nothing_in_erasure_imports_the_store() -> None:
     }
     assert len(offenders) > 20  # every subpackage was read
     assert not {name: found for name, found in offenders.items() if found}
+
+
+def test_the_store_enters_erasure_once() -> None:
+    """The store reaches erasure through its entrance; besides it, only the probe sealer the
+    ledger is built with and the restore of a data directory's files (module-level ``restore``)."""
+    found = {n for n in _imports(PACKAGE / "store.py") if n.startswith("cenotaph.erasure.")}
+    modules = {n for n in found if (PACKAGE / Path(*n.split(".")[1:])).with_suffix(".py").is_file()}
+    assert "cenotaph.erasure.entrance" in modules
+    allowed = {
+        "cenotaph.erasure.entrance",
+        "cenotaph.erasure.planning.sampling",
+        "cenotaph.erasure.lifecycle.restoring",
+    }
+    assert modules <= allowed, sorted(modules - allowed)
 
 
 def test_the_caches_import_nothing_of_erasure() -> None:

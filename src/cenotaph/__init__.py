@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from . import errors
 from .crypto.provider import KeyProvider, LocalKeyring
 from .erasure.certify.certificate import verify_certificate
-from .erasure.service import Progress
+from .erasure.entrance import Progress
 from .errors import (
     AccessDeniedError,
     CenotaphError,
