@@ -13,10 +13,10 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
 
+from cenotaph import Scope, StoreSession
+
 from ...errors import ForgottenError, ScopeClosureError
 from ...model import ErasureRequest, Record
-from ...scope import Scope
-from ...session import StoreSession
 from ..apikeys import ApiKey, Role
 from . import schemas as s
 from .auth import agent_key, inside, operator_key, owned_by_reach, subject_inside, subjects_inside, visible

@@ -23,7 +23,7 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import TypedDict
 
-from cenotaph.store import Store
+from cenotaph import Store
 
 from .confinement import Confinement
 from .connections import ConnectionRegistry
