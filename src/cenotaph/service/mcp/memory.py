@@ -33,7 +33,7 @@ from cenotaph.model import ErasureRequest, ErasureStatus, Record, SearchHit
 from .confinement import Confinement
 from .connections import AgentConnection, ConnectionRegistry
 from .refusals import READ_FORGOTTEN, Refused
-from .server import CenotaphMCPServer, build_tool, connection_for, text_result
+from .toolserver import CenotaphMCPServer, build_tool, connection_for, text_result
 
 __all__ = ["MemoryTools", "memory_server"]
 
