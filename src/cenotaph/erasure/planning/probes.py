@@ -31,13 +31,13 @@ from typing import TypeVar
 
 import numpy as np
 
-from ..backends import ops
-from ..backends.base import Txn
-from ..crypto.aead import derive, open_sealed, seal
-from ..index.atrest import sealed_part
-from ..model import Record
-from .forget import ForgetPlan
-from .scanner import PROBE_MIN, probe_windows
+from ...backends import ops
+from ...backends.base import Txn
+from ...crypto.aead import derive, open_sealed, seal
+from ...index.atrest import sealed_part
+from ...ledger.plan import ForgetPlan
+from ...model import Record
+from ..proof.scanner import PROBE_MIN, probe_windows
 
 __all__ = [
     "ProbeSample",

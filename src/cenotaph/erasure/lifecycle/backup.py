@@ -1,6 +1,6 @@
 """Backups: a consistent copy holding ciphertext only and no freed bytes (the backend's snapshot,
 SQLite's ``VACUUM INTO``), registered with the key provider so rotation keeps every KEK epoch it
-needs until it is released (restoring one is ``erasure.restoring``)."""
+needs until it is released (restoring one is ``erasure.lifecycle.restoring``)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ..backends import ops
-from ..backends.base import Backend
-from ..crypto.keys import KeyChain
-from ..crypto.provider import KeyProvider
-from ..durable import fsync, write_atomically
-from ..errors import InvalidValueError, NotFoundError, StorageError
-from ..memory import StoreMemory
-from ..model import BackupInfo
-from .ledger import anchor_audit
+from ...backends import ops
+from ...backends.base import Backend
+from ...caches import StoreCaches
+from ...crypto.keys import KeyChain
+from ...crypto.provider import KeyProvider
+from ...durable import fsync, write_atomically
+from ...errors import InvalidValueError, NotFoundError, StorageError
+from ...ledger.journal import anchor_audit
+from ...model import BackupInfo
 
 __all__ = ["BACKUP_MANIFEST", "Backups"]
 
@@ -25,14 +25,14 @@ BACKUP_MANIFEST = "cenotaph-backup.json"
 
 
 class Backups:
-    def __init__(self, backend: Backend, provider: KeyProvider, keys: KeyChain, memory: StoreMemory) -> None:
+    def __init__(self, backend: Backend, provider: KeyProvider, keys: KeyChain, caches: StoreCaches) -> None:
         self._backend = backend
         self._provider = provider
         self._keys = keys
-        self._memory = memory
+        self._caches = caches
 
     def backup(self, dest: Path) -> BackupInfo:
-        self._memory.sync()
+        self._caches.sync()
         try:
             if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
                 raise InvalidValueError("the backup destination must be a new or empty directory")

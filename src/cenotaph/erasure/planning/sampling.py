@@ -1,4 +1,4 @@
-"""Taking a forget's probes from the store's own records (``erasure.probes`` says what they are):
+"""Taking a forget's probes from the store's own records (``erasure.planning.probes`` says what they are):
 open each sampled record and embed it while its keys still exist, then seal the probes under a
 fresh probe key wrapped by one of the plan's KEK epochs."""
 
@@ -6,15 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..backends import ops
-from ..backends.base import Txn
-from ..crypto.aead import new_key
-from ..crypto.keys import KeyChain
-from ..crypto.provider import KeyProvider
-from ..index.search import SearchIndex
-from ..model import Record
-from ..records import RecordCrypto
-from .forget import ForgetPlan
+from ...backends import ops
+from ...backends.base import Txn
+from ...crypto.aead import new_key
+from ...crypto.keys import KeyChain
+from ...crypto.provider import KeyProvider
+from ...index.search import SearchIndex
+from ...ledger.plan import ForgetPlan
+from ...model import Record
+from ...records import RecordCrypto
 from .probes import RecordSample, sample_probes, sample_records, seal_probes
 
 __all__ = ["ProbeSampler"]

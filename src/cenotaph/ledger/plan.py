@@ -1,6 +1,6 @@
 """Forget plans: what one forget tombstones, hides and destroys, as content-free data.
 
-A plan is computed in two steps (``erasure.plan``), mirrored into the key provider's ledger
+A plan is computed in two steps (``erasure.planning.planner``), mirrored into the key provider's ledger
 before its first transaction commits (W7), and can be re-applied from the ledger alone on open
 or restore (S5) -- so it holds only tokens, record ids and versions.
 
@@ -9,7 +9,7 @@ destroys -- is O(1) and commits with the plan; from then on the ledger decides (
 record under a destroyed scope or subject key is shredded at once. The *records* part hides rows
 and destroys per-record keys (which is what shreds derived records and copies of a key forget);
 it is idempotent and may be split into chunks of ids, each its own transaction
-(``erasure.applier``).
+(``erasure.purge.chunks``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 from ..backends import ops
 from ..backends.base import Txn
 from ..model import Mode
-from .unshared import unshared_keys
+from .exclusive_keys import unshared_keys
 
 __all__ = ["ForgetPlan", "apply_head", "apply_plan", "apply_records", "reapply_to_records"]
 
@@ -40,7 +40,7 @@ class ForgetPlan:
     destroy_scopes: list[bytes] = field(default_factory=list)
     destroy_subjects: list[bytes] = field(default_factory=list)
     epochs: list[int] = field(default_factory=list)  # KEK epochs live at forget time (S5 horizon)
-    # a key forget's (scope token, key token): its target can be enumerated again (erasure.plan.sweep)
+    # a key forget's (scope token, key token): its target can be enumerated again (erasure.planning.planner.sweep)
     key_slot: tuple[bytes, bytes] | None = None
     # a key forget of that one slot only (no descendant scope): its tombstone is key-exact
     exact: bool = False
@@ -49,7 +49,7 @@ class ForgetPlan:
     # or above the scope it would reopen (LedgerView.foreign_blockers)
     owner: bytes | None = None
     chain: list[bytes] = field(default_factory=list)
-    # also destroy the scope and subject keys only these records use (erasure.unshared): found
+    # also destroy the scope and subject keys only these records use (cenotaph.ledger.exclusive_keys): found
     # again wherever the plan is applied, never listed (a list of tokens would name them)
     unshared: bool = False
     _found: tuple[list[bytes], list[bytes]] | None = field(default=None, repr=False, compare=False)

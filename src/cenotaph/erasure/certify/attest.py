@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import json
 
-from ..backends import ops
-from ..backends.base import Backend
-from ..crypto.provider import KeyProvider
-from ..errors import ErasureNotProvableError
-from ..model import Certificate, Mode
-from .audit import entry_from_dict
-from .audit_check import AuditCheck
+from ...audit.chain import entry_from_dict
+from ...backends import ops
+from ...backends.base import Backend
+from ...crypto.provider import KeyProvider
+from ...errors import ErasureNotProvableError
+from ...ledger.journal import anchor_audit
+from ...model import Certificate, Mode
+from ..lifecycle.horizon import Horizons
+from ..proof.audit_check import AuditCheck
+from ..proof.verdicts import OPERATIONAL_GAP
+from ..status import RequestStatus
 from .certificate import Signer
-from .horizon import Horizons
-from .ledger import anchor_audit
-from .standing import OPERATIONAL_GAP
-from .status import RequestStatus
 
 __all__ = ["Attestor"]
 

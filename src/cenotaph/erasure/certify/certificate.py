@@ -32,8 +32,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from ..errors import CertificateError, InvalidValueError
-from ..model import Certificate, canonical_json
+from ...errors import CertificateError, InvalidValueError
+from ...model import Certificate, canonical_json
 
 __all__ = ["CERTIFICATE_FORMAT", "REQUIRED_FIELDS", "Signer", "verify_certificate"]
 

@@ -12,16 +12,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .backends import ops
-from .backends.base import ScopeKeyRow, Txn
-from .crypto.keys import KeyChain, group_part
-from .crypto.tokens import TokenMaker
-from .dominance import Reauth, WriteTargets, decide
-from .erasure.authority import LedgerView
-from .errors import DerivedFromForgottenError, InvalidValueError, StaleWriteError
-from .records import RANDOM_BYTES, RecordCrypto, SealedRecord, is_visible
-from .scope import Scope, default_subjects
-from .validation import (
+from ..backends import ops
+from ..backends.base import ScopeKeyRow, Txn
+from ..crypto.keys import KeyChain, group_part
+from ..crypto.tokens import TokenMaker
+from ..dominance import Reauth, WriteTargets, decide
+from ..errors import DerivedFromForgottenError, InvalidValueError, StaleWriteError
+from ..ledger.view import LedgerView
+from ..records import RANDOM_BYTES, RecordCrypto, SealedRecord, is_visible
+from ..scope import Scope, default_subjects
+from ..validation import (
     check_key,
     check_metadata,
     check_reauthorization,

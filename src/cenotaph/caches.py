@@ -1,57 +1,40 @@
 """What one store holds in this process's memory, and keeping it fresh.
 
 Decrypted records, resolved reads, unwrapped keys and the search index's vectors are caches of
-the database; the ledger decides what was forgotten. :class:`StoreMemory` owns them all with the
+the database; the ledger decides what was forgotten. :class:`StoreCaches` owns them all with the
 state that says how fresh they are (the forget epoch they were valid at, a sync left half done),
 so the store and the erasure side share one object: a forget or a purge drops what memory holds
-of its records through it, and every call of either side syncs through it first. Nothing below
-the store calls back into it.
+of its records through it, and every call of either side syncs through it first. It reads the
+ledger (``cenotaph.ledger``, below it) and nothing of the erasure side, which holds it.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Hashable, Iterable
-from typing import Protocol
 
 from .backends import ops
-from .backends.base import Txn
 from .crypto.keys import KeyChain
 from .crypto.provider import KeyProvider
 from .errors import InvalidValueError
 from .index.search import SearchIndex
+from .ledger.journal import Ledger
 from .locking import LockedBackend
 from .records import OpenedRecord
 
-__all__ = ["RECORD_CACHE_LIMIT", "StoreMemory"]
+__all__ = ["RECORD_CACHE_LIMIT", "StoreCaches"]
 
 RECORD_CACHE_LIMIT = 65_536
 
 
-class _LedgerView(Protocol):
-    def refresh(self, mark: int | None = None) -> int: ...
-
-
-class _Ledger(Protocol):
-    """What a sync asks of the forget ledger (``erasure.ledger.Ledger``, which sits above this
-    module: the erasure side holds the memory, never the reverse)."""
-
-    @property
-    def view(self) -> _LedgerView: ...
-    def changed(self, mark: int | None = None) -> bool: ...
-    def missing(self, txn: Txn) -> bool: ...
-    def reconcile(self, txn: Txn, audited: set[str] | None = None) -> int: ...
-    def take_replayed(self) -> bool: ...
-
-
-class StoreMemory:
+class StoreCaches:
     def __init__(
         self,
         backend: LockedBackend,
         provider: KeyProvider,
         keys: KeyChain,
         search: SearchIndex,
-        ledger: _Ledger,
+        ledger: Ledger,
     ) -> None:
         self._backend = backend
         self._provider = provider

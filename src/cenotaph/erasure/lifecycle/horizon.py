@@ -7,14 +7,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from ..backends import ops
-from ..backends.base import Backend, ErasureRow
-from ..crypto.provider import KeyProvider
-from ..model import Mode, Retention
-from .forget import ForgetPlan
-from .ledger import KEKS_DESTROYED
-from .standing import standing_in
-from .verification import PENDING_STATES, now_iso
+from ...backends import ops
+from ...backends.base import Backend, ErasureRow
+from ...crypto.provider import KeyProvider
+from ...ledger.journal import KEKS_DESTROYED
+from ...ledger.plan import ForgetPlan
+from ...model import Mode, Retention
+from ..proof.verdicts import standing_in
+from ..proof.verification import PENDING_STATES, now_iso
 
 __all__ = ["Horizons"]
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..backends import ops
-from ..backends.base import Backend, ErasureRow
-from ..model import ErasureState, Layer, LayerState, Mode
-from .probes import ProbeSample
+from ...backends import ops
+from ...backends.base import Backend, ErasureRow
+from ...model import ErasureState, Layer, LayerState, Mode
+from ..planning.probes import ProbeSample
 from .scanner import ScanResult
 
 __all__ = [

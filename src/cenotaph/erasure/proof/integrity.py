@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..backends import ops
-from ..backends.base import RecordRow, Txn
-from ..model import ErasureState
-from ..records import OpenedRecord
-from .authority import LedgerView
+from ...backends import ops
+from ...backends.base import RecordRow, Txn
+from ...ledger.view import LedgerView
+from ...model import ErasureState
+from ...records import OpenedRecord
 
 __all__ = ["find_tampering"]
 

@@ -26,7 +26,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from ..errors import CenotaphError, InvalidValueError, KeyProviderError, StorageError
+from ...errors import CenotaphError, InvalidValueError, KeyProviderError, StorageError
 
 __all__ = ["CLOSE_PASS_S", "PURGE_MODES", "ErasureWorker", "Stopped", "failure_for_caller", "purge_mode"]
 

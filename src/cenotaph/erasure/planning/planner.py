@@ -26,15 +26,15 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from ..backends import ops
-from ..backends.base import LineageRow, Txn
-from ..crypto.tokens import TokenMaker
-from ..errors import ErasureNotProvableError, ScopeClosureError
-from ..model import Mode
-from ..records import is_visible
-from ..scope import Scope
-from .forget import ForgetPlan
-from .unshared import split_tokens
+from ...backends import ops
+from ...backends.base import LineageRow, Txn
+from ...crypto.tokens import TokenMaker
+from ...errors import ErasureNotProvableError, ScopeClosureError
+from ...ledger.exclusive_keys import split_tokens
+from ...ledger.plan import ForgetPlan
+from ...model import Mode
+from ...records import is_visible
+from ...scope import Scope
 
 __all__ = [
     "ForgetPlanner",

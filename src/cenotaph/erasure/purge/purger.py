@@ -1,7 +1,7 @@
 """The purge (S3): remove the rows of every applied plan in bounded chunks, have the backend
 reclaim the space they held (``backend.physical.reclaim()``; SQLite truncates the WAL), clear
 what memory holds, then hand every request whose purge layers (every layer the backend proves
-but the scan) are all done to the verifying scan (``erasure.verification``). Every step resumes
+but the scan) are all done to the verifying scan (``erasure.proof.verification``). Every step resumes
 on the next purge."""
 
 from __future__ import annotations
@@ -11,16 +11,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..backends import ops
-from ..backends.base import Backend, LayerEntry, Txn, dump_layers, parse_layers
-from ..crypto.provider import KeyProvider
-from ..faults import fault_point
-from ..memory import StoreMemory
-from ..model import ErasureState, Layer, LayerState, Mode, PurgeReport
-from .forget import ForgetPlan
-from .ledger import anchor_audit, chunk_records, pause_between_chunks
-from .unshared import dead_key_rows
-from .verification import PENDING_STATES, Progress, Verifier
+from ...backends import ops
+from ...backends.base import Backend, LayerEntry, Txn, dump_layers, parse_layers
+from ...caches import StoreCaches
+from ...crypto.provider import KeyProvider
+from ...faults import fault_point
+from ...ledger.exclusive_keys import dead_key_rows
+from ...ledger.journal import anchor_audit, chunk_records, pause_between_chunks
+from ...ledger.plan import ForgetPlan
+from ...model import ErasureState, Layer, LayerState, Mode, PurgeReport
+from ..proof.verification import PENDING_STATES, Progress, Verifier
 
 __all__ = ["Purger"]
 
@@ -44,12 +44,12 @@ class Purger:
         backend: Backend,
         provider: KeyProvider,
         verifier: Verifier,
-        memory: StoreMemory,
+        caches: StoreCaches,
     ) -> None:
         self._backend = backend
         self._provider = provider
         self._verifier = verifier
-        self._memory = memory
+        self._caches = caches
         # every layer the backend proves but the scan: all done before a request is scanned
         self._purge_layers = tuple(p.layer for p in backend.physical.layers if p.layer != Layer.SCAN)
 
@@ -83,11 +83,11 @@ class Purger:
         """``check_stop``: called at every step boundary; raising there ends the purge as a crash
         would (every step resumes on the next purge). ``retry_stuck``: scan stuck requests again
         too (a background pass for other requests does not; see ``Verifier.worth_scanning``)."""
-        self._memory.sync()
+        self._caches.sync()
         stop = check_stop or (lambda: None)
         reclaimed, cleared = self._remove_rows(stop)
         fault_point("purge.rows")
-        left = self._memory.forget(cleared)  # caches and index entries; returns entries left
+        left = self._caches.forget(cleared)  # caches and index entries; returns entries left
         space = self._backend.physical.reclaim()  # the freed bytes made unreachable (SQLite: the WAL)
         fault_point("purge.wal")
         requests: dict[str, str] = {}

@@ -1,6 +1,6 @@
 """Verification by scanning (S4): scan every file the store owns for each pending request's
 probes, tell residue from the store's own bookkeeping, and conclude each request with a verdict
-(``erasure.standing``) recorded in its row and in the audit log.
+(``erasure.proof.verdicts``) recorded in its row and in the audit log.
 """
 
 from __future__ import annotations
@@ -12,19 +12,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..backends import ops
-from ..backends.base import Backend, ErasureRow, LayerEntry, Txn, dump_layers
-from ..crypto.keys import KeyChain
-from ..crypto.provider import KeyProvider, LocalKeyring
-from ..faults import fault_point
-from ..model import ErasureState, Layer, Mode
-from .forget import ForgetPlan
-from .ledger import anchor_audit_many
-from .plan import remains
-from .probes import ProbeSample, legacy_probe_key, open_probes
+from ...backends import ops
+from ...backends.base import Backend, ErasureRow, LayerEntry, Txn, dump_layers
+from ...crypto.keys import KeyChain
+from ...crypto.provider import KeyProvider, LocalKeyring
+from ...faults import fault_point
+from ...ledger.journal import anchor_audit_many
+from ...ledger.plan import ForgetPlan
+from ...model import ErasureState, Layer, Mode
+from ..planning.planner import remains
+from ..planning.probes import ProbeSample, legacy_probe_key, open_probes
 from .scan_worker import scan_in_child
 from .scanner import ScanResult
-from .standing import judge_scan
+from .verdicts import judge_scan
 
 __all__ = ["KEYRING_LABEL", "PENDING_STATES", "Progress", "Verifier", "now_iso"]
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .backends.base import Txn
-from .crypto.keys import KeyChain
-from .erasure.authority import LedgerView
-from .errors import ForgottenError, InvalidValueError, StaleWriteError
-from .records import SealedRecord
-from .writes import Prepared, RecordWriter, TokenUse
+from ..backends.base import Txn
+from ..crypto.keys import KeyChain
+from ..errors import ForgottenError, InvalidValueError, StaleWriteError
+from ..ledger.view import LedgerView
+from ..records import SealedRecord
+from .record_writer import Prepared, RecordWriter, TokenUse
 
 __all__ = ["GroupWriter", "REFUSALS"]
 

@@ -21,15 +21,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..backends import directory_format, looks_like_store, ops
-from ..backends.base import Txn
-from ..durable import fsync
-from ..errors import InvalidValueError, StorageError
-from ..faults import fault_point
-from .audit import entry_from_dict, verify_chain
-from .audit_check import check_tail_announced
+from ...audit.chain import entry_from_dict, verify_chain
+from ...backends import directory_format, looks_like_store, ops
+from ...backends.base import Txn
+from ...durable import fsync
+from ...errors import InvalidValueError, StorageError
+from ...faults import fault_point
+from ...ledger.journal import AUDIT_CHAIN, all_anchors, all_intents
+from ..proof.audit_check import check_tail_announced
 from .backup import BACKUP_MANIFEST
-from .ledger import AUDIT_CHAIN, all_anchors, all_intents
 
 __all__ = [
     "RESTORE_MARKER",

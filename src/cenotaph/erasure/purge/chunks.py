@@ -13,7 +13,7 @@ every id the plan lists is hidden from every read (S9). :class:`PlanApplier` the
 2. sweeps the target (outside the write lock: no write can reach it any more) for anything it
    still holds unforgotten from before the forget -- a record written just before the tombstone
    that the enumeration missed -- and finds the scope and subject keys only the plan's records
-   use (``erasure.unshared``: reading every one of them); then, in one last transaction, it
+   use (``cenotaph.ledger.exclusive_keys``: reading every one of them); then, in one last transaction, it
    destroys those keys (except any a write since has used), hides and destroys what the sweep
    found and what derives from it, checks it, and marks the request applied (``shredded``).
 
@@ -26,25 +26,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..backends import ops
-from ..backends.base import Backend, LineageRow, Txn, dump_layers
-from ..faults import fault_point
-from ..memory import StoreMemory
-from ..model import ErasureState
-from .authority import LedgerView
-from .forget import ForgetPlan, apply_records
-from .ledger import chunk_records, initial_layers, pause_between_chunks
-from .plan import check_postcondition, sweep
-from .unshared import split_tokens
+from ...backends import ops
+from ...backends.base import Backend, LineageRow, Txn, dump_layers
+from ...caches import StoreCaches
+from ...faults import fault_point
+from ...ledger.exclusive_keys import split_tokens
+from ...ledger.journal import chunk_records, initial_layers, pause_between_chunks
+from ...ledger.plan import ForgetPlan, apply_records
+from ...ledger.view import LedgerView
+from ...model import ErasureState
+from ..planning.planner import check_postcondition, sweep
 
 __all__ = ["PlanApplier"]
 
 
 class PlanApplier:
-    def __init__(self, backend: Backend, view: LedgerView, memory: StoreMemory) -> None:
+    def __init__(self, backend: Backend, view: LedgerView, caches: StoreCaches) -> None:
         self._backend = backend
         self._view = view  # plans come from the ledger: the request row is only a cache of one
-        self._memory = memory  # what this process holds of the plan's records is dropped there
+        self._caches = caches  # what this process holds of the plan's records is dropped there
 
     def pending(self) -> list[str]:
         """Ids of the requests whose plan is not applied whole yet, oldest first."""
@@ -103,7 +103,7 @@ class PlanApplier:
             )
             txn.run(ops.SetApplied(plan.request_id, None))
             txn.run(ops.BumpForgetEpoch())  # other processes drop cached keys of what was just destroyed
-            txn.after_commit(self._memory.forget_all)
+            txn.after_commit(self._caches.forget_all)
         fault_point("forget.chunk")
         return True
 

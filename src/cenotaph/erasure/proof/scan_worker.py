@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from ..errors import CenotaphError, StorageError
+from ...errors import CenotaphError, StorageError
 from .scanner import ResidueScanner, ScanResult
 
 __all__ = ["scan_in_child"]
@@ -42,7 +42,7 @@ def _start() -> subprocess.Popen[bytes]:
     global _child
     if _child is None or _child.poll() is not None:
         _child = subprocess.Popen(
-            [sys.executable, "-m", "cenotaph.erasure.scan_worker"],
+            [sys.executable, "-m", "cenotaph.erasure.proof.scan_worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

@@ -1,7 +1,7 @@
 """The forget ledger: each forget's plan, durable in the key provider before the database commits.
 
 ``commit_plan`` applies a plan in the forget's transaction -- all of it, or for a large plan
-its head only (tombstones, scope and subject keys; ``erasure.applier`` does its records in
+its head only (tombstones, scope and subject keys; ``erasure.purge.chunks`` does its records in
 chunks after) -- records its erasure request and an audit entry, then appends the content-free
 entry (plan + audit head) to the provider's ledger and only then lets the transaction commit
 (W7). ``reconcile`` re-applies, on open, restore or when another process's ledger grew, every
@@ -20,15 +20,15 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from ..audit.chain import GENESIS, chain_entry, entry_from_dict, entry_to_dict
 from ..backends import ops
 from ..backends.base import ErasureRow, LayerEntry, Txn, dump_layers
 from ..crypto.provider import KeyProvider
 from ..errors import KeyProviderError
 from ..faults import fault_point
 from ..model import ErasureState, Layer, LayerState
-from .audit import GENESIS, chain_entry, entry_from_dict, entry_to_dict
-from .authority import FORGET_KIND, GRANT_KIND, IMPORT_KIND, LIFT_KIND, LedgerView
-from .forget import ForgetPlan, apply_head, apply_plan, reapply_to_records
+from .plan import ForgetPlan, apply_head, apply_plan, reapply_to_records
+from .view import FORGET_KIND, GRANT_KIND, IMPORT_KIND, LIFT_KIND, LedgerView
 
 __all__ = [
     "CHUNK_RECORDS",
@@ -197,7 +197,7 @@ class Ledger:
     def commit_plan(
         self, txn: Txn, plan: ForgetPlan, check: Callable[[Txn, ForgetPlan], None], sample: Any = None
     ) -> bool:
-        """Apply ``plan`` (whole if small; else its head, see ``erasure.applier``), run ``check``
+        """Apply ``plan`` (whole if small; else its head, see ``erasure.purge.chunks``), run ``check``
         on a whole plan (the postcondition; raising rolls everything back), then make the plan
         durable in the provider; the caller commits right after. ``sample``: probes of the plan's
         records taken before (outside this transaction). Returns whether it was applied whole."""

@@ -1,18 +1,18 @@
 """Key rotation: rewrap every live key under a new KEK epoch, then destroy every older epoch
-nothing holds (``erasure.horizon`` names the holders), which is what brings horizons in."""
+nothing holds (``erasure.lifecycle.horizon`` names the holders), which is what brings horizons in."""
 
 from __future__ import annotations
 
-from ..backends import ops
-from ..backends.base import Backend
-from ..crypto.keys import KeyChain
-from ..crypto.provider import KeyProvider
-from ..errors import StorageError
-from ..memory import StoreMemory
-from ..model import RotationReport
+from ...backends import ops
+from ...backends.base import Backend
+from ...caches import StoreCaches
+from ...crypto.keys import KeyChain
+from ...crypto.provider import KeyProvider
+from ...errors import StorageError
+from ...ledger.journal import KEK_EPOCH, anchor_audit
+from ...model import RotationReport
+from ..proof.verification import Progress
 from .horizon import Horizons
-from .ledger import KEK_EPOCH, anchor_audit
-from .verification import Progress
 
 __all__ = ["Rotation"]
 
@@ -24,16 +24,16 @@ class Rotation:
         provider: KeyProvider,
         keys: KeyChain,
         horizons: Horizons,
-        memory: StoreMemory,
+        caches: StoreCaches,
     ) -> None:
         self._backend = backend
         self._provider = provider
         self._keys = keys
         self._horizons = horizons
-        self._memory = memory
+        self._caches = caches
 
     def rotate(self, progress: Progress | None = None) -> RotationReport:
-        self._memory.sync()
+        self._caches.sync()
         new_epoch = self._provider.new_epoch()
         with self._backend.write() as txn:
             self._keys.refresh_epoch()

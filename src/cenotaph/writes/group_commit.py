@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
-from .errors import StorageError
+from ..errors import StorageError
 
 __all__ = ["GroupCommit"]
 

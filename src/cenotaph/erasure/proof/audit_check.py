@@ -10,13 +10,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..backends import ops
-from ..backends.base import Backend
-from ..crypto.provider import KeyProvider
-from ..errors import StorageError
-from ..memory import StoreMemory
-from .audit import AuditEntry, entry_from_dict, verify_chain
-from .ledger import AUDIT_CHAIN, Ledger, all_anchors, all_intents
+from ...audit.chain import AuditEntry, entry_from_dict, verify_chain
+from ...backends import ops
+from ...backends.base import Backend
+from ...caches import StoreCaches
+from ...crypto.provider import KeyProvider
+from ...errors import StorageError
+from ...ledger.journal import AUDIT_CHAIN, Ledger, all_anchors, all_intents
 
 __all__ = ["AuditCheck", "check_tail_announced"]
 
@@ -26,12 +26,12 @@ class AuditCheck:
         self,
         backend: Backend,
         provider: KeyProvider,
-        memory: StoreMemory,
+        caches: StoreCaches,
         ledger: Ledger,
     ) -> None:
         self._backend = backend
         self._provider = provider
-        self._memory = memory
+        self._caches = caches
         self._ledger = ledger
         self._vouched_cache: tuple[tuple[int, int], frozenset[str]] | None = None
 
@@ -54,7 +54,7 @@ class AuditCheck:
                 if attempt == 2:
                     raise
                 time.sleep(0.05 * (attempt + 1))
-                self._memory.sync()
+                self._caches.sync()
         raise AssertionError("unreachable")
 
     def _check_once(self) -> tuple[list[AuditEntry], str, int]:
