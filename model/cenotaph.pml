@@ -1,7 +1,7 @@
 /* cenotaph's forget protocol, as the code runs it (see docs/architecture.md, "The model").
  *
- * Run it with model/check (or `make model`): spin -a, gcc, ./pan, for every lock discipline and
- * scenario, and every control below must produce a counterexample.
+ * tests/test_model.py (`make model`) runs spin -a, gcc and ./pan for every lock discipline and
+ * scenario, which must verify, and for every control below, which must yield a counterexample.
  *
  * Abstractions: a record is (slot, version) and its state; crypto is a state (LIVE, HIDDEN,
  * DESTROYED: its key is gone); SQL is one atomic step per transaction's reads and one per COMMIT;
