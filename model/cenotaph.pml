@@ -63,7 +63,8 @@
 #define R_PURGED 3
 #define R_VERIFIED 4
 
-byte ver;                   /* the version clock */
+byte ver;                   /* versions handed out (a transaction takes its versions at its start) */
+byte clock;                 /* the committed clock: the newest version committed */
 
 /* the key provider's ledger: authoritative, appended before the database commits */
 byte ledgered;              /* forgets appended (a bit per forget) */
@@ -193,23 +194,25 @@ inline consume(gen, sub) {
   fi
 }
 
-/* a write lands at version ver in slot s (the COMMIT of its transaction) */
-inline land(s) {
-  ver++;
+/* a write lands at version v in slot s (the COMMIT of its transaction) */
+inline land(s, v) {
   /* (2) a write racing a forget lands before it (its version is older, and the forget's plan
-   * holds it) or fails -- unless a token issued after the forget reopened the target */
+   * holds it) or fails -- unless a token issued after the forget reopened the target. The
+   * first assertion is "or fails", the second "and is forgotten". */
   r = 0;
   do
   :: r < NF ->
-     assert(!((ledgered & (1 << r)) && covers(lf_tgt[r], s) && lf_ver[r] < ver &&
+     assert(!((ledgered & (1 << r)) && covers(lf_tgt[r], s) && lf_ver[r] < v &&
               !((lf_tgt[r] & GENERAL) && s == SLOT_B && reopen_gen > lf_ver[r]) &&
               !((lf_tgt[r] & SUBJ) && reopen_sub > lf_ver[r])));
+     assert(!((ledgered & (1 << r)) && covers(lf_tgt[r], s) && lf_ver[r] > v && pl[r*2+s] != v));
      r++
   :: else -> break
   od;
-  rec_ver[s] = ver;
+  rec_ver[s] = v;
   rec_st[s] = LIVE;
-  acked[s] = ver
+  acked[s] = v;
+  if :: clock < v -> clock = v :: else -> skip fi
 }
 
 /* -- processes ------------------------------------------------------------------------------ */
@@ -221,7 +224,7 @@ byte qh;
 byte qt;
 
 proctype Writer(byte me) {
-  byte r, gen, sub, ok0, ok1, i, n, mask;
+  byte r, gen, sub, ok0, ok1, i, n, mask, v0, v1;
   atomic { q[qt] = me; qt++ }
   if
   :: wdone[me] -> goto done            /* a leader committed it, with its outcome */
@@ -238,18 +241,19 @@ proctype Writer(byte me) {
        skip }
   fi;
 #ifdef CONTROL_CHECK_OUTSIDE_LOCK
-  d_step { decide(q[qh], 0, ok0); if :: n == 2 -> decide(q[qh+1], 0, ok1) :: else -> ok1 = 0 fi }
-  atomic { acquire(mask); reconcile();
+  d_step { decide(q[qh], 0, ok0); if :: n == 2 -> decide(q[qh+1], 0, ok1) :: else -> ok1 = 0 fi; gen = 0; sub = 0 }
+  atomic { acquire(mask); reconcile(); ver++; v0 = ver; ver++; v1 = ver;
 #else
   /* the transaction: the ledger view read inside it (Store._commit_writes), each write checked
    * on its own (GroupWriter.write), the accepted ones landing at COMMIT */
-  atomic { acquire(mask); reconcile();
-    decide(q[qh], 0, ok0); if :: n == 2 -> decide(q[qh+1], 0, ok1) :: else -> ok1 = 0 fi
+  atomic { acquire(mask); reconcile(); ver++; v0 = ver; ver++; v1 = ver;
+    decide(q[qh], 0, ok0); if :: n == 2 -> decide(q[qh+1], 0, ok1) :: else -> ok1 = 0 fi;
 #endif
+    gen = 0; sub = 0; i = 0
   }
   atomic {                               /* COMMIT */
-    if :: ok0 -> land(q[qh]) :: else -> skip fi;
-    if :: n == 2 && ok1 -> land(q[qh+1]) :: else -> skip fi;
+    if :: ok0 -> land(q[qh], v0) :: else -> skip fi;
+    if :: n == 2 && ok1 -> land(q[qh+1], v1) :: else -> skip fi;
     release(mask);
     i = qh;                              /* each caller gets its outcome; the next in line leads */
     do
@@ -265,8 +269,8 @@ done:
 /* Store.forget / forget_subject: plan under the lock, ledger append, COMMIT; a large plan's
  * records in chunks after (ErasureApplier). */
 proctype Forget(byte f) {
-  byte r, t, v, s, o;
-  bit chunked;
+  byte r, t, v, s, o, sv, sp0, sp1;
+  bit chunked, escaped;
   lf_comp[f] = 1;
 #if defined(SCEN_PURGE)
   t = SUBJ;
@@ -288,20 +292,36 @@ proctype Forget(byte f) {
   :: true -> t = SUBJ
   fi;
 #endif
+  d_step {                               /* ForgetPlanner.survey, outside the lock */
+    sv = SURVEY_CLOCK;
+    sp0 = ((covers(t, 0) && rec_st[0] == LIVE) -> rec_ver[0] : 0);
+    sp1 = ((covers(t, 1) && rec_st[1] == LIVE) -> rec_ver[1] : 0)
+  }
   atomic {
     acquire(t);
     reconcile();
-    ver++; v = ver;                      /* ForgetPlanner.plan: every covered live record */
-    s = 0;
+    ver++; v = ver;
+    /* ForgetPlanner.plan: what the survey found, and what was written since its clock */
+    pl[f*2] = ((covers(t, 0) && rec_st[0] == LIVE && (rec_ver[0] == sp0 || rec_ver[0] > sv)) -> rec_ver[0] : 0);
+    pl[f*2+1] = ((covers(t, 1) && rec_st[1] == LIVE && (rec_ver[1] == sp1 || rec_ver[1] > sv)) -> rec_ver[1] : 0);
+    /* the postcondition (check_postcondition, sweep): a covered record written before the
+     * forget and not in its plan fails the forget closed */
+    escaped = 0; s = 0;
     do
     :: s < NSLOT ->
-       if
-       :: covers(t, s) && rec_st[s] == LIVE -> assert(rec_ver[s] < v); pl[f*2+s] = rec_ver[s]
-       :: else -> pl[f*2+s] = 0
-       fi;
+       escaped = escaped || (covers(t, s) && rec_st[s] == LIVE && rec_ver[s] < v && pl[f*2+s] != rec_ver[s]);
        s++
     :: else -> break
     od;
+#ifndef NO_SWEEP
+    if
+    :: escaped -> release(t); goto done  /* ForgetPostconditionError: nothing committed, nothing ledgered */
+    :: else -> skip
+    fi;
+#endif
+    /* (1) a write acknowledged before the forget is covered by it */
+    assert(!escaped);
+    sv = 0; sp0 = 0; sp1 = 0; s = 0;     /* (dead from here: not part of the state) */
     if
     :: (pl[f*2] != 0 || pl[f*2+1] != 0) -> chunked = 1   /* a plan larger than chunk_records() */
     :: chunked = 0
@@ -326,6 +346,7 @@ proctype Forget(byte f) {
     :: else -> skip
     fi;
     committed = committed | (1 << f);
+    if :: clock < v -> clock = v :: else -> skip fi;
     release(t)
   }
   if
@@ -387,7 +408,7 @@ proctype Reader(byte s) {
 /* Store.reauthorize(scope a/b, subject s, owner=o), then a write of slot B presenting the token
  * (it commits alone). */
 proctype Reauthorizer(byte o) {
-  byte r, gen, sub, ok, b, newest;
+  byte r, gen, sub, ok, b, newest, v;
   bit refused;
   acquire(COVER_B);
   d_step { reconcile() }
@@ -451,6 +472,7 @@ proctype Reauthorizer(byte o) {
 #endif
   d_step {
     reconcile();
+    ver++; v = ver;
     decide(SLOT_B, 1, ok);
     if
     :: ok == 2 -> consume(gen, sub)      /* Ledger.lift, before COMMIT */
@@ -459,7 +481,7 @@ proctype Reauthorizer(byte o) {
   }
   d_step {                               /* COMMIT */
     if
-    :: ok != 0 -> land(SLOT_B)
+    :: ok != 0 -> land(SLOT_B, v)
     :: else -> skip
     fi;
 #ifdef CONTROL_SKIP_LOCK

@@ -14,3 +14,9 @@ byte held;       /* the target locks held now (a bit per target) */
 
 inline acquire(mask) { atomic { (held & (mask)) == 0 -> held = held | (mask) } }
 inline release(mask) { held = held & ~(mask) }
+
+/* the clock a forget's survey notes: the committed clock. Transactions on disjoint targets take
+ * versions in one order and commit in another, so a version below it may still commit later:
+ * what the plan adds as "written since" misses it, and the forget's postcondition (the sweep)
+ * is what keeps the forget from committing without it (-DNO_SWEEP shows the escape). */
+#define SURVEY_CLOCK clock

@@ -10,3 +10,7 @@ bit advisory;    /* pg_advisory_xact_lock of the store's schema */
 
 inline acquire(mask) { atomic { advisory == 0 -> advisory = 1 } }
 inline release(mask) { advisory = 0 }
+
+/* the clock a forget's survey notes before its first read: the committed clock (the writer
+ * that takes a version commits it with the clock, under the one lock) */
+#define SURVEY_CLOCK clock

@@ -10,3 +10,7 @@ bit db_writer;   /* the database file's write lock */
 
 inline acquire(mask) { atomic { db_writer == 0 -> db_writer = 1 } }
 inline release(mask) { db_writer = 0 }
+
+/* the clock a forget's survey notes before its first read: the committed clock (the writer
+ * that takes a version commits it with the clock, under the one lock) */
+#define SURVEY_CLOCK clock

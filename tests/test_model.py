@@ -38,10 +38,12 @@ SCENARIOS = {"core": (), "tokens": ("-DSCEN_TOKENS",), "restore": ("-DSCEN_RESTO
 
 VERIFIED = [
     *(
-        Run(f"{name}-{lock}", (*flags, *defines))
-        for lock, flags in LOCKS.items()
+        Run(f"{name}-{lock}", (*LOCKS[lock], *defines))
+        for lock in ("sqlite", "pg_fine")
         for name, defines in SCENARIOS.items()
     ),
+    # today's PostgreSQL lock is one lock per store as SQLite's is one per file: one scenario
+    Run("tokens-pg_one_lock", (*LOCKS["pg_one_lock"], "-DSCEN_TOKENS")),
     *(Run(f"purge-{lock}", (*LOCKS[lock], "-DSCEN_PURGE"), liveness=True) for lock in ("sqlite", "pg_fine")),
 ]
 
@@ -53,7 +55,7 @@ CONTROLS = [
         counterexample="assertion violated (lf_owner[r]==tok_owner)",
     ),
     # the dominance check outside the write lock: a write lands after a forget of its target
-    Run("check-outside-lock", ("-DCONTROL_CHECK_OUTSIDE_LOCK",), counterexample="(lf_ver[r]<ver)"),
+    Run("check-outside-lock", ("-DCONTROL_CHECK_OUTSIDE_LOCK",), counterexample="(lf_ver[r]<v"),
     # a repeated erasure that found nothing stayed purged forever: never verified
     Run(
         "reforget-stuck",
@@ -62,7 +64,10 @@ CONTROLS = [
         counterexample="acceptance cycle",
     ),
     # finer PostgreSQL locks, a writer skipping its ancestor scope's lock: it races a scope forget
-    Run("skip-lock", ("-DPG_FINE", "-DCONTROL_SKIP_LOCK"), counterexample="(lf_ver[r]<ver)"),
+    Run("skip-lock", ("-DPG_FINE", "-DCONTROL_SKIP_LOCK"), counterexample="(lf_ver[r]>v"),
+    # not a past bug but the finer locks' design: versions commit out of order, so a record
+    # escapes a forget's survey and its "written since"; only the postcondition catches it
+    Run("no-sweep-pg_fine", ("-DPG_FINE", "-DNO_SWEEP"), counterexample="assertion violated  !(escaped)"),
 ]
 
 
