@@ -267,7 +267,7 @@ done:
 }
 
 /* Store.forget / forget_subject: plan under the lock, ledger append, COMMIT; a large plan's
- * records in chunks after (ErasureApplier). */
+ * records in chunks after (PlanApplier). */
 proctype Forget(byte f) {
   byte r, t, v, s, o, sv, sp0, sp1;
   bit chunked, escaped;
@@ -350,7 +350,7 @@ proctype Forget(byte f) {
     release(t)
   }
   if
-  :: chunked ->                          /* ErasureApplier.run: the records, in a later transaction */
+  :: chunked ->                          /* PlanApplier.run: the records, in a later transaction */
      atomic {
        acquire(t);
        if
