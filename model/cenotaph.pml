@@ -21,6 +21,9 @@
  *   -DCONTROL_CHECK_OUTSIDE_LOCK a write's dominance check runs before its transaction's lock
  *   -DCONTROL_REFORGET_STUCK     a repeated erasure that found nothing never verifies
  *   -DCONTROL_SKIP_LOCK          (pg_fine) a writer skips the lock of its ancestor scope
+ * and two that show properties (1) and the finer locks' design have teeth:
+ *   -DCONTROL_READ_ROWS_ONLY     a read trusts the rows, not the ledger view
+ *   -DNO_SWEEP                   a forget commits without its postcondition (fails under pg_fine)
  */
 
 #if defined(PG_FINE)
@@ -374,6 +377,7 @@ proctype Reader(byte s) {
   d_step {
     v = rec_ver[s]; st = rec_st[s]; late = ledgered;
     visible = (st == LIVE);
+#ifndef CONTROL_READ_ROWS_ONLY
     r = 0;
     do
     :: r < NF ->
@@ -385,6 +389,7 @@ proctype Reader(byte s) {
        r++
     :: else -> break
     od
+#endif
   }
   d_step {
     r = 0;
