@@ -5,8 +5,10 @@
  *
  * Abstractions: a record is (slot, version) and its state; crypto is a state (LIVE, HIDDEN,
  * DESTROYED: its key is gone); SQL is one atomic step per transaction's reads and one per COMMIT;
- * the disk is what COMMIT and a ledger append make durable. The version clock is one counter
- * (max of the database's clock and the ledger's newest version, as every transaction computes it).
+ * the disk is what COMMIT and a ledger append make durable. A transaction takes its versions at
+ * its start (`ver`: max of the database's clock and the ledger's newest version, as every
+ * transaction computes it) and commits them at its end (`clock`); under one lock the two agree
+ * at every COMMIT, under finer locks they do not.
  *
  * Bounds: two slots -- A = (scope a, key k) and B = (scope a/b, key k, carrying subject s, the
  * scope's default subject) -- two forgets, one reauthorization token, two owners.
@@ -74,7 +76,9 @@ byte ledgered;              /* forgets appended (a bit per forget) */
 byte lf_tgt[NF];            /* the targets its tombstones name */
 byte lf_ver[NF];
 byte lf_owner[NF];          /* 0: no owner */
-bit lf_comp[NF];            /* compliance (else operational) */
+bit lf_comp[NF];            /* compliance (else operational: it hides, destroys nothing; the
+                             * forgets modelled are compliance ones, as no safety property tells
+                             * hidden from destroyed) */
 byte pl[4];                 /* its plan: version of slot s's record it forgets, at [f*2+s] (0: none) */
 byte lift_gen;              /* lifts: scope a/b's (issue version of the token that lifted it) */
 byte lift_sub;              /* and subject s's */
