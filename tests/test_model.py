@@ -24,6 +24,7 @@ import pytest
 MODEL = Path(__file__).resolve().parent.parent / "model" / "cenotaph.pml"
 LOCKS = {"sqlite": (), "pg_one_lock": ("-DPG_ONE",), "pg_fine": ("-DPG_FINE",)}
 STEP_TIMEOUT_S = 120
+TRAIL = "cenotaph.pml.trail"  # where pan writes the interleaving that reaches an error
 
 
 @dataclass(frozen=True)
@@ -84,13 +85,21 @@ def _check(run: Run, root: Path) -> str:
     ]
     out = ""
     for step in steps:
-        done = subprocess.run(
-            step, cwd=work, capture_output=True, text=True, timeout=STEP_TIMEOUT_S, check=False
-        )
-        out = done.stdout + done.stderr
-        if step[0] != "./pan" and done.returncode != 0:
-            return f"{step[0]} failed ({done.returncode}):\n{out}"
+        out = _run(step, work)
+        if out.startswith("failed"):
+            return f"{step[0]} {out}"
+    if run.counterexample is None and (work / TRAIL).exists():
+        # the model found an error: the interleaving that reaches it, step by step
+        out += "\n" + _run(["spin", "-t", "-k", TRAIL, "-p", "-g", *run.defines, str(MODEL)], work)
     return out
+
+
+def _run(command: list[str], cwd: Path) -> str:
+    done = subprocess.run(
+        command, cwd=cwd, capture_output=True, text=True, timeout=STEP_TIMEOUT_S, check=False
+    )
+    out = done.stdout + done.stderr
+    return f"failed ({done.returncode}):\n{out}" if done.returncode != 0 and command[0] != "./pan" else out
 
 
 @pytest.fixture(scope="module")
