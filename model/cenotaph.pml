@@ -118,7 +118,26 @@ inline apply_records(f) {
   fi
 }
 
-/* Ledger.reconcile: every forget the ledger holds and the database lacks, applied whole */
+/* the end of a chunked plan (PlanApplier.run): sweep, and apply the plan to what it missed */
+inline finish_sweep(f) {
+#ifndef NO_SWEEP
+  if
+  :: covers(lf_tgt[f], 0) && rec_st[0] == LIVE && rec_ver[0] < lf_ver[f] ->
+       rec_st[0] = (lf_comp[f] -> DESTROYED : HIDDEN)
+  :: else -> skip
+  fi;
+  if
+  :: covers(lf_tgt[f], 1) && rec_st[1] == LIVE && rec_ver[1] < lf_ver[f] ->
+       rec_st[1] = (lf_comp[f] -> DESTROYED : HIDDEN)
+  :: else -> skip
+  fi
+#else
+  skip
+#endif
+}
+
+/* Ledger.reconcile: every forget the ledger holds and the database lacks, applied whole (a
+ * whole plan passed its postcondition before the ledger got it: its sweep finds nothing) */
 inline reconcile() {
   r = 0;
   do
@@ -126,6 +145,7 @@ inline reconcile() {
      if
      :: (ledgered & (1 << r)) && !(applied & (1 << r)) ->
           apply_records(r);
+          finish_sweep(r);                /* (a large plan's replay ends as PlanApplier.run does) */
           applied = applied | (1 << r);
           committed = committed | (1 << r);
           chunk_left[r] = 0;
@@ -311,28 +331,29 @@ proctype Forget(byte f) {
     /* ForgetPlanner.plan: what the survey found, and what was written since its clock */
     pl[f*2] = ((covers(t, 0) && rec_st[0] == LIVE && (rec_ver[0] == sp0 || rec_ver[0] > sv)) -> rec_ver[0] : 0);
     pl[f*2+1] = ((covers(t, 1) && rec_st[1] == LIVE && (rec_ver[1] == sp1 || rec_ver[1] > sv)) -> rec_ver[1] : 0);
-    /* the postcondition (check_postcondition, sweep): a covered record written before the
-     * forget and not in its plan fails the forget closed */
-    escaped = 0; s = 0;
+    escaped = 0; s = 0;                  /* a covered record written before it, not in its plan */
     do
     :: s < NSLOT ->
        escaped = escaped || (covers(t, s) && rec_st[s] == LIVE && rec_ver[s] < v && pl[f*2+s] != rec_ver[s]);
        s++
     :: else -> break
     od;
-#ifndef NO_SWEEP
-    if
-    :: escaped -> release(t); goto done  /* ForgetPostconditionError: nothing committed, nothing ledgered */
-    :: else -> skip
-    fi;
-#endif
-    /* (1) a write acknowledged before the forget is covered by it */
-    assert(!escaped);
-    sv = 0; sp0 = 0; sp1 = 0; s = 0;     /* (dead from here: not part of the state) */
     if
     :: (pl[f*2] != 0 || pl[f*2+1] != 0) -> chunked = 1   /* a plan larger than chunk_records() */
     :: chunked = 0
     fi;
+#ifndef NO_SWEEP
+    /* a whole plan's postcondition (Ledger.commit_plan: check_postcondition, sweep) fails the
+     * forget closed; a chunked plan's runs after its last chunk (PlanApplier.run) */
+    if
+    :: escaped && !chunked -> release(t); goto done   /* nothing committed, nothing ledgered */
+    :: else -> skip
+    fi;
+#endif
+    /* (1) a write acknowledged before the forget is covered by it (a large plan's, by its last
+     * chunk: below) */
+    assert(!escaped || chunked);
+    sv = 0; sp0 = 0; sp1 = 0; s = 0; escaped = 0;  /* (dead from here: not part of the state) */
     lf_tgt[f] = t; lf_ver[f] = v; lf_owner[f] = o;     /* Ledger.commit_plan: durable before COMMIT */
     ledgered = ledgered | (1 << f)
   }
@@ -362,6 +383,10 @@ proctype Forget(byte f) {
        acquire(t);
        if
        :: chunk_left[f] -> apply_records(f); chunk_left[f] = 0;
+          finish_sweep(f);
+          /* (1) ... and by its last chunk, everything it covers written before it */
+          assert(!(covers(lf_tgt[f], 0) && rec_st[0] == LIVE && rec_ver[0] < lf_ver[f]));
+          assert(!(covers(lf_tgt[f], 1) && rec_st[1] == LIVE && rec_ver[1] < lf_ver[f]));
           rstate[f] = (lf_comp[f] -> R_SHREDDED : R_TOMBSTONED)
        :: else -> skip
        fi;
@@ -560,7 +585,7 @@ end:
            acquire(lf_tgt[f]);
            d_step {
              if
-             :: chunk_left[f] -> apply_records(f); chunk_left[f] = 0; rstate[f] = R_SHREDDED
+             :: chunk_left[f] -> apply_records(f); chunk_left[f] = 0; finish_sweep(f); rstate[f] = R_SHREDDED
              :: else -> skip
              fi;
              if
