@@ -2,8 +2,8 @@
 
 Every lock discipline and scenario must verify with no error: the safety properties (1)-(4) as
 assertions, the liveness property (5) as an LTL formula under weak fairness. Every control (a bug
-cenotaph had, reintroduced as a variant of the model) must yield its counterexample: a control
-that verifies clean means the model lost its teeth. Each run is ``spin -a``, ``gcc`` and ``./pan``
+cenotaph had, reintroduced as a variant of the model, or a step the protocol relies on, removed)
+must yield its counterexample: a control that verifies clean means the model lost its teeth. Each run is ``spin -a``, ``gcc`` and ``./pan``
 in a temporary directory; the runs share the machine two at a time.
 
 Skipped only when spin is not installed and ``CENOTAPH_CI`` is unset (CI installs it: ``.ci/run``).
