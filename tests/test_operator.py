@@ -134,7 +134,7 @@ def test_purge_table_on_a_clean_store_does_not_alarm(data: Path) -> None:
 
 
 def test_purge_table_shows_a_real_scan_and_its_positive_control(data: Path) -> None:
-    with cenotaph.open(data, auto_purge=False) as store:
+    with cenotaph.open(data, auto_purge="off") as store:
         store.write(USER, "k", "secret")
         store.forget(USER, "k")
     out = _table("purge", "--data", str(data), columns=120)
@@ -294,7 +294,7 @@ def test_ctrl_c_during_a_forget_waits_for_its_commit_and_says_what_to_run(data: 
 
 
 def test_ctrl_c_during_a_purge_says_it_resumes(data: Path, tmp_path: Path) -> None:
-    with cenotaph.open(data, auto_purge=False) as store:
+    with cenotaph.open(data, auto_purge="off") as store:
         store.write(USER, "k", "v")
         request = store.forget(USER, "k")
     code, stderr = _interrupt(["purge", "--data", str(data)], ("purge.rows", tmp_path / "p"))

@@ -156,7 +156,7 @@ async def test_base_version_refuses_a_stale_write(mcp_store: cenotaph.Store) -> 
 
 
 async def test_erasure_status_reports_layers_and_waits(tmp_path: Path) -> None:
-    with cenotaph.open(tmp_path / "d", auto_purge=False) as store:
+    with cenotaph.open(tmp_path / "d", auto_purge="off") as store:
         async with memory_client(store) as tools:
             await tools.ok("memory_write", key="k", value="v")
             forgotten = await tools.ok("memory_forget", key="k")

@@ -38,7 +38,7 @@ def _detected(setup: Setup, what: str) -> None:
 
 def _forgotten(setup: Setup, mode: str, *, purge: bool = False) -> tuple[str, str]:
     """A record under SCOPE/k, forgotten; returns (record id, request id). Another record stays."""
-    with reopened(setup, auto_purge=purge) as store:
+    with reopened(setup, auto_purge="sync" if purge else "off") as store:
         rec = store.write(SCOPE, "k", "the secret value")
         store.write(OTHER, "k", "unrelated")
         request = store.forget(SCOPE, "k", mode=mode)
@@ -71,11 +71,11 @@ def test_deleting_tombstones_and_clearing_hidden_marks_resurrects_nothing(setup:
 def test_restoring_destroyed_keys_from_an_older_copy_resurrects_nothing(setup: Setup, tmp_path: Path) -> None:
     """Compliance forget, not yet purged: its wrapped key bytes come back from a copy taken before
     it (the KEK epoch that wrapped them is still live until rotation)."""
-    with reopened(setup, auto_purge=False) as store:
+    with reopened(setup, auto_purge="off") as store:
         rec = store.write(SCOPE, "k", "the secret value")
     old = tmp_path / "old.db"
     old.write_bytes(setup.db.read_bytes())
-    with reopened(setup, auto_purge=False) as store:
+    with reopened(setup, auto_purge="off") as store:
         store.forget(SCOPE, "k")
     edit(
         setup.db,

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..backends.base import Backend, ErasureRow
+from ..clock import Clock
 from ..crypto.keys import KeyChain
 from ..crypto.provider import KeyProvider
 from ..memory import StoreMemory
@@ -50,6 +51,7 @@ class ErasureService:
         memory: StoreMemory,
         ledger: Ledger,
         mode: str,
+        clock: Clock,
     ) -> None:
         self.mode = mode  # the purge mode (erasure.background.PURGE_MODES)
         self._memory = memory
@@ -60,7 +62,7 @@ class ErasureService:
         )
         self.audit = AuditCheck(backend, provider, memory, ledger)
         self.requests = RequestStatus(backend, self.horizons, self.audit, memory, self.advance)
-        self.purger = Purger(backend, provider, self._verifier, memory)
+        self.purger = Purger(backend, provider, self._verifier, memory, clock)
         self.attestor = Attestor(backend, provider, self.requests, self.horizons, self.audit)
         self.rotation = Rotation(backend, provider, keys, self.horizons, memory)
         self.backups = Backups(backend, provider, keys, memory)
