@@ -10,11 +10,11 @@ state is faked) and detected (``verify_audit`` raises, ``cenotaph audit verify``
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 from tests.kit.checks import present
+from tests.kit.clock import ManualClock
 
 import cenotaph
 from cenotaph.errors import ErasureNotProvableError, ForgottenError, StorageError
@@ -151,13 +151,15 @@ def test_a_records_version_is_bound_to_its_ciphertext(setup: Setup) -> None:
 
 
 # -- expiry ----------------------------------------------------------------------------------------
-def test_extending_an_expiry_column_does_not_serve_an_expired_record(setup: Setup) -> None:
-    with reopened(setup) as store:
-        rec = store.write(SCOPE, "k", "short-lived", ttl=0.2)
+def test_extending_an_expiry_column_does_not_serve_an_expired_record(
+    setup: Setup, clock: ManualClock
+) -> None:
+    with reopened(setup, clock=clock) as store:
+        rec = store.write(SCOPE, "k", "short-lived", ttl=60)
         kept = store.write(SCOPE, "k2", "long-lived", ttl=3600)
-    time.sleep(0.3)
+    clock.advance_past(rec)
     edit(setup.db, ["UPDATE records SET expires_at = expires_at + 1000000"])
-    with reopened(setup) as store:
+    with reopened(setup, clock=clock) as store:
         assert store.read(SCOPE, "k") is None
         assert store.get(rec.id) is None
         assert [r.key for r in store.list(SCOPE)] == ["k2"]
