@@ -246,13 +246,31 @@ def _interrupt(args: list[str], pause: tuple[str, Path] | None = None) -> tuple[
                 time.sleep(0.02)
         process.send_signal(signal.SIGINT)
         if pause is not None:
-            time.sleep(0.3)
+            _wait_signal_taken(process)  # the CLI holds it until the step it is in has committed
             pause[1].unlink()  # let it go on from the fault point
         _, stderr = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
     return process.returncode, stderr
+
+
+def _wait_signal_taken(process: subprocess.Popen[str]) -> None:
+    """Until no signal is pending for the process (Linux: ``ShdPnd`` in /proc/PID/status): a
+    thread of it has taken the SIGINT, so its handler has run before the paused main thread looks
+    at the marker again."""
+    status = Path(f"/proc/{process.pid}/status")
+    if not status.exists():
+        time.sleep(0.3)  # no way to look: give the signal time to arrive instead
+        return
+    deadline = time.monotonic() + 60
+    while True:
+        fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
+        if int(fields["ShdPnd"], 16) == 0 and int(fields["SigPnd"], 16) == 0:
+            return
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the process never took the signal"
+        time.sleep(0.01)  # a poll interval; the condition decides
 
 
 def _wait_reading_stdin(process: subprocess.Popen[str]) -> None:
