@@ -11,7 +11,10 @@ plugs in without them knowing SQLite. Read from the source files' own import sta
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
+
+import pytest
 
 import cenotaph
 
@@ -98,3 +101,93 @@ def test_the_store_imports_no_backend() -> None:
     assert "sqlite" in _backend_packages()
     named = {n.split(".")[2] for n in found if n.startswith("cenotaph.backends.")}
     assert not named & _backend_packages(), sorted(named & _backend_packages())
+
+
+# -- the surfaces: HTTP, MCP, the adapters, the command line and the remote client ---------------
+PUBLIC_MODULES = frozenset(
+    {
+        "cenotaph",
+        "cenotaph.errors",
+        "cenotaph.model",
+        "cenotaph.limits",
+        "cenotaph.remedies",
+        "cenotaph.wire",
+        "cenotaph.operations",
+    }
+)
+"""What a surface may import of cenotaph besides its own package: the public API."""
+
+SURFACES = {
+    "service": ("cenotaph.service",),
+    "integrations": ("cenotaph.integrations",),
+    # the command line starts the HTTP and MCP servers and manages their API keys
+    "cli": ("cenotaph.cli", "cenotaph.service"),
+}
+
+
+def _modules(path: Path) -> set[str]:
+    """The ``cenotaph`` modules ``path`` imports: each ``from M import x`` counts as M, and as
+    ``M.x`` too when that is a module (``from cenotaph import store`` imports ``cenotaph.store``)."""
+    modules = _module_names()
+    found = set()
+    for name in _imports(path):
+        parent = name.rpartition(".")[0]
+        found.add(parent if name not in modules and parent in modules else name)
+    return found
+
+
+def _module_names() -> set[str]:
+    """Every module and package under ``src/cenotaph``, by its dotted name."""
+    names = {"cenotaph"}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        names.add(".".join(("cenotaph", *(parts[:-1] if parts[-1] == "__init__" else parts))))
+    return names
+
+
+def _outside(path: Path, own: tuple[str, ...]) -> list[str]:
+    return sorted(
+        name
+        for name in _modules(path)
+        if name not in PUBLIC_MODULES and not any(name == p or name.startswith(p + ".") for p in own)
+    )
+
+
+def test_the_surface_reader_sees_internal_imports() -> None:
+    """The reader itself: a module named through ``from cenotaph import x`` or a relative import
+    is counted as that module, a name imported from a module as the module."""
+    store = _modules(PACKAGE / "store.py")
+    assert "cenotaph.erasure.service" in store and "cenotaph.memory" in store
+    assert "cenotaph.store.Store" not in _modules(PACKAGE / "__init__.py")
+    assert "cenotaph.store" in _modules(PACKAGE / "__init__.py")
+    assert _outside(PACKAGE / "__init__.py", ()) != []  # the package itself imports internals
+    assert _module_names() >= PUBLIC_MODULES
+
+
+@pytest.mark.parametrize("surface", sorted(SURFACES))
+def test_surfaces_import_only_the_public_api(surface: str) -> None:
+    """Every file of a surface imports of cenotaph only the public API and its own package: a
+    surface that needs more of the core gets a public, documented call for it, so no surface
+    re-implements a core rule behind the API's back."""
+    files = sorted((PACKAGE / surface).rglob("*.py"))
+    assert len(files) > 5, surface
+    offenders = {str(path.relative_to(PACKAGE)): _outside(path, SURFACES[surface]) for path in files}
+    assert not {name: found for name, found in offenders.items() if found}
+
+
+def test_the_client_imports_nothing_of_the_server() -> None:
+    """``cenotaph.Client`` knows the wire (:mod:`cenotaph.wire`), not the server's modules."""
+    found = _modules(PACKAGE / "client.py")
+    assert "cenotaph.wire" in found
+    assert not [n for n in found if n == "cenotaph.service" or n.startswith("cenotaph.service.")]
+    assert not _outside(PACKAGE / "client.py", ())
+
+
+def test_the_public_modules_say_what_they_export() -> None:
+    """Each public module a surface may import lists its names, and has each."""
+    for name in sorted(PUBLIC_MODULES - {"cenotaph"}):
+        module = importlib.import_module(name)
+        exported = getattr(module, "__all__", None)
+        assert exported, f"{name} has no __all__"
+        assert all(hasattr(module, n) for n in exported), name
+        assert module.__doc__, name

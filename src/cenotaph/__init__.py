@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import errors
+from . import errors, limits, operations, wire
 from .crypto.provider import KeyProvider, LocalKeyring
 from .erasure.certificate import verify_certificate
 from .erasure.service import Progress
@@ -90,9 +90,12 @@ __all__ = [
     "Store",
     "StoreSession",
     "errors",
+    "limits",
     "open",
+    "operations",
     "restore",
     "verify_certificate",
+    "wire",
 ]
 
 
