@@ -1,8 +1,8 @@
 """A clock the test moves: time to live without waiting for it.
 
 ``cenotaph.open(..., clock=ManualClock())`` gives a store a wall clock that stands still at the
-moment it was made until the test :meth:`~ManualClock.advance`\\ s it, so a record written with
-``ttl=60`` expires exactly when the test says and never because the host was slow."""
+moment it was made until the test advances it, so a record written with ``ttl=60`` expires
+exactly when the test says, and never because the host was slow (the ``clock`` fixture)."""
 
 from __future__ import annotations
 
