@@ -61,7 +61,7 @@ def test_every_exported_name_exists_and_is_documented(name: str) -> None:
 
 
 def test_the_plug_in_types_are_the_ones_the_store_uses() -> None:
-    from cenotaph.erasure.service import Progress
+    from cenotaph.erasure.entrance import Progress
     from cenotaph.index.embedder import Embedder, HashingEmbedder
 
     assert cenotaph.Embedder is Embedder and cenotaph.HashingEmbedder is HashingEmbedder

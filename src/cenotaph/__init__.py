@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from . import errors, limits, operations, wire
 from .crypto.provider import KeyProvider, LocalKeyring
-from .erasure.certificate import verify_certificate
-from .erasure.service import Progress
+from .erasure.certify.certificate import verify_certificate
+from .erasure.entrance import Progress
 from .errors import (
     AccessDeniedError,
     CenotaphError,

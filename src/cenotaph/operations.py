@@ -43,8 +43,8 @@ from .crypto.provider import KEYRING_ENV, MASTER_KEY_ENV, KeyProvider, LocalKeyr
 from .crypto.provider import keyring_from_env as _keyring_from_env
 from .crypto.provider import keyring_location as _keyring_location
 from .durable import write_all, write_atomically
-from .erasure.restoring import restore_committed as _restore_committed
-from .erasure.scanner import ResidueScanner, ScanResult, text_probes
+from .erasure.lifecycle.restoring import restore_committed as _restore_committed
+from .erasure.proof.scanner import ResidueScanner, ScanResult, text_probes
 from .store import service_key as _service_key
 
 if TYPE_CHECKING:  # importing it needs the PostgreSQL driver

@@ -8,9 +8,9 @@ from tests.kit.clock import ManualClock
 from tests.kit.stores import StoreFactory
 
 from cenotaph import Store
-from cenotaph.erasure import forget as forget_module
-from cenotaph.erasure import ledger
 from cenotaph.errors import ErasureNotProvableError, ForgottenError, ScopeClosureError
+from cenotaph.ledger import journal as ledger
+from cenotaph.ledger import plan as forget_module
 
 ALL = (T, U, S1, S2, V)
 

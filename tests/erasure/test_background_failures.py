@@ -64,7 +64,7 @@ def test_a_failed_background_purge_is_raised_to_the_next_caller_exactly_once(
     assert "store.purge()" in str(failure) and "store.erasure(request_id)" in str(failure), "what to do"
     assert isinstance(failure.__cause__, StorageError)
     # the worker goes on retrying, and failing: the same run of failures is not told again
-    worker = store._worker
+    worker = store._erasure.worker
     assert worker.wait_until_ended(worker.passes_ended + 2, timeout=30), "two more passes failed"
     assert _raised(store.raise_background_failure) is None
     with pytest.raises(ErasureNotProvableError) as caught:

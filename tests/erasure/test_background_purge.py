@@ -16,7 +16,7 @@ import pytest
 from tests.kit.stores import StoreFactory, open_location
 
 import cenotaph
-from cenotaph.erasure import scan_worker, verification
+from cenotaph.erasure.proof import scan_worker, verification
 from cenotaph.errors import ErasureNotProvableError, InvalidValueError, StorageError
 
 SCOPE = "tenant:acme/user:alice/session:s1"
@@ -155,7 +155,7 @@ def test_auto_purge_chooses_when_the_purge_runs(store_factory: StoreFactory, mod
     else:
         # a pass of the worker that starts after the forget has ended: in "off" mode it leaves
         # the request where the forget left it
-        assert store._worker.wait_until_ended(store._worker.nudge(), timeout=60)
+        assert store._erasure.worker.wait_until_ended(store._erasure.worker.nudge(), timeout=60)
         assert request.status().state == "shredded"
         assert request.wait(timeout=60).state == "verified"  # wait() purges itself
 
