@@ -902,7 +902,7 @@ def open_store(
     purge_mode(auto_purge)
     if not isinstance(clock, Clock):
         raise InvalidValueError(
-            "clock must implement cenotaph.clock.Clock (now() -> seconds since the epoch)"
+            "clock must implement cenotaph.clock.Clock: a now method giving seconds since the epoch"
         )
     if key_provider is not None and not isinstance(key_provider, KeyProvider):
         raise InvalidValueError("key_provider must implement cenotaph.KeyProvider (e.g. LocalKeyring)")
