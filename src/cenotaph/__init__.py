@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import errors, limits, operations, wire
+from .audit.tree_head import check_consistency as verify_consistency
 from .crypto.provider import KeyProvider, LocalKeyring
 from .erasure.certify.certificate import verify_certificate
 from .erasure.entrance import Progress
@@ -96,6 +97,7 @@ __all__ = [
     "open",
     "restore",
     "verify_certificate",
+    "verify_consistency",
 ]
 
 

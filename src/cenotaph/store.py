@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from .audit.log import TransparencyLog
 from .backends import (
     POSTGRES_DEFAULT_SCHEMA,
     Found,
@@ -124,6 +125,7 @@ class Store:
         # the caches and how fresh they are: shared with the erasure side, which syncs and
         # drops what memory holds through it (it never calls back into the store)
         self._caches = StoreCaches(self._backend, provider, self._keys, self._search, self._ledger)
+        self._log = TransparencyLog(self._backend, lambda: self._erasure.signer().sign)
         self._erasure = Erasure(
             self._backend,
             provider,
@@ -844,6 +846,20 @@ class Store:
         self._caches.sync()
         self._erasure.verify_audit()
         return self._erasure.integrity()
+
+    def tree_head(self) -> dict[str, Any]:
+        """A signed RFC 9162 tree head over every audit entry: ``{"tree_size", "root_hash",
+        "timestamp", "signature"}`` (hex; Ed25519 under :attr:`public_key`). Keep it: a later head
+        proves with :meth:`consistency_proof` that it extends this one."""
+        self._caches.check_open()
+        return self._log.head()
+
+    def consistency_proof(self, old_size: int) -> dict[str, Any]:
+        """``{"tree_head", "proof"}``: a signed head now and the RFC 9162 proof that the log of
+        ``old_size`` entries (an earlier head's ``tree_size``) is its prefix; check it with
+        :func:`cenotaph.verify_consistency`."""
+        self._caches.check_open()
+        return self._log.consistency(old_size)
 
     @property
     def public_key(self) -> str:

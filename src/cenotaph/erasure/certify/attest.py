@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from ...audit.chain import entry_from_dict
+from ...audit.log import TransparencyLog
 from ...backends import ops
 from ...backends.base import Backend
 from ...crypto.provider import KeyProvider
@@ -36,6 +37,7 @@ class Attestor:
         self._requests = requests
         self._horizons = horizons
         self._audit = audit
+        self._log = TransparencyLog(backend, lambda: self.signer().sign)
 
     def signer(self) -> Signer:
         return Signer.from_private_bytes(self._provider.signing_key())
@@ -71,4 +73,7 @@ class Attestor:
             anchor_audit(self._provider, txn, "attest", {"request_id": row.id})
             tail = txn.run(ops.AuditTail())
         fields["audit_head"] = entry_from_dict(json.loads(tail[1])).head if tail else ""
+        fields["log"] = self._log.inclusion(
+            lambda entry: entry.event == "forget" and entry.fields.get("request_id") == row.id
+        )
         return self.signer().sign_certificate(fields)
