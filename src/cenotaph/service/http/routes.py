@@ -421,6 +421,22 @@ def public_key(svc: SvcDep) -> dict[str, Any]:
     return {"public_key": svc.store.public_key}
 
 
+@router.get("/log/head", response_model=s.TreeHead, responses=READ, tags=["erasure"])
+def tree_head(svc: SvcDep, key: Agent) -> dict[str, Any]:
+    """A signed tree head over the audit log: keep it, and later ask for a consistency proof."""
+    return svc.store.tree_head()
+
+
+@router.get("/log/consistency", response_model=s.ConsistencyOut, responses=READ, tags=["erasure"])
+def consistency(
+    svc: SvcDep,
+    key: Agent,
+    old_size: Annotated[int, Query(alias="from", ge=0, description="the tree_size of the head you kept")],
+) -> dict[str, Any]:
+    """A signed head now and the proof that the log of ``from`` entries is its prefix."""
+    return svc.store.consistency_proof(old_size)
+
+
 # -- operations ---------------------------------------------------------------------------------
 @router.get("/backups", response_model=s.BackupList, responses=OPERATOR_READ, tags=["operations"])
 def list_backups(svc: SvcDep, key: Operator) -> dict[str, Any]:
