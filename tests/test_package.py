@@ -57,6 +57,8 @@ PUBLIC_API = {
     "open",
     "restore",
     "verify_certificate",
+    "verify_consistency",
+    "certificate_pdf",
 }
 
 

@@ -19,6 +19,7 @@ from . import errors, limits, operations, wire
 from .audit.tree_head import check_consistency as verify_consistency
 from .crypto.provider import KeyProvider, LocalKeyring
 from .erasure.certify.certificate import verify_certificate
+from .erasure.certify.pdf import certificate_pdf
 from .erasure.entrance import Progress
 from .errors import (
     AccessDeniedError,
@@ -90,6 +91,7 @@ __all__ = [
     "StorageError",
     "Store",
     "StoreSession",
+    "certificate_pdf",
     "errors",
     "limits",
     "operations",

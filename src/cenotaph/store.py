@@ -764,9 +764,13 @@ class Store:
         background purge's failure, if no caller has been told of it yet)."""
         return self._erasure.confirm(request_id)
 
-    def attest(self, request_id: str) -> Certificate:
-        """A signed, content-free certificate of a verified compliance erasure (S6)."""
-        return self._erasure.attest(request_id)
+    def attest(
+        self, request_id: str, *, requester_key_id: str | None = None, requester_name: str | None = None
+    ) -> Certificate:
+        """A signed, content-free certificate of a verified compliance erasure (S6), with the NIST
+        SP 800-88 Rev. 2 fields: ``requester_key_id`` is the API key that asked for the erasure, and
+        a name appears only if ``requester_name`` is given."""
+        return self._erasure.attest(request_id, requester_key_id, requester_name)
 
     def purge(self, *, progress: Progress | None = None) -> PurgeReport:
         """Remove erased rows, truncate the WAL, clear caches, then verify by scanning (S3, S4).

@@ -19,6 +19,7 @@ from ..proof.audit_check import AuditCheck
 from ..proof.verdicts import OPERATIONAL_GAP
 from ..status import RequestStatus
 from .certificate import Signer
+from .sanitization import Requester, sanitization_fields
 
 __all__ = ["Attestor"]
 
@@ -42,7 +43,7 @@ class Attestor:
     def signer(self) -> Signer:
         return Signer.from_private_bytes(self._provider.signing_key())
 
-    def attest(self, request_id: str) -> Certificate:
+    def attest(self, request_id: str, requester: Requester | None = None) -> Certificate:
         row = self._requests.row(request_id)
         if row.mode == Mode.OPERATIONAL:
             raise ErasureNotProvableError(OPERATIONAL_GAP, [OPERATIONAL_GAP])
@@ -68,6 +69,11 @@ class Attestor:
             "horizon": horizon.isoformat() if horizon else None,
             "horizon_reason": reason,
             "root_of_trust": self._provider.root_of_trust,
+            **sanitization_fields(
+                self._backend.describe(),
+                verified.get("scan") or dict(row.scan_evidence),
+                requester or Requester(),
+            ),
         }
         with self._backend.write() as txn:
             anchor_audit(self._provider, txn, "attest", {"request_id": row.id})

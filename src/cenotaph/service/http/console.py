@@ -314,7 +314,7 @@ def purge(op: OperatorDep, form: FormDep, request_id: str) -> Response:
 @router.get("/erasures/{request_id}/certificate")
 def certificate(op: OperatorDep, request_id: str) -> Response:
     handle = visible_erasure(op.svc, op.key, request_id)
-    certificate = op.svc.store.attest(handle.id)
+    certificate = op.svc.store.attest(handle.id, requester_key_id=op.svc.owners.owner("erasure", handle.id))
     body = certificate.to_json() + "\n"
     headers = {**HEADERS, "Content-Disposition": f'attachment; filename="certificate-{handle.id}.json"'}
     return Response(body, media_type="application/json", headers=headers)

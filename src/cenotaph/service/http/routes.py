@@ -383,7 +383,8 @@ def certificate(
     request_id: Annotated[str, Path(max_length=64)], svc: SvcDep, key: Operator
 ) -> dict[str, Any]:
     """The signed certificate once the request is verified; 409 with the gaps until then."""
-    return svc.store.attest(visible_erasure(svc, key, request_id).id).to_dict()
+    handle = visible_erasure(svc, key, request_id)
+    return svc.store.attest(handle.id, requester_key_id=svc.owners.owner("erasure", handle.id)).to_dict()
 
 
 @router.get(
