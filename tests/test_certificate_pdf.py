@@ -88,3 +88,16 @@ def test_attest_pdf_into_a_missing_directory_is_bad_input(verified: tuple[Path, 
     result = run("attest", request_id, "--pdf", str(tmp_path / "nope" / "c.pdf"), "--data", str(data))
     assert result.exit_code == 2 and "--pdf" in result.stderr
     assert not (tmp_path / "nope").exists()
+
+
+def test_verify_cert_says_what_the_log_proves_and_what_it_does_not(
+    verified: tuple[Path, str], tmp_path: Path
+) -> None:
+    data, request_id = verified
+    cert = tmp_path / "c.json"
+    assert run("attest", request_id, "--out", str(cert), "--data", str(data)).exit_code == 0
+    key = json.loads(cert.read_text())["public_key"]
+    doc = json.loads(run("verify-cert", str(cert), "--public-key", key).stdout)
+    assert doc["valid"] is True
+    assert any("Merkle tree" in claim for claim in doc["proves"])
+    assert any("audit witness" in claim for claim in doc["does_not_prove"])

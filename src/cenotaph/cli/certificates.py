@@ -281,6 +281,17 @@ def certificate_claims(fields: Mapping[str, Any]) -> dict[str, list[str]]:
         )
     else:
         not_proven.append(f"more than its root of trust ({root!r}) is worth: whoever controls it can sign")
+    log = fields.get("log")
+    if isinstance(log, Mapping) and isinstance(log.get("tree_head"), Mapping):
+        head = log["tree_head"]
+        proves.append(
+            f"the forget's audit entry is leaf {log.get('leaf_index')} of the audit log's Merkle tree of "
+            f"{head.get('tree_size')} entries whose root the same key signed at {head.get('timestamp')}"
+        )
+        not_proven.append(
+            "that the log was never rewritten: a head signed by the store proves consistency only to "
+            "someone who kept an earlier head (`cenotaph audit witness`)"
+        )
     not_proven += [
         f"which data it was: the target is a keyed token ({target[:16]}…) that only the keyring's holder "
         "can match to a scope, key or subject",
