@@ -76,9 +76,9 @@ __all__ = [
     "InvalidValueError",
     "KeyProvider",
     "KeyProviderError",
-    "NotFoundError",
     "LayerStatus",
     "LocalKeyring",
+    "NotFoundError",
     "Progress",
     "PurgeReport",
     "Record",
@@ -94,12 +94,12 @@ __all__ = [
     "certificate_pdf",
     "errors",
     "limits",
-    "operations",
-    "wire",
     "open",
+    "operations",
     "restore",
     "verify_certificate",
     "verify_consistency",
+    "wire",
 ]
 
 
