@@ -212,6 +212,8 @@ def test_forget_answers_202_and_the_status_url_polls_to_verified(api: httpx.Clie
     public = api.get("/v1/public-key").json()["public_key"]
     certificate = cenotaph.verify_certificate(cert.text, public)
     assert certificate["request_id"] == body["request_id"]
+    # the requester is the key that made the request (not the operator who fetched the certificate)
+    assert certificate["requester"] == {"key_id": api.get("/v1/key", headers=h).json()["id"]}
     # writes to the forgotten key are refused until reauthorized
     r = api.post("/v1/memories", json={"scope": tenant.alice, "key": "diet", "value": "vegan"}, headers=h)
     assert (
