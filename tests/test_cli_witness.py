@@ -147,3 +147,18 @@ def test_witness_url_needs_an_api_key_and_a_web_url(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "--api-key" in result.stderr
     result = run("audit", "witness", state, "--url", "file:///etc/passwd", "--api-key", "k")
     assert result.exit_code == 2 and "http:// or https://" in result.stderr
+
+
+def test_the_witness_checks_the_key_it_is_told_to_expect(data: Path, tmp_path: Path) -> None:
+    with cenotaph.open(data) as store:
+        key = store.public_key
+    other = "ab" * 32
+    state = tmp_path / "w.json"
+    wrong = run("audit", "witness", str(state), "--public-key", other, "--data", str(data))
+    assert wrong.exit_code == 1 and "another public key than --public-key" in wrong.stderr
+    assert not state.exists()  # nothing saved from a store signing with an unexpected key
+    ok_json("audit", "witness", str(state), "--public-key", key, "--data", str(data))
+    again = run("audit", "witness", str(state), "--public-key", other, "--data", str(data))
+    assert again.exit_code == 1 and "saved heads signed by another key" in again.stderr
+    bad = run("audit", "witness", str(state), "--public-key", "xyz", "--data", str(data))
+    assert bad.exit_code == 2 and "64 hex" in bad.stderr

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import urllib.error
 import urllib.parse
@@ -29,6 +30,7 @@ from .output import emit, table_option
 __all__ = ["tree_head", "witness"]
 
 API_KEY_ENV = "CENOTAPH_API_KEY"
+_KEY_HEX = re.compile(r"[0-9a-fA-F]{64}")
 _TIMEOUT_S = 30.0
 
 
@@ -69,28 +71,59 @@ class _Source:
     default=None,
     help="The API key for --url (any role; the log holds no content).",
 )
+@click.option(
+    "--public-key",
+    "expected_key",
+    metavar="HEX",
+    default=None,
+    help="The store's public key as you know it (64 hex characters): the heads must be signed by it, "
+    "the first run's too.",
+)
 @data_option
 @table_option
-def witness(state_file: Path, url: str | None, api_key: str | None, data: DataLocation, table: bool) -> None:
+def witness(
+    state_file: Path,
+    url: str | None,
+    api_key: str | None,
+    expected_key: str | None,
+    data: DataLocation,
+    table: bool,
+) -> None:
     """Check the audit log still extends the head saved in STATE_FILE, then save the new head.
 
-    The first run saves the store's head and public key (trust on first use). Every later run
+    The first run saves the store's head and public key (trust on first use, unless --public-key
+    names the key to expect). Every later run
     checks the current head is signed by that key and that a consistency proof shows it extends
     the saved one; exits 1 naming both sizes when the log was truncated, rolled back, rewritten
     or forked, and keeps the saved head. Run it from somewhere the store's operator cannot write.
     """
+    if expected_key is not None and not _KEY_HEX.fullmatch(expected_key):
+        raise click.BadParameter(
+            "expected 64 hex characters (the store's public_key)", param_hint="--public-key"
+        )
     saved = _load(state_file)
+    if expected_key is not None and saved is not None and saved["public_key"] != expected_key.lower():
+        raise CertificateError(
+            f"{state_file} saved heads signed by another key than --public-key; give a new state file "
+            "to witness this key"
+        )
     if url is not None:
-        result = _run(saved, _remote(url, api_key))
+        result = _run(saved, _remote(url, api_key), expected_key)
     else:
         with open_existing_store(data) as store:
-            result = _run(saved, _Source(lambda: store.public_key, store.tree_head, store.consistency_proof))
+            source = _Source(lambda: store.public_key, store.tree_head, store.consistency_proof)
+            result = _run(saved, source, expected_key)
     _save(state_file, {"public_key": result.pop("public_key"), "tree_head": result["tree_head"]})
     emit(result, table=table)
 
 
-def _run(saved: dict[str, Any] | None, source: _Source) -> dict[str, Any]:
+def _run(saved: dict[str, Any] | None, source: _Source, expected_key: str | None) -> dict[str, Any]:
     key = source.public_key()
+    if expected_key is not None and key.lower() != expected_key.lower():
+        raise CertificateError(
+            "the store signs with another public key than --public-key: do not trust its heads until "
+            "you know why"
+        )
     if saved is None:
         head = source.head()
         size = _check_head(head, key)
