@@ -101,3 +101,11 @@ def test_verify_cert_says_what_the_log_proves_and_what_it_does_not(
     assert doc["valid"] is True
     assert any("Merkle tree" in claim for claim in doc["proves"])
     assert any("audit witness" in claim for claim in doc["does_not_prove"])
+    fields = json.loads(cert.read_text())
+    fields["log"]["inclusion_path"] = [
+        hashlib.sha256(b"forged").hexdigest(),
+        *fields["log"]["inclusion_path"][1:],
+    ]
+    cert.write_text(json.dumps(fields))
+    altered = run("verify-cert", str(cert), "--public-key", key)
+    assert altered.exit_code == 1 and "inclusion_path does not lead" in " ".join(altered.stderr.split())
