@@ -92,10 +92,10 @@ def witness(
     """Check the audit log still extends the head saved in STATE_FILE, then save the new head.
 
     The first run saves the store's head and public key (trust on first use, unless --public-key
-    names the key to expect). Every later run
-    checks the current head is signed by that key and that a consistency proof shows it extends
-    the saved one; exits 1 naming both sizes when the log was truncated, rolled back, rewritten
-    or forked, and keeps the saved head. Run it from somewhere the store's operator cannot write.
+    names the key to expect). Every later run checks the current head is signed by that key and
+    that a consistency proof shows it extends the saved one; exits 1 naming both sizes when the
+    log was truncated, rolled back, rewritten or forked, and keeps the saved head. Run it from
+    somewhere the store's operator cannot write.
     """
     if expected_key is not None and not _KEY_HEX.fullmatch(expected_key):
         raise click.BadParameter(
