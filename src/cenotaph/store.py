@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from .audit.log import TransparencyLog
 from .backends import (
     POSTGRES_DEFAULT_SCHEMA,
     Found,
@@ -126,6 +127,7 @@ class Store:
         # the caches and how fresh they are: shared with the erasure side, which syncs and
         # drops what memory holds through it (it never calls back into the store)
         self._caches = StoreCaches(self._backend, provider, self._keys, self._search, self._ledger)
+        self._log = TransparencyLog(self._backend, lambda: self._erasure.signer().sign)
         self._erasure = Erasure(
             self._backend,
             provider,
@@ -761,9 +763,13 @@ class Store:
         background purge's failure, if no caller has been told of it yet)."""
         return self._erasure.confirm(request_id)
 
-    def attest(self, request_id: str) -> Certificate:
-        """A signed, content-free certificate of a verified compliance erasure (S6)."""
-        return self._erasure.attest(request_id)
+    def attest(
+        self, request_id: str, *, requester_key_id: str | None = None, requester_name: str | None = None
+    ) -> Certificate:
+        """A signed, content-free certificate of a verified compliance erasure (S6), with the NIST
+        SP 800-88 Rev. 2 fields: ``requester_key_id`` is the API key that asked for the erasure, and
+        a name appears only if ``requester_name`` is given."""
+        return self._erasure.attest(request_id, requester_key_id, requester_name)
 
     def purge(self, *, progress: Progress | None = None) -> PurgeReport:
         """Remove erased rows, truncate the WAL, clear caches, then verify by scanning (S3, S4).
@@ -843,6 +849,20 @@ class Store:
         self._caches.sync()
         self._erasure.verify_audit()
         return self._erasure.integrity()
+
+    def tree_head(self) -> dict[str, Any]:
+        """A signed RFC 9162 tree head over every audit entry: ``{"tree_size", "root_hash",
+        "timestamp", "signature"}`` (hex; Ed25519 under :attr:`public_key`). Keep it: a later head
+        proves with :meth:`consistency_proof` that it extends this one."""
+        self._caches.check_open()
+        return self._log.head()
+
+    def consistency_proof(self, old_size: int) -> dict[str, Any]:
+        """``{"tree_head", "proof"}``: a signed head now and the RFC 9162 proof that the log of
+        ``old_size`` entries (an earlier head's ``tree_size``) is its prefix; check it with
+        :func:`cenotaph.verify_consistency`."""
+        self._caches.check_open()
+        return self._log.consistency(old_size)
 
     @property
     def public_key(self) -> str:

@@ -52,6 +52,7 @@ from ..records import RecordCrypto
 from ..scope import Scope
 from .certify.attest import Attestor
 from .certify.certificate import Signer
+from .certify.sanitization import Requester
 from .lifecycle.backup import BACKUP_MANIFEST, Backups
 from .lifecycle.horizon import Horizons
 from .lifecycle.rotation import Rotation
@@ -295,8 +296,10 @@ class Erasure:
     def signer(self) -> Signer:
         return self.attestor.signer()
 
-    def attest(self, request_id: str) -> Certificate:
-        return self.attestor.attest(request_id)
+    def attest(
+        self, request_id: str, requester_key_id: str | None, requester_name: str | None
+    ) -> Certificate:
+        return self.attestor.attest(request_id, Requester(requester_key_id, requester_name))
 
     def verify_audit(self) -> dict[str, Any]:
         return self.audit.summary()

@@ -139,6 +139,13 @@ class PostgresBackend:
     def location(self) -> Path | None:
         return None  # no file of the store's: the server keeps its files
 
+    def describe(self) -> dict[str, str]:
+        where = self.endpoint
+        return {
+            "backend": "postgresql",
+            "location": f"PostgreSQL schema {where.schema} of database {where.dbname} on {where.server}",
+        }
+
     # -- connections -------------------------------------------------------------------
     def _configure(self, conn: Connection) -> None:
         conn.execute(set_search_path(self.schema))

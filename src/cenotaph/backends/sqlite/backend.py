@@ -913,6 +913,9 @@ class SQLiteBackend:
     def location(self) -> Path:
         return self.directory
 
+    def describe(self) -> dict[str, str]:
+        return {"backend": "sqlite", "location": f"SQLite database in the data directory {self.directory}"}
+
     @staticmethod
     def connect(path: Path) -> sqlite3.Connection:
         """A connection with every setting of SQLITE_SETTINGS applied and secure_delete read back;
