@@ -54,7 +54,9 @@ def check_tree_head(head: object, public_key: str | bytes, *, label: str = "tree
         try:
             head = json.loads(head)
         except ValueError:
-            raise CertificateError(f"the {label} is not valid JSON; pass a head exactly as the store signed it") from None
+            raise CertificateError(
+                f"the {label} is not valid JSON; pass a head exactly as the store signed it"
+            ) from None
     if not isinstance(head, Mapping) or set(head) != set(TREE_HEAD_FIELDS):
         raise CertificateError(f"the {label} must be an object with exactly {', '.join(TREE_HEAD_FIELDS)}")
     size, root, timestamp, signature = (head[name] for name in TREE_HEAD_FIELDS)
