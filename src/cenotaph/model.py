@@ -66,8 +66,10 @@ class Layer(StrEnum):
     CACHES = "caches"
     ROWS = "rows"
     WAL = "wal"
+    REPLICAS = "replicas"  # PostgreSQL: every streaming replica replayed past the purge
     INDEX = "index"
     SCAN = "scan"
+    PAGES = "pages"  # PostgreSQL: the server's pages (dead tuples, index entries) scanned
     RECLAIM = "reclaim"  # operational: the hidden rows removed
     HORIZON = "horizon"  # in a status only, while a KEK epoch of the forget lives
 

@@ -123,7 +123,7 @@ class Store:
         self._kek_seen: int | None = -1
         self._search = SearchIndex(embedder if embedder is not None else HashingEmbedder())
         self._sampler = ProbeSampler(provider, self._keys, self._crypto, self._search)
-        self._ledger = Ledger(provider, self._sampler.seal)
+        self._ledger = Ledger(provider, self._sampler.seal, [p.layer for p in backend.physical.layers])
         # the caches and how fresh they are: shared with the erasure side, which syncs and
         # drops what memory holds through it (it never calls back into the store)
         self._caches = StoreCaches(self._backend, provider, self._keys, self._search, self._ledger)

@@ -3,7 +3,8 @@
 Deleting a row removes it from what queries see; the bytes it occupied may live on in free
 space, a log, a replica or a copy. Each backend says which layers of a request it proves and how
 (:attr:`Physical.layers`), and does the engine-specific work behind five calls the erasure side
-makes: :meth:`Physical.reclaim` after rows are deleted, :meth:`Physical.rewrite` when a scan
+makes: :meth:`Physical.reclaim` after rows are deleted, :meth:`Physical.scan_pages` where the
+server's pages are not files the scan reads, :meth:`Physical.rewrite` when a scan
 found residue in the database's own files, :meth:`Physical.scan_sources` (what the verifying
 scan reads, and what it cannot reach), :meth:`Physical.snapshot` for a backup, and the
 :class:`DirectoryFormat` of a data directory (is it a store, restore's files, the doctor's
@@ -15,7 +16,7 @@ The SQLite implementation is ``backends/sqlite/physical.py``; a backend exposes 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
@@ -28,6 +29,7 @@ __all__ = [
     "DirectoryFormat",
     "LayerProof",
     "Outcome",
+    "PageScan",
     "Physical",
     "Reclaimed",
     "ScanGap",
@@ -84,6 +86,47 @@ class ScanSources:
 
     roots: Mapping[str, Path]
     gaps: tuple[ScanGap, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PageScan:
+    """What one page scan read (relations, pages, bytes, seconds), the probes it found, or why it
+    could not read the pages (``gap``, with what releases it)."""
+
+    tables: int = 0
+    relations: int = 0
+    pages: int = 0
+    size: int = 0  # bytes read
+    seconds: float = 0.0
+    matched_probes: frozenset[bytes] = frozenset()
+    matched_relations: tuple[str, ...] = ()
+    gap: str | None = None
+    release: str | None = None
+    vacuumed: tuple[str, ...] = ()
+
+    def evidence(self, probes: Sequence[bytes]) -> dict[str, object]:
+        """Content-free evidence for a request whose probes are ``probes``."""
+        if self.gap is not None:
+            return {"gap": self.gap, "release": self.release or ""}
+        found = [p for p in probes if p in self.matched_probes]
+        out: dict[str, object] = {
+            "tables": self.tables,
+            "relations": self.relations,
+            "pages": self.pages,
+            "bytes": self.size,
+            "seconds": round(self.seconds, 3),
+            "vacuumed": len(self.vacuumed),
+            "probes": len(probes),
+            "matches": len(found),
+        }
+        if found:
+            out["matched_relations"] = list(self.matched_relations)
+            out["gap"] = (
+                f"{len(found)} probe(s) of this request are still in the server's pages "
+                f"({', '.join(self.matched_relations)})"
+            )
+            out["release"] = "run store.purge() again (it rewrites the tables with VACUUM FULL)"
+        return out
 
 
 class DirectoryFormat(Protocol):
@@ -169,6 +212,12 @@ class Physical(Protocol):
     def snapshot(self, directory: Path) -> set[int]:
         """Write a consistent copy holding no freed bytes into ``directory`` (replacing what an
         earlier attempt left there); the KEK epochs its wrapped keys use, read from the copy."""
+        ...
+
+    def scan_pages(self, probes: Sequence[bytes]) -> PageScan | None:
+        """Search the pages of a server the scan's files do not hold (PostgreSQL: dead tuples
+        and index entries, through ``pageinspect``) for ``probes``; None where the files are the
+        database (SQLite: the verifying scan reads them whole)."""
         ...
 
     def blocked_wait_s(self) -> float:

@@ -71,9 +71,16 @@ def pause_between_chunks() -> None:
 _log = logging.getLogger("cenotaph")
 
 
-def initial_layers(plan: ForgetPlan, *, applied: int | None = None) -> dict[str, LayerEntry]:
+DEFAULT_PROVED = (Layer.ROWS, Layer.WAL, Layer.INDEX, Layer.SCAN)  # SQLite's physical layers
+
+
+def initial_layers(
+    plan: ForgetPlan, *, applied: int | None = None, proved: Sequence[str] = DEFAULT_PROVED
+) -> dict[str, LayerEntry]:
     """Per-layer status right after the forget committed (evidence is counts, never content).
-    ``applied``: of a plan applied in chunks, how many record ids are done (None: all)."""
+    ``applied``: of a plan applied in chunks, how many record ids are done (None: all).
+    ``proved``: the physical layers the backend proves (``Physical.layers``), pending until a
+    purge (or its verifying scan) settles them."""
     done, pending = LayerState.DONE, LayerState.PENDING
     if not plan.compliance:
         return {
@@ -90,10 +97,7 @@ def initial_layers(plan: ForgetPlan, *, applied: int | None = None) -> dict[str,
         ),
         Layer.LINEAGE: LayerEntry(keys, {"cascaded": len(plan.destroy_records)}),
         Layer.CACHES: LayerEntry(done, {"cleared": "in-process, others by forget epoch"}),
-        Layer.ROWS: LayerEntry(pending),
-        Layer.WAL: LayerEntry(pending),
-        Layer.INDEX: LayerEntry(pending),
-        Layer.SCAN: LayerEntry(pending),
+        **{name: LayerEntry(pending) for name in proved},
     }
 
 
@@ -121,8 +125,11 @@ Sampler = Callable[[Txn, ForgetPlan, Any, bool], bytes | None]
 
 
 class Ledger:
-    def __init__(self, provider: KeyProvider, sampler: Sampler) -> None:
+    def __init__(
+        self, provider: KeyProvider, sampler: Sampler, proved: Sequence[str] = DEFAULT_PROVED
+    ) -> None:
         self._provider = provider
+        self.proved = tuple(proved)  # the backend's physical layers (initial_layers)
         self._sampler = sampler  # seals probes of what a compliance plan destroys (S4)
         self._mark: int | None = None
         self._replayed = False  # set when a replay changed the database: caches must be rechecked
@@ -307,7 +314,7 @@ class Ledger:
                     version=plan.version,
                     requested_at=plan.requested_at,
                     state=ErasureState.SHREDDED if plan.compliance and whole else ErasureState.TOMBSTONED,
-                    layers=dump_layers(initial_layers(plan, applied=applied)),
+                    layers=dump_layers(initial_layers(plan, applied=applied, proved=self.proved)),
                     plan=json.dumps(plan.to_entry()),
                     probes=probes,
                     horizon=None,

@@ -10,13 +10,16 @@ transaction as its tombstone. Those files may still keep the destroyed keys' wra
 tuple, a WAL record) until vacuum and WAL recycling, and a wrapped key opens with the KEK epoch
 that wrapped it: what ends that is the horizon (the next rotation destroys the epoch), which the
 request reports on its own, as it does for backups. The
-purge proves what it can reach: the rows gone, and (the ``wal`` layer) every configured replica
-replayed past the purge's commit, so no replica still serves a destroyed key or a deleted row.
+purge proves what it can reach: the rows gone, (the ``replicas`` layer) every configured replica
+replayed past the purge's commit, so no replica still serves a destroyed key or a deleted row,
+and (the ``pages`` layer, with the verifying scan) no page of the store's tables and indexes
+still holds a request's probes after VACUUM (``pages.py``).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,10 +29,11 @@ import psycopg
 from ...errors import StorageError
 from ...model import Layer, LayerState
 from ..base import LayerEntry
-from ..physical import Check, LayerProof, Reclaimed, ScanGap, ScanSources
+from ..physical import Check, LayerProof, PageScan, Reclaimed, ScanGap, ScanSources
 from ..sqlite.backend import busy_timeout_ms
 from .dump import dump_files, holds_dump, write_dump
 from .errors import connect_reason, endpoint, translate, translate_connect
+from .pages import scan_pages
 
 if TYPE_CHECKING:
     from .backend import PostgresBackend
@@ -46,7 +50,7 @@ _LAYERS = (
         "forget destroyed, and VACUUM FULL rewrites the tables on request",
     ),
     LayerProof(
-        Layer.WAL,
+        Layer.REPLICAS,
         "every configured streaming replica has replayed past the purge's commit "
         "(pg_last_wal_replay_lsn): none still serves a destroyed key or a deleted row",
     ),
@@ -56,14 +60,21 @@ _LAYERS = (
         "in-memory index zeroes its entries",
     ),
     LayerProof(
+        Layer.PAGES,
+        "the store's tables VACUUMed, then every page of each, of its TOAST table and of their "
+        "indexes read raw (pageinspect's get_raw_page) and searched for the request's probes: "
+        "no dead tuple or index entry still holds them; a role that may not read pages leaves "
+        "the layer pending, naming the grant it needs",
+    ),
+    LayerProof(
         Layer.SCAN,
         "the files this process can read (a local keyring) are scanned for the request's probes; "
-        "the server's files are beyond reach, covered by the keys' destruction",
+        "the server's WAL and other servers' files are beyond reach, covered by the keys' destruction",
     ),
 )
 
 _SERVER_FILES = ScanGap(
-    what="the PostgreSQL server's data files and WAL, and every replica's",
+    what="the PostgreSQL server's WAL (and segments already archived), and every replica's files",
     covered_by=(
         "the erased records' keys, destroyed in the forget's own transaction; until the "
         "horizon (a rotation destroying the KEK epochs that wrapped them) those files may still "
@@ -129,7 +140,7 @@ class PostgresPhysical:
         gap names each such replica (``host:port``) and what it is doing."""
         replicas = self._backend.replicas
         if not replicas:
-            return Reclaimed(True, 0, {Layer.WAL: LayerEntry(LayerState.DONE, {"replicas": 0})})
+            return Reclaimed(True, 0, {Layer.REPLICAS: LayerEntry(LayerState.DONE, {"replicas": 0})})
         target = self._backend.current_lsn()
         with ExitStack() as stack:
             watched = [ReplicaProbe(dsn, self._backend.schema, stack) for dsn in replicas]
@@ -139,7 +150,9 @@ class PostgresPhysical:
                 time.sleep(_POLL_S)
                 behind = [r for r in behind if r.lag(target) != 0]
         if not behind:
-            return Reclaimed(True, 0, {Layer.WAL: LayerEntry(LayerState.DONE, {"replicas": len(replicas)})})
+            return Reclaimed(
+                True, 0, {Layer.REPLICAS: LayerEntry(LayerState.DONE, {"replicas": len(replicas)})}
+            )
         lag = max(r.last_lag or 0 for r in behind)
         unreachable = sorted(r.server for r in behind if r.last_lag is None)
         gap = (
@@ -156,7 +169,7 @@ class PostgresPhysical:
         }
         if unreachable:
             evidence["unreachable"] = unreachable
-        return Reclaimed(False, lag, {Layer.WAL: LayerEntry(LayerState.PENDING, evidence)})
+        return Reclaimed(False, lag, {Layer.REPLICAS: LayerEntry(LayerState.PENDING, evidence)})
 
     def rewrite(self) -> bool:
         """``VACUUM FULL`` of every table of the store's schema: each rebuilt from its live rows."""
@@ -165,6 +178,13 @@ class PostgresPhysical:
 
     def scan_sources(self) -> ScanSources:
         return ScanSources({}, (_SERVER_FILES,))
+
+    def scan_pages(self, probes: Sequence[bytes]) -> PageScan:
+        """VACUUM the store's tables, then search their pages, TOAST tables' and indexes' for
+        ``probes`` (``pages.scan_pages``); a role that may not read pages gets the gap named."""
+        backend = self._backend
+        timeout = backend._lock_timeout_ms()
+        return backend._autocommit(lambda conn: scan_pages(conn, backend.schema, probes, timeout))
 
     def is_database_file(self, name: str) -> bool:
         return False  # no file the scan reads is the server's

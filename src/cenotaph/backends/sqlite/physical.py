@@ -15,7 +15,7 @@ import shutil
 import sqlite3
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ...durable import fsync
@@ -150,6 +150,9 @@ class SQLitePhysical:
 
     def scan_sources(self) -> ScanSources:
         return ScanSources({"": self._backend.directory.resolve()})
+
+    def scan_pages(self, probes: Sequence[bytes]) -> None:
+        return None  # the database's files are the scan's: it reads them whole
 
     def is_database_file(self, name: str) -> bool:
         return name.rsplit("/", 1)[-1].startswith(DB_NAME)

@@ -200,7 +200,7 @@ def standing_of(row: ErasureRow, lookup: Callable[[str], ErasureRow | None], _de
                 return Standing(
                     tuple(gaps), True, False, f"{earlier.id} cannot verify yet: {waited.next_step}"
                 )
-    wal = layers.get(Layer.WAL)
+    wal = layers.get(Layer.REPLICAS) or layers.get(Layer.WAL)
     if wal is None or wal.state != LayerState.PENDING or "gap" not in wal.evidence:
         return Standing(tuple(gaps), False, False, PURGE)
     # an open reader (SQLite), or what the backend says releases it (a replica behind)

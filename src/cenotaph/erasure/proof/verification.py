@@ -14,22 +14,24 @@ from typing import Any
 
 from ...backends import ops
 from ...backends.base import Backend, ErasureRow, LayerEntry, Txn, dump_layers
+from ...backends.physical import PageScan
 from ...crypto.keys import KeyChain
 from ...crypto.provider import KeyProvider, LocalKeyring
 from ...faults import fault_point
 from ...ledger.journal import anchor_audit_many
 from ...ledger.plan import ForgetPlan
-from ...model import ErasureState, Layer, Mode
+from ...model import ErasureState, Layer, LayerState, Mode
 from ..planning.planner import remains
 from ..planning.probes import ProbeSample, open_probes
 from .scan_worker import scan_in_child
 from .scanner import ScanResult
 from .verdicts import judge_scan
 
-__all__ = ["KEYRING_LABEL", "PENDING_STATES", "Progress", "Verifier", "now_iso"]
+__all__ = ["KEYRING_LABEL", "PENDING_STATES", "SCANNED_LAYERS", "Progress", "Verifier", "now_iso"]
 
 Progress = Callable[[int, int], None]
 PENDING_STATES = (ErasureState.SHREDDED, ErasureState.PURGED)  # compliance requests not verified yet
+SCANNED_LAYERS = (Layer.SCAN, Layer.PAGES)  # settled by the verifying scan, not by the purge before it
 KEYRING_LABEL = "<keyring>/"  # how a scan names the files of a keyring kept outside the data directory
 
 
@@ -92,7 +94,9 @@ class Verifier:
             every = [p for listed in probes.values() for p in listed]
             combined = self._scan(every, progress)
         physical = self._backend.physical
-        in_database = any(physical.is_database_file(f) for f in combined.matched_files)
+        pages = physical.scan_pages(every)  # the server's pages, where the files are not the scan's
+        in_pages = pages is not None and bool(pages.matched_probes)
+        in_database = in_pages or any(physical.is_database_file(f) for f in combined.matched_files)
         # once per request: a match in live cells (a value quoting text the store keeps, say)
         # survives any rewrite, and must not cost the store's size on every purge after
         untried = any(not _scan_evidence(r).get("rewritten") for r in rows)
@@ -102,6 +106,7 @@ class Verifier:
             # a page reorganized earlier keeps a stale fragment of a cell); rebuilding the database
             # from its live rows leaves none. Costs the store's size, only then.
             combined = self._scan(every, progress)
+            pages = physical.scan_pages(every) if pages is not None else None
         # attribute residue by the probes found: only a request whose own probes matched is
         # scanned again, alone, to learn its files (a scan per pending request, every purge, was
         # what made one stray file's cost grow with the requests)
@@ -115,7 +120,11 @@ class Verifier:
                 sample = samples[row.id]
                 scanned = None if sample is None else ProbeSample(probes[row.id], sample.found)
                 dropped = 0 if sample is None else len(sample.probes) - len(probes[row.id])
-                audited.append(self._conclude(txn, row, results[row.id], scanned, rewritten, dropped))
+                audited.append(
+                    self._conclude(
+                        txn, row, results[row.id], scanned, rewritten, dropped, pages, probes[row.id]
+                    )
+                )
             anchor_audit_many(self._provider, txn, audited)
         # the sealed probes were just deleted: make their bytes unreachable too (SQLite: the WAL)
         physical.reclaim()
@@ -187,6 +196,8 @@ class Verifier:
         sample: ProbeSample | None,
         rewritten: bool,
         uninformative: int,
+        pages: PageScan | None = None,
+        probes: Sequence[bytes] = (),
     ) -> tuple[str, dict[str, Any]]:
         """Record the verdict of ``row``; returns its audit entry (event, fields), anchored with
         the others of this transaction."""
@@ -228,9 +239,13 @@ class Verifier:
             evidence |= {"stray": self._fingerprint(verdict.stray)} if verdict.stray else {}
             evidence |= {"waiting_for": list(verdict.waiting_for)} if verdict.waiting_for else {}
         layers = {**row.layer_entries, Layer.SCAN: LayerEntry(verdict.state, evidence)}
+        if pages is not None:  # the server's pages: a request is verified only once they are clean too
+            paged = pages.evidence(probes)
+            layers[Layer.PAGES] = LayerEntry(LayerState.PENDING if "gap" in paged else LayerState.DONE, paged)
+        paged_clean = pages is None or layers[Layer.PAGES].done
         fields: dict[str, Any] = {"layers": dump_layers(layers), "scan": json.dumps(evidence)}
-        verified_at = None if gap else now_iso()
-        if gap is None:
+        verified_at = None if gap or not paged_clean else now_iso()
+        if gap is None and paged_clean:
             fields |= {"state": ErasureState.VERIFIED, "verified_at": verified_at, "probes": None}
             txn.run(ops.DeleteProbeKey(row.id))
             # stored once reached; until then the reason is whatever holds an epoch now (status)
@@ -242,7 +257,7 @@ class Verifier:
             "verify",
             {
                 "request_id": row.id,
-                "verified": gap is None,
+                "verified": verified_at is not None,
                 "matches": result.matches,
                 "probes": evidence["probes"],
                 "scan": evidence,  # what a certificate states is what this audited entry says

@@ -45,6 +45,7 @@ class PlanApplier:
         self._backend = backend
         self._view = view  # plans come from the ledger: the request row is only a cache of one
         self._caches = caches  # what this process holds of the plan's records is dropped there
+        self._proved = [p.layer for p in backend.physical.layers]  # its requests' physical layers
 
     def pending(self) -> list[str]:
         """Ids of the requests whose plan is not applied whole yet, oldest first."""
@@ -98,7 +99,8 @@ class PlanApplier:
             state = ErasureState.SHREDDED if plan.compliance else ErasureState.TOMBSTONED
             txn.run(
                 ops.UpdateErasure(
-                    plan.request_id, {"state": state, "layers": dump_layers(initial_layers(plan))}
+                    plan.request_id,
+                    {"state": state, "layers": dump_layers(initial_layers(plan, proved=self._proved))},
                 )
             )
             txn.run(ops.SetApplied(plan.request_id, None))

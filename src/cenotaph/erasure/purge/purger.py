@@ -20,7 +20,7 @@ from ...ledger.exclusive_keys import dead_key_rows
 from ...ledger.journal import anchor_audit, chunk_records, pause_between_chunks
 from ...ledger.plan import ForgetPlan
 from ...model import ErasureState, Layer, LayerState, Mode, PurgeReport
-from ..proof.verification import PENDING_STATES, Progress, Verifier
+from ..proof.verification import PENDING_STATES, SCANNED_LAYERS, Progress, Verifier
 
 __all__ = ["Purger"]
 
@@ -53,7 +53,7 @@ class Purger:
         self._verifier = verifier
         self._caches = caches
         # every layer the backend proves but the scan: all done before a request is scanned
-        self._purge_layers = tuple(p.layer for p in backend.physical.layers if p.layer != Layer.SCAN)
+        self._purge_layers = tuple(p.layer for p in backend.physical.layers if p.layer not in SCANNED_LAYERS)
 
     def pending(self, retry_stuck: bool = False) -> bool:
         """Is a request waiting for a purge: a compliance one shredded, or purged and not verified

@@ -1,0 +1,143 @@
+"""The page scan of a PostgreSQL store: its tables VACUUMed, then every page of each table, its
+TOAST table and every index of both read raw through the ``pageinspect`` extension and searched
+for a request's probes.
+
+A deleted row stays in its heap page as a dead tuple until VACUUM prunes it, and pruning compacts
+the page without zeroing the space the tuple held; an index entry likewise. The page scan reads
+what the server would write to its data files (``get_raw_page`` reads through the buffer cache,
+so a page not yet flushed is read as it will be written), so a probe found there is residue in the
+server's files. What it cannot read: the server's WAL (and segments already archived), and any
+other server's files (a replica, a base backup).
+
+``get_raw_page`` is a superuser's function unless the role was granted EXECUTE on it; a role that
+may neither create the extension nor call it gets a :class:`PageScan` naming the gap, never a pass.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import ahocorasick
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import sql
+
+from ..physical import PageScan
+
+__all__ = ["BATCH_PAGES", "scan_pages"]
+
+BATCH_PAGES = 512  # pages fetched per statement (4 MiB at the default 8 KiB block size)
+
+_RELATIONS = """
+WITH tables AS (
+    SELECT c.oid, c.reltoastrelid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE n.nspname = %s AND c.relkind = 'r'
+), heaps AS (
+    SELECT oid FROM tables UNION SELECT reltoastrelid FROM tables WHERE reltoastrelid <> 0
+), rels AS (
+    SELECT oid FROM heaps UNION SELECT indexrelid FROM pg_index WHERE indrelid IN (SELECT oid FROM heaps)
+)
+SELECT r.oid::regclass::text, (pg_relation_size(r.oid) / current_setting('block_size')::int)::bigint
+FROM rels r ORDER BY 1
+"""
+
+_NO_PAGEINSPECT_RELEASE = (
+    "let the store's role read raw pages: CREATE EXTENSION pageinspect as a superuser in the "
+    "store's database, then GRANT EXECUTE ON FUNCTION get_raw_page(text, bigint) TO the role "
+    "(or connect as a superuser), then run store.purge()"
+)
+
+
+def scan_pages(
+    conn: psycopg.Connection[tuple[object, ...]], schema: str, probes: Sequence[bytes], lock_timeout_ms: int
+) -> PageScan:
+    """VACUUM every table of ``schema`` (plain: it needs no exclusive lock), then search every
+    page of its tables, their TOAST tables and indexes for ``probes``. ``conn`` is in autocommit
+    (VACUUM runs in no transaction block)."""
+    started = time.monotonic()
+    functions = _pageinspect(conn)
+    if functions is None:
+        return PageScan(
+            gap="the store's role may not read the server's pages (no pageinspect extension, and "
+            "it may not create it): dead tuples and index entries are not scanned",
+            release=_NO_PAGEINSPECT_RELEASE,
+        )
+    tables = [
+        str(r[0])
+        for r in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY tablename", (schema,)
+        ).fetchall()
+    ]
+    conn.execute(f"SET lock_timeout = {int(lock_timeout_ms)}")
+    try:
+        for table in tables:
+            conn.execute(sql.SQL("VACUUM {}.{}").format(sql.Identifier(schema), sql.Identifier(table)))
+    finally:
+        conn.execute("RESET lock_timeout")
+    relations = [(str(name), int(str(n))) for name, n in conn.execute(_RELATIONS, (schema,)).fetchall()]
+    automaton = _automaton(probes)
+    raw_page = sql.SQL("SELECT {}.get_raw_page(%s, b) FROM generate_series(%s::bigint, %s::bigint) b").format(
+        sql.Identifier(functions)
+    )
+    pages = size = 0
+    matched: set[bytes] = set()
+    where: list[str] = []
+    try:
+        for name, blocks in relations:
+            found_here = False
+            for first in range(0, blocks, BATCH_PAGES):
+                last = min(blocks, first + BATCH_PAGES) - 1
+                for (page,) in conn.execute(raw_page, (name, first, last)):
+                    data = page if isinstance(page, bytes) else bytes(memoryview(page))  # type: ignore[arg-type]
+                    pages += 1
+                    size += len(data)
+                    if automaton is not None:
+                        for _, probe in automaton.iter(data.decode("latin-1")):
+                            matched.add(probe)
+                            found_here = True
+            if found_here:
+                where.append(name)
+    except pg_errors.InsufficientPrivilege:
+        return PageScan(
+            gap="the store's role may not call pageinspect's get_raw_page: dead tuples and index "
+            "entries are not scanned",
+            release=_NO_PAGEINSPECT_RELEASE,
+        )
+    return PageScan(
+        tables=len(tables),
+        relations=len(relations),
+        pages=pages,
+        size=size,
+        seconds=time.monotonic() - started,
+        matched_probes=frozenset(matched),
+        matched_relations=tuple(where),
+        vacuumed=tuple(tables),
+    )
+
+
+def _pageinspect(conn: psycopg.Connection[tuple[object, ...]]) -> str | None:
+    """The schema holding pageinspect's functions, creating the extension (in ``public``) if this
+    role may; None when it is absent and the role may not create it."""
+    row = conn.execute(
+        "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
+        "WHERE e.extname = 'pageinspect'"
+    ).fetchone()
+    if row is not None:
+        return str(row[0])
+    try:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pageinspect SCHEMA public")
+    except (pg_errors.InsufficientPrivilege, pg_errors.UndefinedFile, pg_errors.FeatureNotSupported):
+        return None
+    return "public"
+
+
+def _automaton(probes: Sequence[bytes]) -> ahocorasick.Automaton | None:
+    """An Aho-Corasick automaton over ``probes`` (as latin-1 text: one character per byte)."""
+    if not probes:
+        return None
+    automaton = ahocorasick.Automaton()
+    for probe in set(probes):
+        automaton.add_word(probe.decode("latin-1"), probe)
+    automaton.make_automaton()
+    return automaton
