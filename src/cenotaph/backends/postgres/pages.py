@@ -69,12 +69,22 @@ def scan_pages(
             "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY tablename", (schema,)
         ).fetchall()
     ]
-    conn.execute(f"SET lock_timeout = {int(lock_timeout_ms)}")
-    try:
-        for table in tables:
-            conn.execute(sql.SQL("VACUUM {}.{}").format(sql.Identifier(schema), sql.Identifier(table)))
-    finally:
-        conn.execute("RESET lock_timeout")
+    # only a table with pages can hold a dead tuple; one VACUUM statement for all of them
+    stored = [
+        str(r[0])
+        for r in conn.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relkind = 'r' AND pg_relation_size(c.oid) > 0 ORDER BY 1",
+            (schema,),
+        ).fetchall()
+    ]
+    if stored:
+        conn.execute(f"SET lock_timeout = {int(lock_timeout_ms)}")
+        try:
+            names = sql.SQL(", ").join(sql.Identifier(schema, t) for t in stored)
+            conn.execute(sql.SQL("VACUUM {}").format(names))
+        finally:
+            conn.execute("RESET lock_timeout")
     relations = [(str(name), int(str(n))) for name, n in conn.execute(_RELATIONS, (schema,)).fetchall()]
     automaton = _automaton(probes)
     raw_page = sql.SQL("SELECT {}.get_raw_page(%s, b) FROM generate_series(%s::bigint, %s::bigint) b").format(
@@ -112,7 +122,7 @@ def scan_pages(
         seconds=time.monotonic() - started,
         matched_probes=frozenset(matched),
         matched_relations=tuple(where),
-        vacuumed=tuple(tables),
+        vacuumed=tuple(stored),
     )
 
 

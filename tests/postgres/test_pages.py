@@ -1,0 +1,113 @@
+"""The ``pages`` layer of a PostgreSQL store: after a purge its tables are VACUUMed and every page
+of them, their TOAST tables and indexes is read raw (pageinspect) and searched for the request's
+probes. The page scan finds a probe planted in a live row (its positive control), finds none once
+the row is forgotten and purged, and a role that may not read pages gets the gap named."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from cenotaph import LocalKeyring, Store
+from cenotaph.backends.postgres import open_postgres
+from cenotaph.errors import ErasureNotProvableError
+
+from .conftest import drop_schema
+
+SCOPE = "tenant:acme/user:alice"
+
+
+def _ciphertext(dsn: str, schema: str, record_id: str) -> bytes:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            sql.SQL("SELECT ciphertext FROM {}.records WHERE id=%s").format(sql.Identifier(schema)),
+            (record_id,),
+        ).fetchone()
+    assert row is not None and isinstance(row[0], bytes)
+    return row[0]
+
+
+def test_the_page_scan_finds_a_live_row_then_none_after_forget_and_purge(
+    pg_dsn: str, pg_schema: str, tmp_path: Path
+) -> None:
+    store = Store(
+        open_postgres(pg_dsn, schema=pg_schema), LocalKeyring(tmp_path / "keyring"), auto_purge="off"
+    )
+    try:
+        gone = store.write(SCOPE, "diet", "vegetarian, and a long enough note to seal " * 4)
+        kept = store.write(SCOPE, "city", "Lisbon, with a note of its own to keep " * 4)
+        physical = store._backend.physical
+        gone_probe = _ciphertext(pg_dsn, pg_schema, gone.id)[8:40]
+        kept_probe = _ciphertext(pg_dsn, pg_schema, kept.id)[8:40]
+
+        live = physical.scan_pages([gone_probe, kept_probe])  # the positive control: a live row
+        assert live.gap is None and live.matched_probes == {gone_probe, kept_probe}
+        assert "records" in live.matched_relations
+        assert live.tables > 0 and live.pages > 0 and live.relations > live.tables  # with indexes
+
+        request = store.forget(SCOPE, "diet")
+        assert physical.scan_pages([gone_probe]).matched_probes == {gone_probe}  # shredded, not purged
+        store.purge()
+        status = request.status()
+        assert status.state == "verified", status.gaps
+        pages = status.layers["pages"]
+        assert pages.state == "done" and pages.evidence["matches"] == 0
+        assert pages.evidence["pages"] > 0 and pages.evidence["probes"] > 0
+        assert pages.evidence["tables"] == live.tables
+
+        after = physical.scan_pages([gone_probe, kept_probe])
+        assert after.gap is None and after.matched_probes == {kept_probe}  # the kept row is still found
+        assert store.confirm_erasure(request.id).layers["pages"].state == "done"
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def limited_role(pg_dsn: str) -> Iterator[str]:
+    """A throwaway login role that may create schemas in the test database, and nothing more;
+    its address. Dropped (with what it owns) after the test."""
+    role = f"r_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        database = str(conn.info.dbname)
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+        conn.execute(
+            sql.SQL("GRANT CREATE ON DATABASE {} TO {}").format(*map(sql.Identifier, (database, role)))
+        )
+    try:
+        yield psycopg.conninfo.make_conninfo(pg_dsn, user=role)
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(sql.Identifier(role)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_a_role_that_may_not_read_pages_gets_the_gap_named(
+    pg_dsn: str, pg_schema: str, limited_role: str, tmp_path: Path
+) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:  # whether or not pageinspect is installed
+        assert conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone() == (
+            True,
+        )
+    store = Store(
+        open_postgres(limited_role, schema=pg_schema), LocalKeyring(tmp_path / "keyring"), auto_purge="off"
+    )
+    try:
+        store.write(SCOPE, "diet", "vegetarian, and a long enough note to seal " * 4)
+        request = store.forget(SCOPE, "diet")
+        store.purge()
+        status = request.status()
+        pages = status.layers["pages"]
+        assert pages.state == "pending"
+        assert "may not" in pages.evidence["gap"] and "pageinspect" in pages.evidence["release"]
+        assert status.state != "verified"
+        assert any(g.startswith("layer 'pages' is pending") for g in status.gaps)
+        with pytest.raises(ErasureNotProvableError, match="pageinspect"):
+            store.confirm_erasure(request.id)
+    finally:
+        store.close()
+        drop_schema(pg_dsn, pg_schema)
