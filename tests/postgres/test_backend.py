@@ -593,7 +593,7 @@ def test_without_replicas_a_reclaim_is_done_and_a_rewrite_keeps_the_rows(open_ba
     with backend.write() as txn:
         txn.set_meta("kept", 1)
     reclaimed = backend.physical.reclaim()
-    assert reclaimed.done and reclaimed.layers["wal"].evidence == {"replicas": 0}
+    assert reclaimed.done and reclaimed.layers["replicas"].evidence == {"replicas": 0}
     assert backend.physical.rewrite()
     with backend.read() as txn:
         assert txn.meta("kept") == 1
@@ -601,7 +601,7 @@ def test_without_replicas_a_reclaim_is_done_and_a_rewrite_keeps_the_rows(open_ba
     assert backend.physical.scan_sources().gaps  # the server's files, named
 
 
-def test_an_unreachable_replica_keeps_the_wal_layer_pending(pg_dsn: str, pg_schema: str) -> None:
+def test_an_unreachable_replica_keeps_the_replicas_layer_pending(pg_dsn: str, pg_schema: str) -> None:
     port, secret = _free_port(), "s3cr3t-Pa55"
     backend = open_postgres(
         pg_dsn, schema=pg_schema, replicas=[f"postgresql://u:{secret}@127.0.0.1:{port}/x"]
@@ -611,6 +611,6 @@ def test_an_unreachable_replica_keeps_the_wal_layer_pending(pg_dsn: str, pg_sche
     finally:
         backend.close()
     assert not reclaimed.done
-    evidence = reclaimed.layers["wal"].evidence
+    evidence = reclaimed.layers["replicas"].evidence
     assert evidence["replicas_behind"] == 1 and evidence["unreachable"] == [f"127.0.0.1:{port}"]
     assert secret not in repr(evidence)

@@ -32,7 +32,7 @@ def test_open_with_a_replica_waits_for_it(cluster: Cluster, tmp_path: Path) -> N
         cluster.pause_replay()
         request = store.forget(SCOPE, "diet")
         store.purge()
-        assert request.status().layers["wal"].evidence["replicas_behind"] == 1
+        assert request.status().layers["replicas"].evidence["replicas_behind"] == 1
         with pytest.raises(ErasureNotProvableError):
             store.confirm_erasure(request.id)
         cluster.resume_replay()

@@ -40,8 +40,8 @@ def test_a_paused_replica_holds_the_erasure_back_until_it_replays(cluster: Clust
         report = store.purge()
         assert not report.wal_truncated
         status = request.status()
-        wal = status.layers["wal"]
-        assert wal.state == "pending" and wal.evidence["replicas_behind"] == 1
+        replicas = status.layers["replicas"]
+        assert replicas.state == "pending" and replicas.evidence["replicas_behind"] == 1
         assert status.state != "verified"
         with pytest.raises(ErasureNotProvableError):
             store.confirm_erasure(request.id)
@@ -49,7 +49,7 @@ def test_a_paused_replica_holds_the_erasure_back_until_it_replays(cluster: Clust
 
         cluster.resume_replay()
         store.purge()
-        assert store.confirm_erasure(request.id).layers["wal"].evidence == {"replicas": 1}
+        assert store.confirm_erasure(request.id).layers["replicas"].evidence == {"replicas": 1}
         assert _replica_keys(cluster, gone.id) == []
         assert store.read(SCOPE, "city") == kept
     finally:

@@ -241,9 +241,9 @@ def test_an_unreachable_replica_keeps_the_request_shredded_and_is_named(
         report = store.purge()
         status = request.status()
         assert report.requests[request.id] == "shredded" and status.state == "shredded"
-        wal = status.layers["wal"]
-        assert wal.state == "pending" and wal.evidence["unreachable"] == [f"127.0.0.1:{port}"]
-        gap = next(g for g in status.gaps if g.startswith("layer 'wal'"))
+        replicas = status.layers["replicas"]
+        assert replicas.state == "pending" and replicas.evidence["unreachable"] == [f"127.0.0.1:{port}"]
+        gap = next(g for g in status.gaps if g.startswith("layer 'replicas'"))
         assert f"127.0.0.1:{port} (unreachable)" in gap
         assert status.next_step is not None and "replica" in status.next_step
         assert "read transaction" not in status.next_step  # SQLite's advice, not this one
