@@ -14,6 +14,7 @@ import pytest
 from psycopg import sql
 
 from cenotaph import LocalKeyring, Store
+from cenotaph.backends.physical import PageScan
 from cenotaph.backends.postgres import open_postgres
 from cenotaph.errors import ErasureNotProvableError
 
@@ -32,6 +33,12 @@ def _ciphertext(dsn: str, schema: str, record_id: str) -> bytes:
     return row[0]
 
 
+def _scan_pages(store: Store, probes: list[bytes]) -> PageScan:
+    scan = store._backend.physical.scan_pages(probes)
+    assert scan is not None  # PostgreSQL's pages are not files the verifying scan reads
+    return scan
+
+
 def test_the_page_scan_finds_a_live_row_then_none_after_forget_and_purge(
     pg_dsn: str, pg_schema: str, tmp_path: Path
 ) -> None:
@@ -41,17 +48,16 @@ def test_the_page_scan_finds_a_live_row_then_none_after_forget_and_purge(
     try:
         gone = store.write(SCOPE, "diet", "vegetarian, and a long enough note to seal " * 4)
         kept = store.write(SCOPE, "city", "Lisbon, with a note of its own to keep " * 4)
-        physical = store._backend.physical
         gone_probe = _ciphertext(pg_dsn, pg_schema, gone.id)[8:40]
         kept_probe = _ciphertext(pg_dsn, pg_schema, kept.id)[8:40]
 
-        live = physical.scan_pages([gone_probe, kept_probe])  # the positive control: a live row
+        live = _scan_pages(store, [gone_probe, kept_probe])  # the positive control: a live row
         assert live.gap is None and live.matched_probes == {gone_probe, kept_probe}
         assert "records" in live.matched_relations
         assert live.tables > 0 and live.pages > 0 and live.relations > live.tables  # with indexes
 
         request = store.forget(SCOPE, "diet")
-        assert physical.scan_pages([gone_probe]).matched_probes == {gone_probe}  # shredded, not purged
+        assert _scan_pages(store, [gone_probe]).matched_probes == {gone_probe}  # shredded, not purged
         store.purge()
         status = request.status()
         assert status.state == "verified", status.gaps
@@ -60,7 +66,7 @@ def test_the_page_scan_finds_a_live_row_then_none_after_forget_and_purge(
         assert pages.evidence["pages"] > 0 and pages.evidence["probes"] > 0
         assert pages.evidence["tables"] == live.tables
 
-        after = physical.scan_pages([gone_probe, kept_probe])
+        after = _scan_pages(store, [gone_probe, kept_probe])
         assert after.gap is None and after.matched_probes == {kept_probe}  # the kept row is still found
         assert store.confirm_erasure(request.id).layers["pages"].state == "done"
     finally:

@@ -512,6 +512,13 @@ class DeleteProbeKey(Op[None]):
 
 
 @dataclass(frozen=True, slots=True)
+class ProbeEpochs(Op[dict[str, int]]):
+    """The KEK epoch wrapping each pending request's probe key, by request id (one query)."""
+
+    writes: ClassVar[bool] = False
+
+
+@dataclass(frozen=True, slots=True)
 class ProbeKeyEpochs(Op[set[int]]):
     """Epochs wrapping a pending request's probe key: rotation keeps them (never rewraps)."""
 

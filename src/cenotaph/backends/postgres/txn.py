@@ -727,6 +727,9 @@ class PostgresTxn(OpRunner):
     def delete_probe_key(self, request_id: str) -> None:
         self._x("DELETE FROM probe_keys WHERE request_id=%s", (request_id,))
 
+    def probe_epochs(self) -> dict[str, int]:
+        return {str(r[0]): int(str(r[1])) for r in self._rows("SELECT request_id, epoch FROM probe_keys")}
+
     def probe_key_epochs(self) -> set[int]:
         return {int(r[0]) for r in self._rows("SELECT DISTINCT epoch FROM probe_keys")}
 

@@ -780,6 +780,9 @@ class SQLiteTxn(OpRunner):
     def delete_probe_key(self, request_id: str) -> None:
         self._c.execute("DELETE FROM probe_keys WHERE request_id=?", (request_id,))
 
+    def probe_epochs(self) -> dict[str, int]:
+        return {str(r[0]): int(r[1]) for r in self._c.execute("SELECT request_id, epoch FROM probe_keys")}
+
     def probe_key_epochs(self) -> set[int]:
         return {int(r[0]) for r in self._c.execute("SELECT DISTINCT epoch FROM probe_keys")}
 

@@ -13,7 +13,7 @@ from ...crypto.provider import KeyProvider
 from ...ledger.journal import KEKS_DESTROYED
 from ...ledger.plan import ForgetPlan
 from ...model import Mode, Retention
-from ..proof.verdicts import standing_in
+from ..proof.verdicts import standing_of
 from ..proof.verification import PENDING_STATES, now_iso
 
 __all__ = ["Horizons"]
@@ -73,18 +73,22 @@ class Horizons:
             for backup_id, epochs in sorted(self._provider.backups().items())
             for epoch in sorted(set(epochs) & live)
         ]
-        with self._backend.read() as txn:
-            pending = [(r, txn.run(ops.ProbeKey(r.id))) for r in txn.run(ops.Erasures(PENDING_STATES))]
-        for row, key in pending:
-            if key is None or key[1] not in live:
+        with self._backend.read() as txn:  # two statements, however many requests are pending
+            rows = txn.run(ops.Erasures(PENDING_STATES))
+            epochs = txn.run(ops.ProbeEpochs())
+        pending = {r.id: r for r in rows}
+        for row in rows:
+            epoch = epochs.get(row.id)
+            if epoch is None or epoch not in live:
                 continue
-            standing = standing_in(self._backend, row)
+            # a request it waits for is pending too (else verified: it waits no more)
+            standing = standing_of(row, pending.get)
             why = f"its probes are sealed under this epoch until it verifies; it is {row.state}"
             why += f": {standing.gaps[0]}" if standing.gaps else ""
             release = f"{standing.next_step}, then rotate_keys()"
             if standing.stuck:
                 release = f"it cannot verify by purging again: {standing.next_step}; then rotate_keys()"
-            held.append(Retention(key[1], "erasure", row.id, why, release, standing.stuck))
+            held.append(Retention(epoch, "erasure", row.id, why, release, standing.stuck))
         return sorted(held, key=lambda r: (r.epoch, r.holder, r.id))
 
     def record(self, *, destroyed: bool = False) -> None:

@@ -1,0 +1,62 @@
+"""An erasure request's status reads the database in as many statements however many other
+requests are pending (it once asked for each pending request's probe key, one by one). Counted on
+the database connection itself: psycopg's cursor on PostgreSQL, SQLite's trace callback."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import pytest
+from tests.kit.stores import StoreFactory
+
+from cenotaph import Store
+from cenotaph.backends.sqlite.backend import SQLiteBackend
+
+
+@contextmanager
+def counted(store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The statements the store sends to its database while the block runs."""
+    sent: list[str] = []
+    inner = store._backend.inner
+    if isinstance(inner, SQLiteBackend):
+        conn: sqlite3.Connection = inner._conn
+        conn.set_trace_callback(sent.append)
+        try:
+            yield sent
+        finally:
+            conn.set_trace_callback(None)
+        return
+    original: Callable[..., Any] = psycopg.Cursor.execute
+
+    def execute(self: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(str(query))
+        return original(self, query, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(psycopg.Cursor, "execute", execute)
+        yield sent
+
+
+def test_status_sends_as_many_statements_with_twenty_pending_requests_as_with_one(
+    store_factory: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = store_factory(purge=False)  # every compliance request stays pending (shredded)
+    for i in range(21):
+        store.write(f"tenant:t/user:u{i}", "note", f"a note of user {i}, long enough to sample probes")
+    request = store.forget("tenant:t/user:u0", "note")
+    request.status()  # whatever a first call warms up
+    with counted(store, monkeypatch) as alone:
+        assert request.status().state == "shredded"
+    others = [store.forget(f"tenant:t/user:u{i}", "note") for i in range(1, 21)]
+    assert all(r.status().state == "shredded" for r in others)
+    request.status()
+    with counted(store, monkeypatch) as crowded:
+        status = request.status()
+    assert status.state == "shredded" and status.layers["horizon"].state == "pending"
+    assert "pending erasure's probes" in status.layers["horizon"].evidence["reason"]  # it saw the others
+    assert len(alone) > 0
+    assert len(crowded) == len(alone), crowded
