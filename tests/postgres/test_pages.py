@@ -14,9 +14,12 @@ import pytest
 from psycopg import sql
 
 from cenotaph import LocalKeyring, Store
+from cenotaph.backends import ops
+from cenotaph.backends.base import LayerEntry, dump_layers
 from cenotaph.backends.physical import PageScan
 from cenotaph.backends.postgres import open_postgres
 from cenotaph.errors import ErasureNotProvableError
+from cenotaph.model import LayerState
 
 from .conftest import drop_schema
 
@@ -117,3 +120,27 @@ def test_a_role_that_may_not_read_pages_gets_the_gap_named(
     finally:
         store.close()
         drop_schema(pg_dsn, pg_schema)
+
+
+def test_a_request_made_when_the_replica_layer_was_named_wal_still_verifies(
+    pg_dsn: str, pg_schema: str, tmp_path: Path
+) -> None:
+    store = Store(
+        open_postgres(pg_dsn, schema=pg_schema), LocalKeyring(tmp_path / "keyring"), auto_purge="off"
+    )
+    try:
+        store.write(SCOPE, "diet", "vegetarian, and a long enough note to seal " * 4)
+        request = store.forget(SCOPE, "diet")
+        with store._backend.write() as txn:  # the layers such a request was given at its forget
+            row = txn.run(ops.Erasure(request.id))
+            assert row is not None
+            layers = {n: e for n, e in row.layer_entries.items() if n not in ("replicas", "pages")}
+            layers["wal"] = LayerEntry(LayerState.PENDING)
+            txn.run(ops.UpdateErasure(request.id, {"layers": dump_layers(layers)}))
+        assert "wal" in request.status().layers
+        store.purge()
+        status = request.status()
+        assert status.state == "verified", status.gaps
+        assert "wal" not in status.layers and status.layers["replicas"].state == "done"
+    finally:
+        store.close()

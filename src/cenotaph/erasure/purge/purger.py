@@ -30,6 +30,9 @@ _ROWS_LAYER: dict[str, Layer] = {
 }  # the layer a purge's row removal fills
 
 
+_PHYSICAL_LAYERS = frozenset({Layer.ROWS, Layer.WAL, Layer.REPLICAS, Layer.INDEX, Layer.PAGES, Layer.SCAN})
+
+
 def _done(**evidence: Any) -> LayerEntry:
     return LayerEntry(LayerState.DONE, evidence)
 
@@ -54,6 +57,9 @@ class Purger:
         self._caches = caches
         # every layer the backend proves but the scan: all done before a request is scanned
         self._purge_layers = tuple(p.layer for p in backend.physical.layers if p.layer not in SCANNED_LAYERS)
+        # a physical layer another backend proves (PostgreSQL requests made before it named
+        # ``replicas`` carry ``wal``): dropped from a pending request, where it could never be done
+        self._foreign = _PHYSICAL_LAYERS - {p.layer for p in backend.physical.layers}
 
     def pending(self, retry_stuck: bool = False) -> bool:
         """Is a request waiting for a purge: a compliance one shredded, or purged and not verified
@@ -96,7 +102,9 @@ class Purger:
         scan: dict[str, Any] = {"files": 0, "bytes": 0, "probes": 0, "matches": 0, "positive_control": False}
         with self._backend.write() as txn:
             for row in txn.run(ops.Erasures(PENDING_STATES)):
-                layers = {**row.layer_entries, **space.layers}
+                layers = {
+                    n: e for n, e in {**row.layer_entries, **space.layers}.items() if n not in self._foreign
+                }
                 layers[Layer.INDEX] = (
                     _done(entries_left_in_memory=0, on_disk_snapshots=0)
                     if left == 0
