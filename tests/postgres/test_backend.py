@@ -19,12 +19,20 @@ import psycopg
 import pytest
 
 import cenotaph
-from cenotaph.backends.base import Backend, ErasureRow, LineageRow, RecordRow, ScopeKeyRow, Txn
+from cenotaph.backends.base import (
+    BUSY_TIMEOUT_ENV,
+    Backend,
+    ErasureRow,
+    LineageRow,
+    RecordRow,
+    ScopeKeyRow,
+    Txn,
+)
 from cenotaph.backends.postgres import PostgresBackend, open_postgres
 from cenotaph.backends.postgres.backend import advisory_key
 from cenotaph.backends.postgres.schema import LATEST
 from cenotaph.backends.postgres.txn import PostgresTxn
-from cenotaph.backends.sqlite.backend import BUSY_TIMEOUT_ENV, SQLiteBackend, SQLiteTxn
+from cenotaph.backends.sqlite.backend import SQLiteBackend, SQLiteTxn
 from cenotaph.errors import InvalidValueError, StorageError
 
 from ._cluster import _free_port

@@ -29,11 +29,12 @@ from psycopg import sql
 from ...durable import fsync, write_atomically
 from ...errors import InvalidValueError, StorageError
 from ...faults import fault_point
+from ..sql import epochs_in_use
 from .address import split_url
 from .backend import PostgresBackend, advisory_key
 from .errors import endpoint, translate, translate_connect
 from .schema import LATEST, MIGRATIONS, MIGRATIONS_TABLE, create_schema, set_search_path
-from .txn import Connection, PostgresTxn, _epochs_in_use
+from .txn import Connection, PostgresTxn
 
 __all__ = [
     "DUMP_FORMAT",
@@ -135,7 +136,7 @@ def write_dump(conn: Connection, schema: str, directory: Path) -> set[int]:
             with open(path, "wb", opener=_private) as out, conn.cursor().copy(query) as copy:
                 for data in copy:
                     out.write(data)
-        epochs = _epochs_in_use(conn)
+        epochs = epochs_in_use(conn.execute)
         conn.execute("COMMIT")
     except BaseException:
         _rollback(conn)
