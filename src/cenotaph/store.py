@@ -19,11 +19,12 @@ from .backends import (
     Found,
     Location,
     discard_created,
+    holds_database_snapshot,
     is_postgres_url,
+    load_snapshot,
     locate,
     open_backend,
     ops,
-    postgres_dump,
 )
 from .backends.base import Backend, LineageRow, RecordRow, Txn
 from .crypto.aead import derive
@@ -1141,32 +1142,20 @@ def restore(
 def _load_postgres(backup: Path, url: str, key_provider: KeyProvider) -> Store:
     """Load a PostgreSQL store's backup into the (new or empty) schema ``url`` names, then open
     it as :func:`restore` opens a restored copy; a restore refused once loaded drops what it loaded."""
-    dump = postgres_dump()  # refused now if the PostgreSQL driver is missing
-    address, schema = dump.split_target(url)
-    with dump.restore_lock(address, schema):
-        chain, existed = dump.load_dump(address, schema, backup)
+    with load_snapshot(backup, url) as restored:
+        # its first commit puts the source's chain id back, verifies the copy's log, mints its own
+        store = Store(restored, key_provider, restored=True)
         try:
-            # its first commit puts the source's chain id back, verifies the copy's log, mints its own
-            restored = dump.RestoredBackend(address, schema=schema, chain=chain)
-            store = Store(restored, key_provider, restored=True)
-            try:
-                store.verify_audit()  # before its first read: an altered copy is removed, not served
-            except BaseException:
-                store.close()
-                raise
+            store.verify_audit()  # before its first read: an altered copy is removed, not served
         except BaseException:
-            dump.drop_schema(address, schema, recreate=existed)
+            store.close()
             raise
     return store
 
 
 def _refuse_postgres_backup(backup: Path) -> None:
     """A PostgreSQL store's backup (a logical dump) restores into a schema, never a directory."""
-    try:
-        dump = postgres_dump()
-    except (ModuleNotFoundError, InvalidValueError):  # no driver here: it made no dump either
-        return
-    if dump.holds_dump(backup):
+    if holds_database_snapshot(backup):
         raise InvalidValueError(
             "the backup is a PostgreSQL store's (a logical dump); restore it into a schema: "
             "postgresql://...?schema=NEW"

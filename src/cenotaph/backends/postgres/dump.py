@@ -45,6 +45,7 @@ __all__ = [
     "dump_files",
     "holds_dump",
     "load_dump",
+    "load_snapshot",
     "restore_key",
     "split_target",
     "restore_lock",
@@ -290,6 +291,21 @@ def drop_schema(dsn: str, schema: str, *, recreate: bool) -> None:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
         if recreate:
             conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+
+
+@contextlib.contextmanager
+def load_snapshot(backup: Path, url: str) -> Iterator[PostgresBackend]:
+    """Restore's step for a PostgreSQL location: under the schema's restore lock, load the dump
+    in ``backup`` into the new or empty schema ``url`` names and yield its backend (whose first
+    write finishes the restore); a body that raises drops what was loaded."""
+    address, schema = split_target(url)
+    with restore_lock(address, schema):
+        chain, existed = load_dump(address, schema, backup)
+        try:
+            yield RestoredBackend(address, schema=schema, chain=chain)
+        except BaseException:
+            drop_schema(address, schema, recreate=existed)
+            raise
 
 
 class RestoredBackend(PostgresBackend):
