@@ -366,15 +366,8 @@ class SQLiteBackend:
                     self._begin(begin, deadline, timeout_ms)
                 except sqlite3.Error as exc:
                     raise translate(exc, self.path) from exc
-                try:
+                with self._committed():
                     yield txn
-                    self._conn.execute("COMMIT")
-                except sqlite3.Error as exc:
-                    self._rollback()
-                    raise translate(exc, self.path) from exc
-                except BaseException:
-                    self._rollback()
-                    raise
             finally:
                 self._writers.release()
             # still under the lock (and the store's, held around the whole block): no other
@@ -405,6 +398,20 @@ class SQLiteBackend:
         finally:
             self._conn.execute(f"PRAGMA busy_timeout={timeout_ms}")
 
+    @contextlib.contextmanager
+    def _committed(self) -> Iterator[None]:
+        """The block, then ``COMMIT``; a block or commit that fails rolls back (a ``sqlite3``
+        error raised as the StorageError it means)."""
+        try:
+            yield
+            self._conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback()
+            raise translate(exc, self.path) from exc
+        except BaseException:
+            self._rollback()
+            raise
+
     def _rollback(self) -> None:
         if self._conn.in_transaction:
             self._conn.execute("ROLLBACK")
@@ -427,15 +434,8 @@ class SQLiteBackend:
                 self._conn.execute("BEGIN")
             except sqlite3.Error as exc:
                 raise translate(exc, self.path) from exc
-            try:
+            with self._committed():  # ends the snapshot: a reader must not outlive its block
                 yield txn
-                self._conn.execute("COMMIT")  # ends the snapshot: a reader must not outlive its block
-            except sqlite3.Error as exc:
-                self._rollback()
-                raise translate(exc, self.path) from exc
-            except BaseException:
-                self._rollback()
-                raise
 
     def marker(self) -> int:
         """``PRAGMA data_version`` on this backend's connection: it moves when another connection
