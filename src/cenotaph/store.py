@@ -187,7 +187,7 @@ class Store:
                 # forgets logged but never committed happen now (W7); a restore replays every
                 # forget its copy's audit log does not hold, whatever its request rows say
                 self._ledger.reconcile(txn, audited if restored else None)
-                self._forget_epoch = txn.run(ops.ForgetEpoch())
+                self._forget_epoch = txn.run(ops.Count("forget_epoch"))
             self._erasure.resume()
         except BaseException:
             self._worker.close()
@@ -410,10 +410,10 @@ class Store:
             self._ledger.reconcile_if_changed(txn)  # a token must postdate every logged forget
             if owner_token is not None:  # under the write lock: no forget lands between check and issue
                 self._check_own_forgets(parsed, key, subject_token, owner_token, through)
-            version = max(txn.run(ops.Clock()), self._ledger.view.max_version) + 1
+            version = max(txn.run(ops.Count("clock")), self._ledger.view.max_version) + 1
             digest = self._tokens.reauth(token)
             txn.run(ops.InsertReauth(digest, kind, target, version, subject_token))
-            txn.run(ops.SetClock(version))
+            txn.run(ops.Advance("clock", version))
             self._ledger.grant(digest, kind, target, version, subject_token)  # a row alone is no token
         return token
 
@@ -797,13 +797,15 @@ class Store:
         with self._backend.write() as txn:
             self._ledger.reconcile_if_changed(txn)
             # another process forgot since our last sync: its records are not in our plan
-            others = txn.run(ops.ForgetEpoch()) != self._forget_epoch or self._ledger.view.refresh() > 0
+            others = (
+                txn.run(ops.Count("forget_epoch")) != self._forget_epoch or self._ledger.view.refresh() > 0
+            )
             request_id = "er_" + os.urandom(12).hex()
-            version = max(txn.run(ops.Clock()), self._ledger.view.max_version) + 1
+            version = max(txn.run(ops.Count("clock")), self._ledger.view.max_version) + 1
             plan = self._planner.plan(txn, request_id, version, target, survey)
             fault_point("forget.planned")
             whole = self._ledger.commit_plan(txn, plan, check_postcondition, sample)
-            epoch = txn.run(ops.ForgetEpoch())
+            epoch = txn.run(ops.Count("forget_epoch"))
 
             def forgotten() -> None:
                 # under the backend lock, right after COMMIT: no other thread may see the forget

@@ -78,7 +78,7 @@ class PlanApplier:
             fault_point("forget.chunk")
             pause_between_chunks()
         with self._backend.read() as txn:  # reading the whole target: outside the lock
-            seen = txn.run(ops.Clock())
+            seen = txn.run(ops.Count("clock"))
             missed = sweep(txn, plan)
             unshared = plan.keys_to_destroy(txn) if plan.compliance else ([], [])
         with self._backend.write() as txn:
@@ -102,7 +102,9 @@ class PlanApplier:
                 )
             )
             txn.run(ops.SetApplied(plan.request_id, None))
-            txn.run(ops.BumpForgetEpoch())  # other processes drop cached keys of what was just destroyed
+            txn.run(
+                ops.Advance("forget_epoch")
+            )  # other processes drop cached keys of what was just destroyed
             txn.after_commit(self._memory.forget_all)
         fault_point("forget.chunk")
         return True

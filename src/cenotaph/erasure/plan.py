@@ -125,7 +125,7 @@ class ForgetPlanner:
         """Enumerate ``target`` in read transactions (each short: other threads of this process
         get the connection between them)."""
         with reading() as txn:
-            since = txn.run(ops.Clock())
+            since = txn.run(ops.Count("clock"))
             ids = _unforgotten(txn, target, ALL_VERSIONS)
         survey = Survey(since, hide=ids)
         if target.compliance:

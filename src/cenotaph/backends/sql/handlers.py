@@ -109,18 +109,15 @@ class SQLHandlers:
         self._run(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
         self._run(f"RELEASE SAVEPOINT {_SAVEPOINT}")
 
-    # -- clock and meta ---------------------------------------------------------------
-    def clock(self) -> int:
-        return int(self._get("SELECT value FROM meta WHERE name='clock'"))
+    # -- counters and meta ---------------------------------------------------------------
+    def count(self, name: str) -> int:
+        return int(self._get("SELECT value FROM meta WHERE name=?", (name,)))
 
-    def set_clock(self, version: int) -> None:
-        self._run("UPDATE meta SET value=? WHERE name='clock' AND value<?", (version, version))
-
-    def forget_epoch(self) -> int:
-        return int(self._get("SELECT value FROM meta WHERE name='forget_epoch'"))
-
-    def bump_forget_epoch(self) -> None:
-        self._run("UPDATE meta SET value=value+1 WHERE name='forget_epoch'")
+    def advance(self, name: str, to: int | None = None) -> None:
+        if to is None:
+            self._run("UPDATE meta SET value=value+1 WHERE name=?", (name,))
+        else:
+            self._run("UPDATE meta SET value=? WHERE name=? AND value<?", (to, name, to))
 
     def meta(self, name: str) -> int | None:
         value = self._get("SELECT value FROM meta WHERE name=?", (name,))
