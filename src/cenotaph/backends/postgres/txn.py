@@ -7,7 +7,6 @@ bytes).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Sequence
 from functools import cache
 from typing import Any
@@ -186,6 +185,12 @@ class PostgresTxn(SQLHandlers, OpRunner):
     ) -> None:
         self._insert(table, columns, types, rows, _NOTHING)
 
+    def _delete_pairs(
+        self, table: str, first: tuple[str, str], second: str, pairs: Sequence[tuple[Any, str]]
+    ) -> int:
+        sql = _pairs_delete_sql(table, first[0], second, first[1])
+        return self._count(sql, ([a for a, _ in pairs], [b for _, b in pairs]))
+
     def _insert(
         self, table: str, columns: str, types: tuple[str, ...], rows: Iterable[Sequence[Any]], tail: str = ""
     ) -> None:
@@ -260,41 +265,6 @@ class PostgresTxn(SQLHandlers, OpRunner):
         return bool(self._one(_PLAIN_HOLDS, {"needle": needle}))
 
     # -- purge -----------------------------------------------------------------------
-    def purge_erased(
-        self, ids: Sequence[str], scopes: Sequence[bytes], subjects: Sequence[bytes], version: int
-    ) -> int:
-        """Delete every row of compliance-erased records, scopes and subjects; returns rows removed."""
-        listed = list(ids)
-        # record_subjects and derivations are keyed by (subject, record) and (source, derived):
-        # the pairs come from the records' own lineage rows (their subject tokens and sources)
-        found = self._rows(
-            "SELECT record_id, subject_tokens, sources FROM lineage WHERE record_id = ANY(%s::text[])",
-            (listed,),
-        )
-        tokens, subject_ids = _subject_pairs((bytes(t), str(i)) for i, t, _ in found)
-        sources = [(s, str(i)) for i, _, listed_sources in found for s in json.loads(listed_sources)]
-        removed = self._count(
-            _pairs_delete_sql("record_subjects", "subject_token", "record_id", "bytea"), (tokens, subject_ids)
-        )
-        removed += self._count(
-            _pairs_delete_sql("derivations", "source_id", "derived_id", "text"),
-            ([s for s, _ in sources], [d for _, d in sources]),
-        )
-        for sql in (
-            f"DELETE FROM records WHERE {_BY_IDS}",  # before their lineage rows
-            "DELETE FROM lineage WHERE record_id = ANY(%s::text[])",
-            "DELETE FROM derivations WHERE source_id = ANY(%s::text[])",
-        ):
-            removed += self._count(sql, (listed,))
-        self._x(
-            "INSERT INTO erased_records (record_id, version) SELECT unnest(%s::text[]), %s ON CONFLICT DO NOTHING",
-            (listed, version),
-        )
-        for table, keys in (("scopes", scopes), ("subjects", subjects)):
-            sql = f"DELETE FROM {table} WHERE wrapped IS NULL AND token = ANY(%s::bytea[])"
-            removed += self._count(sql, (list(keys),))
-        return removed
-
     # -- key rotation and backups -------------------------------------------------------
     def rewrap(self, rows: Iterable[tuple[str, Any, bytes, int]]) -> None:
         listed = list(rows)

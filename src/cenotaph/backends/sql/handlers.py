@@ -10,6 +10,7 @@ statement with ``?`` parameters; the class's :class:`~.dialect.Dialect` says the
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, ClassVar, Protocol
 
@@ -69,6 +70,13 @@ class SQLHandlers:
         self, table: str, columns: str, types: tuple[str, ...], rows: Iterable[Sequence[Any]]
     ) -> None:
         """Insert ``rows`` (of ``columns``, PostgreSQL ``types``), skipping any already there."""
+        raise NotImplementedError
+
+    def _delete_pairs(
+        self, table: str, first: tuple[str, str], second: str, pairs: Sequence[tuple[Any, str]]
+    ) -> int:
+        """Delete the rows of ``table`` keyed by each ``(first, second)`` pair (``first``: a
+        column and its PostgreSQL type; ``second`` is text); the rows removed."""
         raise NotImplementedError
 
     # -- statements written once --------------------------------------------------------
@@ -478,6 +486,41 @@ class SQLHandlers:
         }
 
     # -- purge -----------------------------------------------------------------------
+    def purge_erased(
+        self, ids: Sequence[str], scopes: Sequence[bytes], subjects: Sequence[bytes], version: int
+    ) -> int:
+        """Delete every row of compliance-erased records, scopes and subjects; returns rows removed."""
+        removed = 0
+        for part in self._d.chunks(ids):
+            listed = self._d.list_args(part)
+            of_ids = self._d.any_of("record_id", "text", len(part))
+            # record_subjects and derivations are keyed by (subject, record) and (source,
+            # derived): deleting by the second column alone scans the whole table, so the pairs
+            # come from the records' own lineage rows (their subject tokens and sources)
+            pairs: list[tuple[bytes, str]] = []
+            sources: list[tuple[str, str]] = []
+            sql = f"SELECT record_id, subject_tokens, sources FROM lineage WHERE {of_ids}"
+            for record_id, tokens, listed_sources in self._run(sql, listed):
+                pairs.extend((bytes(tokens[i : i + 32]), record_id) for i in range(0, len(tokens), 32))
+                if listed_sources != "[]":
+                    sources.extend((source, record_id) for source in json.loads(listed_sources))
+            removed += self._delete_pairs("record_subjects", ("subject_token", "bytea"), "record_id", pairs)
+            removed += self._delete_pairs("derivations", ("source_id", "text"), "derived_id", sources)
+            for sql in (
+                f"DELETE FROM records WHERE {self._by_ids(len(part))}",  # before their lineage rows
+                f"DELETE FROM lineage WHERE {of_ids}",
+                f"DELETE FROM derivations WHERE {self._d.any_of('source_id', 'text', len(part))}",
+            ):
+                removed += self._changed(sql, listed)
+        self._insert_rows(
+            "erased_records", "record_id, version", ("text", "bigint"), [(i, version) for i in ids]
+        )
+        for table, tokens in (("scopes", scopes), ("subjects", subjects)):
+            for part in self._d.chunks(tokens):
+                sql = f"DELETE FROM {table} WHERE wrapped IS NULL AND {self._d.any_of('token', 'bytea', len(part))}"
+                removed += self._changed(sql, self._d.list_args(part))
+        return removed
+
     def erased_version(self, record_id: str) -> int | None:
         value = self._get("SELECT version FROM erased_records WHERE record_id=?", (record_id,))
         return None if value is None else int(value)

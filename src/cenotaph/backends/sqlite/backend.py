@@ -5,7 +5,6 @@ becomes a :class:`cenotaph.errors.StorageError` through ``errors.translate``."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sqlite3
 import threading
@@ -148,6 +147,14 @@ class SQLiteTxn(SQLHandlers, OpRunner):
         sql = f"INSERT INTO {table} ({columns}) VALUES ({_marks(len(types))}) ON CONFLICT DO NOTHING"
         self._c.executemany(sql, rows)
 
+    def _delete_pairs(
+        self, table: str, first: tuple[str, str], second: str, pairs: Sequence[tuple[Any, str]]
+    ) -> int:
+        sql = f"DELETE FROM {table} WHERE {first[0]}=? AND {second}=?"
+        before = self._c.total_changes
+        self._c.executemany(sql, pairs)
+        return self._c.total_changes - before
+
     def marker(self) -> int:
         """``data_version`` as of this snapshot (the statement begins it, if nothing did yet)."""
         return int(self._c.execute("PRAGMA data_version").fetchone()[0])
@@ -215,46 +222,6 @@ class SQLiteTxn(SQLHandlers, OpRunner):
             if self._c.execute(sql, (needle,)).fetchone() is not None:
                 return True
         return False
-
-    def purge_erased(
-        self, ids: Sequence[str], scopes: Sequence[bytes], subjects: Sequence[bytes], version: int
-    ) -> int:
-        """Delete every row of compliance-erased records, scopes and subjects; returns rows removed."""
-        removed = 0
-        for part in SQLITE.chunks(ids):
-            marks = _marks(len(part))
-            # record_subjects and derivations are keyed by (subject, record) and (source,
-            # derived): deleting by the second column alone scans the whole table, so the pairs
-            # come from the records' own lineage rows (their subject tokens and sources)
-            pairs: list[tuple[bytes, str]] = []
-            sources: list[tuple[str, str]] = []
-            sql = f"SELECT record_id, subject_tokens, sources FROM lineage WHERE record_id IN ({marks})"
-            for record_id, tokens, listed in self._c.execute(sql, part):
-                pairs.extend((tokens[i : i + 32], record_id) for i in range(0, len(tokens), 32))
-                if listed != "[]":
-                    sources.extend((source, record_id) for source in json.loads(listed))
-            removed += self._deleted(
-                "DELETE FROM record_subjects WHERE subject_token=? AND record_id=?", pairs
-            )
-            removed += self._deleted("DELETE FROM derivations WHERE source_id=? AND derived_id=?", sources)
-            for sql in (
-                f"DELETE FROM records WHERE {self._by_ids(len(part))}",  # before their lineage rows
-                f"DELETE FROM lineage WHERE record_id IN ({marks})",
-                f"DELETE FROM derivations WHERE source_id IN ({marks})",
-            ):
-                removed += self._c.execute(sql, part).rowcount
-        self._c.executemany("INSERT OR IGNORE INTO erased_records VALUES (?,?)", [(i, version) for i in ids])
-        for table, tokens in (("scopes", scopes), ("subjects", subjects)):
-            for part in SQLITE.chunks(tokens):
-                sql = f"DELETE FROM {table} WHERE wrapped IS NULL AND token IN ({_marks(len(part))})"
-                removed += self._c.execute(sql, part).rowcount
-        return removed
-
-    def _deleted(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> int:
-        """Rows removed by one parameterised DELETE run for each of ``rows``."""
-        before = self._c.total_changes
-        self._c.executemany(sql, rows)
-        return self._c.total_changes - before
 
     def rewrap(self, rows: Iterable[tuple[str, Any, bytes, int]]) -> None:
         for table, pk in WRAPPED_TABLES:
