@@ -13,8 +13,11 @@ The store's statements are written once, in SQLite's spelling of a parameter (``
   of the index they walk, which the store's lists rely on no more than PostgreSQL's, so SQLite
   skips the sort: :meth:`Dialect.order`.
 
-Upserts (``ON CONFLICT``) and ``RETURNING``-free statements are the same in both. Bulk inserts
-(``executemany`` against ``unnest`` of arrays) and locking are the backends' own.
+Upserts are ``ON CONFLICT`` in both. What differs in more than these is a backend's own, not
+the dialect's: bulk inserts and pair deletes (``executemany`` against ``unnest`` of arrays),
+searching plain columns as bytes (``instr(CAST(c AS BLOB), ?)`` against ``position(... IN
+convert_to(c, 'UTF8'))``), and transactions and locking (``BEGIN IMMEDIATE`` against an
+advisory lock).
 """
 
 from __future__ import annotations
