@@ -3,9 +3,10 @@
 :class:`SQLHandlers` is mixed into each backend's transaction class (beside ``ops.OpRunner``),
 which supplies the primitives: :meth:`SQLHandlers._x` runs a statement in the engine's own
 spelling on the transaction's connection, :meth:`SQLHandlers._many` runs one for each of many
-rows, and :meth:`SQLHandlers._insert_rows` inserts many rows ignoring those already there
-(``executemany`` in SQLite, one ``unnest`` of arrays in PostgreSQL). A handler writes its
-statement with ``?`` parameters; the class's :class:`~.dialect.Dialect` says the rest.
+rows, :meth:`SQLHandlers._insert_rows` inserts many rows ignoring those already there and
+:meth:`SQLHandlers._delete_pairs` deletes rows by many key pairs (``executemany`` in SQLite, one
+``unnest`` of arrays in PostgreSQL). A handler writes its statement with ``?`` parameters; the
+class's :class:`~.dialect.Dialect` says the rest.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ class Cursor(Protocol):
 
 
 class SQLHandlers:
-    """The shared handlers; a subclass sets ``_d`` and implements the three primitives."""
+    """The shared handlers; a subclass sets ``_d`` (its dialect) and implements the primitives."""
 
     _d: ClassVar[Dialect]
     _commits: bool
@@ -95,8 +96,8 @@ class SQLHandlers:
         return by_ids(self._d, n)
 
     def _in_parts(self, text: str, column: str, sql_type: str, values: Sequence[Any]) -> Iterator[Any]:
-        """The rows of ``text`` (whose ``{in}`` is ``column`` being one of a part of ``values``),
-        for every part of ``values`` the dialect sends."""
+        """The rows of ``text`` for every part of ``values`` the dialect sends: its ``{In}`` is
+        ``column`` being one of the part, its ``{ids}`` the records rows of the part's ids."""
         for part in self._d.chunks(values):
             sql = text.format(In=self._d.any_of(column, sql_type, len(part)), ids=self._by_ids(len(part)))
             yield from self._run(sql, self._d.list_args(part))
