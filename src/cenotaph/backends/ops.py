@@ -391,16 +391,12 @@ class DestroyRecordKeys(Op[None]):
 
 
 @dataclass(frozen=True, slots=True)
-class DestroyScopeKeys(Op[None]):
-    writes: ClassVar[bool] = True
-    tokens: Sequence[bytes]
-    version: int
+class DestroyKeys(Op[None]):
+    """Destroy the keys of these scopes and subjects (a compliance forget shreds both)."""
 
-
-@dataclass(frozen=True, slots=True)
-class DestroySubjectKeys(Op[None]):
     writes: ClassVar[bool] = True
-    tokens: Sequence[bytes]
+    scopes: Sequence[bytes]
+    subjects: Sequence[bytes]
     version: int
 
 

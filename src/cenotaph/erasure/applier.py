@@ -86,8 +86,7 @@ class PlanApplier:
                 return False
             if plan.compliance:
                 scopes, subjects = _still_unshared(txn, unshared, txn.run(ops.WrittenSince(seen)))
-                txn.run(ops.DestroyScopeKeys(scopes, plan.version))
-                txn.run(ops.DestroySubjectKeys(subjects, plan.version))
+                txn.run(ops.DestroyKeys(scopes, subjects, plan.version))
             if missed:
                 # under the lock again: what derives from a missed record may have been written
                 # since the sweep read it (its source is in no plan the ledger holds)

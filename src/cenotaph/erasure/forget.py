@@ -148,8 +148,7 @@ def apply_head(txn: Txn, plan: ForgetPlan, *, whole: bool = False) -> None:
     txn.run(ops.InsertTombstones((t, plan.version, kind, plan.request_id) for t, kind in plan.tombstones))
     if plan.compliance:
         scopes, subjects = plan.keys_to_destroy(txn) if whole else plan.target_keys(txn)
-        txn.run(ops.DestroyScopeKeys(scopes, plan.version))
-        txn.run(ops.DestroySubjectKeys(subjects, plan.version))
+        txn.run(ops.DestroyKeys(scopes, subjects, plan.version))
     txn.run(ops.Advance("forget_epoch"))
 
 

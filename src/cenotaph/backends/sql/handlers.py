@@ -448,13 +448,11 @@ class SQLHandlers:
                 (version, *self._d.list_args(part)),
             )
 
-    def destroy_scope_keys(self, tokens: Sequence[bytes], version: int) -> None:
-        self._destroy_keys("scopes", tokens, version)
-
-    def destroy_subject_keys(self, tokens: Sequence[bytes], version: int) -> None:
+    def destroy_keys(self, scopes: Sequence[bytes], subjects: Sequence[bytes], version: int) -> None:
         # an UPDATE only: a subject the store never held (or whose row an earlier purge removed)
         # gets no row, so a repeated erasure leaves nothing behind to remove or to prove
-        self._destroy_keys("subjects", tokens, version)
+        self._destroy_keys("scopes", scopes, version)
+        self._destroy_keys("subjects", subjects, version)
 
     # -- what only a forget's records use, what of a target remains ---------------------
     def child_scopes(self, token: bytes) -> Iterator[bytes]:
