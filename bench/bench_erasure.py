@@ -51,7 +51,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import cenotaph
-from cenotaph.erasure import verification
+from cenotaph.erasure.proof import verification
 
 TARGET_RECORDS = 20
 DERIVED_RECORDS = 5

@@ -26,7 +26,7 @@ from pathlib import Path
 import ahocorasick
 import numpy as np
 
-from cenotaph.erasure.scanner import ResidueScanner, probe_windows
+from cenotaph.erasure.proof.scanner import ResidueScanner, probe_windows
 
 
 def write_files(root: Path, total_mb: int, probes: list[bytes], plant: int, rng: random.Random) -> int:

@@ -455,7 +455,7 @@ def run_threads(
     base: str | None, impl: str, items: list[Item], threads: int = THREADS
 ) -> tuple[float, dict[str, float] | None]:
     """``threads`` threads writing durably at once, one commit per write: cenotaph shares one store
-    (it is thread-safe; its writes share transactions, see groupcommit.py); raw sqlite3 gets a
+    (it is thread-safe; its writes share transactions, see cenotaph/writes/group_commit.py); raw sqlite3 gets a
     connection per thread (WAL, synchronous=FULL, a busy timeout so writers queue on SQLite's
     lock). Returns records per second, and for cenotaph how its writes were grouped."""
     shares = [items[t::threads] for t in range(threads)]

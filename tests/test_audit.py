@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cenotaph.erasure.audit import (
+from cenotaph.audit.chain import (
     GENESIS,
     AuditEntry,
     chain_entry,

@@ -176,7 +176,7 @@ def test_the_marker_read_in_a_transaction_is_its_snapshots(tmp_path: Path) -> No
 
 def test_the_store_decides_what_changed_from_the_markers_it_saw(tmp_path: Path) -> None:
     with cenotaph.open(tmp_path) as store, cenotaph.open(tmp_path) as other:
-        memory, backend = store._memory, store._backend
+        memory, backend = store._caches, store._backend
         with backend.serial():
             memory.saw(backend.marker())
             store.write(SCOPE, "own", "x")

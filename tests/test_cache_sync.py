@@ -24,7 +24,7 @@ SCOPE = "tenant:acme/user:alice"
 def _hold_first_invalidation(store: cenotaph.Store) -> tuple[threading.Event, threading.Event]:
     """Make the store's next cache invalidation block until released; (entered, release)."""
     entered, release = threading.Event(), threading.Event()
-    original = store._invalidate_resolved
+    original = store._caches.invalidate_resolved
     calls = {"n": 0}
 
     def slow() -> None:
@@ -34,7 +34,7 @@ def _hold_first_invalidation(store: cenotaph.Store) -> tuple[threading.Event, th
             assert release.wait(10), "the test never released the invalidation"
         original()
 
-    store._invalidate_resolved = slow
+    store._caches.invalidate_resolved = slow  # type: ignore[method-assign]
     return entered, release
 
 
@@ -79,12 +79,12 @@ def test_a_record_decrypted_before_a_forget_is_not_cached_after_it(tmp_path: Pat
     """A thread that decrypted a record before the caches were dropped must not put it back."""
     with cenotaph.open(tmp_path) as store:
         written = store.write(SCOPE, "diagnosis", "flu")
-        generation = store._resolved_gen
-        store._drop_caches()  # what a forget does, between the decrypt and the remember
-        store._remember(written, generation)  # type: ignore[arg-type]  # only its id matters here
-        assert written.id not in store._cache
-        store._remember(written, store._resolved_gen)  # type: ignore[arg-type]
-        assert written.id in store._cache
+        generation = store._caches.generation
+        store._caches.drop()  # what a forget does, between the decrypt and the remember
+        store._caches.remember(written, generation)  # type: ignore[arg-type]  # only its id matters here
+        assert written.id not in store._caches.records
+        store._caches.remember(written, store._caches.generation)  # type: ignore[arg-type]
+        assert written.id in store._caches.records
 
 
 def test_the_tombstone_set_sees_another_connections_forget(tmp_path: Path) -> None:
@@ -116,8 +116,8 @@ def test_dominance_holds_over_many_forgets_and_a_token(tmp_path: Path) -> None:
 
 def _crash_after_ledger(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make the next forget stop like a crash after its ledger entry is durable, before COMMIT."""
-    from cenotaph.erasure import ledger as ledger_module
     from cenotaph.faults import fault_point as original  # what ledger_module.fault_point is
+    from cenotaph.ledger import journal as ledger_module
 
     def crash(name: str) -> None:
         if name == "forget.ledgered":
@@ -139,7 +139,7 @@ def test_a_replay_inside_a_refused_write_is_not_lost(tmp_path: Path, monkeypatch
         with pytest.raises(RuntimeError):
             crashed.forget(SCOPE, "k", mode="operational")  # in the ledger, not in the database
         # the entry lands between the store's sync and its write transaction
-        monkeypatch.setattr(store, "_sync", lambda: None)
+        monkeypatch.setattr(store._caches, "sync", lambda: None)
         with pytest.raises(cenotaph.ForgottenError):
             store.write(SCOPE, "k", 2)  # replays the forget, is refused by it, rolls back
         monkeypatch.undo()
@@ -241,13 +241,13 @@ def test_own_forget_is_dropped_from_memory_before_anyone_sees_its_commit(tmp_pat
         store.write(SCOPE, "k", "secret")
         assert store.read(SCOPE, "k") is not None  # cached
         gate = _Gate()
-        real = store._forget_from_memory
+        real = store._caches.forget
 
         def slow(ids: Any) -> int:
             gate.pause()
             return real(ids)
 
-        store._forget_from_memory = slow
+        store._caches.forget = slow  # type: ignore[method-assign]
         gate.reads_miss_while_held(store, lambda: store.forget(SCOPE, "k", mode="compliance"), "k")
 
 
@@ -266,7 +266,7 @@ def test_a_replay_is_applied_to_memory_before_anyone_sees_its_commit(
         with pytest.raises(RuntimeError):
             crashed.forget(SCOPE, "k", mode="compliance")
         gate = _Gate()
-        real_sync, real_seen = store._sync, store._ledger._seen
+        real_sync, real_seen = store._caches.sync, store._ledger._seen
 
         def sync() -> None:
             if not gate.acting():  # the writer meets the entry inside its transaction
@@ -276,7 +276,7 @@ def test_a_replay_is_applied_to_memory_before_anyone_sees_its_commit(
             gate.pause()
             real_seen(mark, replayed=replayed)
 
-        monkeypatch.setattr(store, "_sync", sync)
+        monkeypatch.setattr(store._caches, "sync", sync)
         monkeypatch.setattr(store._ledger, "_seen", seen)
         gate.reads_miss_while_held(store, lambda: store.write(SCOPE, "other", 1), "k")
 

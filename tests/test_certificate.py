@@ -12,7 +12,12 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from cenotaph.erasure.certificate import CERTIFICATE_FORMAT, REQUIRED_FIELDS, Signer, verify_certificate
+from cenotaph.erasure.certify.certificate import (
+    CERTIFICATE_FORMAT,
+    REQUIRED_FIELDS,
+    Signer,
+    verify_certificate,
+)
 from cenotaph.errors import CertificateError, InvalidValueError
 from cenotaph.model import Certificate, canonical_json
 

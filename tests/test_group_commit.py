@@ -29,7 +29,7 @@ from cenotaph.errors import (
     StaleWriteError,
     StorageError,
 )
-from cenotaph.groupcommit import GroupCommit
+from cenotaph.writes.group_commit import GroupCommit
 
 SCOPE = "tenant:acme/user:alice/session:s1"
 

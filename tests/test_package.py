@@ -51,6 +51,9 @@ PUBLIC_API = {
     "Store",
     "StoreSession",
     "errors",
+    "limits",
+    "operations",
+    "wire",
     "open",
     "restore",
     "verify_certificate",
@@ -65,7 +68,7 @@ def test_all_is_pinned() -> None:
 
 
 def test_the_plug_in_types_are_the_ones_the_store_uses() -> None:
-    from cenotaph.erasure.service import Progress
+    from cenotaph.erasure.entrance import Progress
     from cenotaph.index.embedder import Embedder, HashingEmbedder
 
     assert cenotaph.Embedder is Embedder and cenotaph.HashingEmbedder is HashingEmbedder

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cenotaph.erasure import scanner as scanner_module
-from cenotaph.erasure.scan_worker import scan_in_child
-from cenotaph.erasure.scanner import (
+from cenotaph.erasure.proof import scanner as scanner_module
+from cenotaph.erasure.proof.scan_worker import scan_in_child
+from cenotaph.erasure.proof.scanner import (
     PROBE_MIN,
     ResidueScanner,
     ScanResult,

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import errors
+from . import errors, limits, operations, wire
 from .crypto.provider import KeyProvider, LocalKeyring
-from .erasure.certificate import verify_certificate
-from .erasure.service import Progress
+from .erasure.certify.certificate import verify_certificate
+from .erasure.entrance import Progress
 from .errors import (
     AccessDeniedError,
     CenotaphError,
@@ -90,6 +90,9 @@ __all__ = [
     "Store",
     "StoreSession",
     "errors",
+    "limits",
+    "operations",
+    "wire",
     "open",
     "restore",
     "verify_certificate",

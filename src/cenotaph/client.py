@@ -41,7 +41,7 @@ from .model import (
     RotationReport,
     SearchHit,
 )
-from .service.http.problems import error_for
+from .wire import error_for
 
 __all__ = ["Client", "ClientSession"]
 

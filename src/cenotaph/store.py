@@ -6,13 +6,12 @@ import atexit
 import builtins
 import os
 import secrets
-import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import suppress
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from .backends import (
     POSTGRES_DEFAULT_SCHEMA,
@@ -27,36 +26,26 @@ from .backends import (
     ops,
 )
 from .backends.base import Backend, LineageRow, RecordRow, Txn
+from .caches import RECORD_CACHE_LIMIT, StoreCaches
 from .crypto.aead import derive
 from .crypto.keys import KeyChain
 from .crypto.provider import KeyProvider, keyring_env_location, keyring_from_env, keyring_from_env_only
 from .crypto.tokens import TokenMaker
 from .dominance import WriteTargets, blocking
-from .erasure.audit import verified_requests
-from .erasure.background import CLOSE_PASS_S, failure_for_caller, purge_mode
-from .erasure.forget import ForgetPlan
-from .erasure.integrity import find_tampering
-from .erasure.ledger import AUDIT_CHAIN, KEK_EPOCH, Ledger, anchor_audit, chunk_records, start_audit_chain
-from .erasure.plan import ForgetPlanner, ForgetTarget, Survey, check_postcondition
-from .erasure.probes import RecordSample
-from .erasure.restoring import audited_forgets, check_not_restoring, check_outside_stores, restoring
-from .erasure.sampling import ProbeSampler
-from .erasure.service import ErasureService, Progress
+from .erasure.entrance import CLOSE_PASS_S, Erasure, Progress, purge_mode
+from .erasure.lifecycle.restoring import audited_forgets, check_not_restoring, check_outside_stores, restoring
+from .erasure.planning.sampling import ProbeSampler
 from .errors import (
-    ErasureNotProvableError,
     ForgottenError,
     InvalidValueError,
     KeyProviderError,
     StaleWriteError,
     StorageError,
 )
-from .faults import fault_point
-from .group_writes import GroupWriter
-from .groupcommit import GroupCommit
 from .index.embedder import Embedder, HashingEmbedder
 from .index.search import SearchIndex, check_filter, check_query, matches_filter
+from .ledger.journal import AUDIT_CHAIN, KEK_EPOCH, Ledger, anchor_audit, start_audit_chain
 from .locking import LockedBackend
-from .memory import RECORD_CACHE_LIMIT, StoreMemory
 from .model import (
     BackupInfo,
     Certificate,
@@ -82,29 +71,11 @@ from .validation import (
     check_subject,
     check_subjects,
 )
-from .writes import Prepared, RecordWriter
+from .writes.batches import GroupWriter
+from .writes.group_commit import GroupCommit
+from .writes.record_writer import Prepared, RecordWriter
 
 __all__ = ["Store", "StoreSession", "open_store", "restore"]
-
-T = TypeVar("T")
-
-
-class _InMemory(Generic[T]):
-    """A store attribute that is its memory's (:class:`StoreMemory`) of the given name: reading
-    it reads the memory's, setting it sets the memory's, so the store and the erasure side,
-    which holds the memory itself, always see the same state and the same operations."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    def __get__(self, store: Store | None, owner: type[Store] | None = None) -> T:
-        if store is None:  # looked up on the class: there is no memory to read
-            raise AttributeError(self._name)
-        value: T = getattr(store._memory, self._name)
-        return value
-
-    def __set__(self, store: Store, value: T) -> None:
-        setattr(store._memory, self._name, value)
 
 
 def _unexpired(opened: OpenedRecord, now: float) -> bool:
@@ -151,15 +122,20 @@ class Store:
         self._search = SearchIndex(embedder if embedder is not None else HashingEmbedder())
         self._sampler = ProbeSampler(provider, self._keys, self._crypto, self._search)
         self._ledger = Ledger(provider, self._sampler.seal)
-        self._planner = ForgetPlanner(self._tokens)
         # the caches and how fresh they are: shared with the erasure side, which syncs and
         # drops what memory holds through it (it never calls back into the store)
-        self._memory = StoreMemory(self._backend, provider, self._keys, self._search, self._ledger)
-        self._erasure = ErasureService(
-            self._backend, provider, self._keys, self._memory, self._ledger, purge_mode(auto_purge)
+        self._caches = StoreCaches(self._backend, provider, self._keys, self._search, self._ledger)
+        self._erasure = Erasure(
+            self._backend,
+            provider,
+            self._keys,
+            self._tokens,
+            self._crypto,
+            self._sampler,
+            self._caches,
+            self._ledger,
+            auto_purge,
         )
-        self._applier = self._erasure.applier
-        self._worker = self._erasure.worker
         atexit.register(self._ledger.flush_anchors)  # a process that exits without close() too
         try:
             with self._backend.write() as txn:
@@ -187,10 +163,10 @@ class Store:
                 # forgets logged but never committed happen now (W7); a restore replays every
                 # forget its copy's audit log does not hold, whatever its request rows say
                 self._ledger.reconcile(txn, audited if restored else None)
-                self._forget_epoch = txn.run(ops.Count("forget_epoch"))
+                self._caches.forget_epoch = txn.run(ops.Count("forget_epoch"))
             self._erasure.resume()
         except BaseException:
-            self._worker.close()
+            self._erasure.close()
             atexit.unregister(self._ledger.flush_anchors)
             self._backend.close()  # a refused open leaves no connection behind
             raise
@@ -214,17 +190,17 @@ class Store:
         the worker stops at its next step boundary, and whatever it left (a purge, a large
         forget's chunks) resumes when this store is next opened. A background pass that failed,
         and that no caller has been told of, is raised once the store is closed."""
-        if self._memory.closed:
+        if self._caches.closed:
             return
         try:
-            self._worker.finish(purge_timeout)
+            self._erasure.finish(purge_timeout)
         finally:
-            self._worker.close()
+            self._erasure.close()
             atexit.unregister(self._ledger.flush_anchors)
             self._ledger.flush_anchors()
             self._search.flush(self._store_vectors, force=True)
-            self._memory.closed = True
-            self._memory.drop()
+            self._caches.closed = True
+            self._caches.drop()
             self._backend.close()
         self.raise_background_failure()
 
@@ -233,9 +209,7 @@ class Store:
         of (a ``wait()`` that saw it was told): a :class:`StorageError` (or the key provider's
         :class:`KeyProviderError`) saying what to do. Surfaces that run the worker for their
         users (the LangGraph adapter, at every call) call it so a failing purge is never silent."""
-        failure = self._worker.take_failure()
-        if failure is not None:
-            raise failure_for_caller(failure)
+        self._erasure.raise_background_failure()
 
     @property
     def purge_mode(self) -> str:
@@ -252,7 +226,7 @@ class Store:
 
     @auto_purge.setter
     def auto_purge(self, value: bool | str) -> None:
-        self._erasure.mode = purge_mode(value)
+        self._erasure.mode = value
 
     def __enter__(self) -> Store:
         return self
@@ -264,21 +238,6 @@ class Store:
     def path(self) -> Path | None:
         return self._backend.location
 
-    # what the memory holds and does, under the names the read and write paths use (memory.py)
-    _cache = _InMemory[dict[str, OpenedRecord]]("records")
-    _resolved = _InMemory[dict[tuple[str, str, bool], OpenedRecord]]("resolved")
-    _resolved_gen = _InMemory[int]("generation")
-    _cache_lock = _InMemory[threading.Lock]("lock")
-    _forget_epoch = _InMemory[int]("forget_epoch")
-    _invalidate_resolved = _InMemory[Callable[[], None]]("invalidate_resolved")
-    _drop_caches = _InMemory[Callable[[], None]]("drop")
-    _forget_from_memory = _InMemory[Callable[[Iterable[str] | None], int]]("forget")
-    _remember = _InMemory[Callable[[OpenedRecord, int], None]]("remember")
-    _sync = _InMemory[Callable[[], None]]("sync")  # before serving anything (StoreMemory.sync)
-    _sync_locked = _InMemory[Callable[..., None]]("sync_locked")  # (changed=None)
-    _check_open = _InMemory[Callable[[], None]]("check_open")
-
-    # -- writes --------------------------------------------------------------------------
     def write(
         self,
         scope: str,
@@ -308,7 +267,7 @@ class Store:
 
     def write_many(self, items: Iterable[Mapping[str, Any]]) -> list[Record]:
         """Write several records in one transaction: all land or none does."""
-        self._check_open()
+        self._caches.check_open()
         if isinstance(items, str | bytes | Mapping) or not isinstance(items, Iterable):
             raise InvalidValueError("write_many takes a list of dicts, each with scope, key and value")
         prepared = [self._writer.prepare(item) for item in items]
@@ -319,7 +278,7 @@ class Store:
                 "write_many names the same (scope, key) twice; write each key once per batch "
                 "(the last value would silently replace the first)"
             )
-        # one transaction and one fsync for every write queued meanwhile (see groupcommit.py);
+        # one transaction and one fsync for every write queued meanwhile (see cenotaph/writes/group_commit.py);
         # a thread already inside this backend (a callback) commits alone, as it always did
         alone = any(p.reauthorization is not None for p in prepared)
         if self._backend.held_here():
@@ -334,7 +293,7 @@ class Store:
     def _commit_writes(self, group: Sequence[Sequence[Prepared]]) -> list[list[SealedRecord] | BaseException]:
         """Commit a group of write_many calls in one transaction, each checked and refused on its
         own (a refusal rolls back that call's rows only); raises if the transaction fails."""
-        self._sync()
+        self._caches.sync()
         try:
             with self._backend.write() as txn:
                 mark: int | None = self._provider.ledger_mark()  # one stat, under the write lock
@@ -345,7 +304,7 @@ class Store:
                 if view.refresh(mark):
                     self._keys.clear()  # a forget elsewhere may have destroyed cached keys
                 meta = txn.run(ops.MetaAll())
-                if meta["forget_epoch"] != self._forget_epoch:
+                if meta["forget_epoch"] != self._caches.forget_epoch:
                     self._keys.clear()  # a forget since our last sync may have destroyed cached keys
                 if meta.get(KEK_EPOCH) != self._kek_seen:  # another process rotated: wrap under the new epoch
                     self._keys.refresh_epoch()
@@ -366,10 +325,10 @@ class Store:
         return outcomes
 
     def _written(self, sealed: Iterable[SealedRecord]) -> None:
-        self._invalidate_resolved()
-        generation = self._resolved_gen
+        self._caches.invalidate_resolved()
+        generation = self._caches.generation
         for s in sealed:
-            self._remember(s.opened, generation)
+            self._caches.remember(s.opened, generation)
 
     def reauthorize(
         self,
@@ -405,7 +364,7 @@ class Store:
         else:
             kind, target = "scope", self._tokens.scope(parsed)
         token = "crt_" + secrets.token_urlsafe(32)
-        self._sync()
+        self._caches.sync()
         with self._backend.write() as txn:
             self._ledger.reconcile_if_changed(txn)  # a token must postdate every logged forget
             if owner_token is not None:  # under the write lock: no forget lands between check and issue
@@ -477,7 +436,7 @@ class Store:
         targets = WriteTargets.build(
             self._tokens, parsed, check_key(key), tuple(self._tokens.subject(s) for s in named)
         )
-        self._sync()  # the ledger decides tombstones and lifts (S9), as it does for a write
+        self._caches.sync()  # the ledger decides tombstones and lifts (S9), as it does for a write
         view = self._ledger.view
         view.refresh()
         tombstones = view.tombstone_versions(targets.tombstone_targets())
@@ -502,7 +461,7 @@ class Store:
         view = self._ledger.view
         plans = [view.plans[view.by_version[v]] for v in versions if v in view.by_version]
         return [
-            self._handle(
+            self._erasure.handle(
                 p["request_id"], int(p["version"]), Mode(p["mode"]), p["target_kind"], p["requested_at"]
             )
             for p in plans
@@ -512,7 +471,7 @@ class Store:
         """The newest version this store's ledger knows (forgets, tokens, lifts): every forget that
         returned before this call, in any process, is at or below it. Pass it as ``through`` to
         :meth:`reauthorize` for a write issued now."""
-        self._check_open()
+        self._caches.check_open()
         view = self._ledger.view
         view.refresh()
         return view.max_version
@@ -527,9 +486,9 @@ class Store:
     def read(self, scope: str, key: str, *, fallthrough: bool = True) -> Record | None:
         """The record under ``key`` in ``scope``, else in its nearest ancestor (R1)."""
         cacheable = type(scope) is str and type(key) is str and type(fallthrough) is bool
-        if cacheable and (scope, key, fallthrough) in self._resolved:
-            self._sync()  # drops the resolution cache on any change by anyone
-            hit = self._resolved.get((scope, key, fallthrough))
+        if cacheable and (scope, key, fallthrough) in self._caches.resolved:
+            self._caches.sync()  # drops the resolution cache on any change by anyone
+            hit = self._caches.resolved.get((scope, key, fallthrough))
             if hit is not None and (hit.expires_at is None or hit.expires_at > time.time()):
                 return hit.record()
         parsed = Scope.parse(scope)
@@ -537,15 +496,15 @@ class Store:
         chain = self._tokens.scope_chain(parsed)
         tokens = chain[::-1] if check_flag(fallthrough, "fallthrough") else chain[-1:]
         with self._backend.serial():
-            self._check_open()
+            self._caches.check_open()
             # the ledger now; whether another connection committed comes with the rows, read in
             # the same snapshot (no statement of its own)
-            self._sync_locked(changed=False)
+            self._caches.sync_locked(changed=False)
             with self._backend.read() as txn:
                 marker, found = txn.run(ops.KeyRecords(tokens, key_token))
-                if self._memory.saw(marker):
-                    self._sync_locked(changed=True)  # drops what that commit made stale, then we go on
-                generation = self._resolved_gen
+                if self._caches.saw(marker):
+                    self._caches.sync_locked(changed=True)  # drops what that commit made stale, then we go on
+                generation = self._caches.generation
                 rows = {r.scope_token: (r, lin) for r, lin in found}
                 for token in tokens:
                     row = rows.get(token)
@@ -560,19 +519,19 @@ class Store:
     def _resolve(
         self, scope: str, key: str, fallthrough: bool, record: OpenedRecord, generation: int
     ) -> None:
-        with self._cache_lock:
-            if generation != self._resolved_gen:
+        with self._caches.lock:
+            if generation != self._caches.generation:
                 return  # a write or forget landed while we resolved: do not cache a stale answer
-            if len(self._resolved) >= RECORD_CACHE_LIMIT:
-                self._resolved.clear()
-            self._resolved[(scope, key, fallthrough)] = record
+            if len(self._caches.resolved) >= RECORD_CACHE_LIMIT:
+                self._caches.resolved.clear()
+            self._caches.resolved[(scope, key, fallthrough)] = record
 
     def get(self, record_id: str) -> Record | None:
         """The record with this id, under the same checks as :meth:`read` (R2)."""
         if not isinstance(record_id, str) or not record_id.isalnum() or len(record_id) > 64:
             raise InvalidValueError("record_id must be an id returned by store.write()")
-        self._sync()
-        generation = self._resolved_gen
+        self._caches.sync()
+        generation = self._caches.generation
         with self._backend.read() as txn:
             row = txn.run(ops.Record(record_id))
             return None if row is None else self._materialize(txn, row, generation)
@@ -581,8 +540,8 @@ class Store:
         """Every visible record in ``scope`` (and its descendants), ordered by scope then key."""
         parsed = Scope.parse(scope)
         check_flag(include_descendants, "include_descendants")
-        self._sync()
-        generation = self._resolved_gen
+        self._caches.sync()
+        generation = self._caches.generation
         with self._backend.read() as txn:
             token = self._tokens.scope(parsed)
             tokens = txn.run(ops.SubtreeTokens(token)) if include_descendants else [token]
@@ -608,7 +567,7 @@ class Store:
         # the ledger decides what was forgotten, not the row's marks (S9)
         if not is_visible(row, now) or row.id in self._ledger.view.forgotten:
             return None
-        cached = self._cache.get(row.id)
+        cached = self._caches.records.get(row.id)
         if cached is not None and cached.version == row.version:
             return (cached, cached.record()) if _unexpired(cached, now) else None
         opened = self._crypto.open(txn, row, lineage)
@@ -617,7 +576,7 @@ class Store:
         record = opened.record()
         if self._dominated(record):
             return None
-        self._remember(opened, generation)
+        self._caches.remember(opened, generation)
         return opened, record
 
     def _dominated(self, record: Record) -> bool:
@@ -655,8 +614,8 @@ class Store:
         check_flag(fallthrough, "fallthrough")
         check_flag(include_descendants, "include_descendants")
         conditions = check_filter(filter)
-        self._sync()
-        generation = self._resolved_gen
+        self._caches.sync()
+        generation = self._caches.generation
         qvec = self._search.embed_query(query)
         found: dict[str, Record] = {}
         with self._backend.read() as txn:
@@ -697,8 +656,8 @@ class Store:
     def export_subject(self, subject: str) -> dict[str, Any]:
         """Everything this store holds about a subject, as JSON (an access request)."""
         token = self._tokens.subject(check_subject(subject))
-        self._sync()
-        generation = self._resolved_gen
+        self._caches.sync()
+        generation = self._caches.generation
         with self._backend.read() as txn:
             ids = txn.run(ops.LineageIdsForSubject(token))
             rows = (txn.run(ops.Record(i)) for i in ids)
@@ -730,7 +689,7 @@ class Store:
         """A session whose writes record everything it read as ``derived_from`` (W6); with an
         ``owner``, its forgets are that owner's and its writes may re-create what they forgot
         (see :class:`StoreSession`). Use it as a context manager (or ``close()`` it)."""
-        self._check_open()
+        self._caches.check_open()
         return StoreSession(self, Scope.parse(scope), owner=owner)
 
     # -- forgetting ----------------------------------------------------------------------
@@ -763,10 +722,9 @@ class Store:
                 "an exact forget covers one key in one scope: give a key, and leave include_ancestors False"
             )
         self._check_reason(reason)
-        target = self._planner.scope_or_key(
+        return self._erasure.forget_scope(
             parsed, key, mode, include_ancestors, exact=exact, owner=self._owner_token(owner)
         )
-        return self._forget(target)
 
     def forget_subject(
         self, subject: str, *, reason: str | None = None, owner: str | None = None
@@ -775,7 +733,7 @@ class Store:
         check_subject(subject)
         self._check_reason(reason)
         owner_token = self._owner_token(owner)
-        return self._forget(self._planner.subject(self._tokens.subject(subject), owner_token))
+        return self._erasure.forget_subject(self._tokens.subject(subject), owner_token)
 
     def _owner_token(self, owner: object) -> bytes | None:
         name = check_owner(owner)
@@ -787,105 +745,23 @@ class Store:
         if reason is not None and not isinstance(reason, str):
             raise InvalidValueError("reason must be a string")
 
-    def _forget(self, target: ForgetTarget) -> ErasureRequest:
-        """Survey the target outside the write lock, commit the plan (whole if small, else its
-        head: tombstones and scope/subject keys) with its ledger entry, apply a large plan's
-        records in chunks, then purge as ``auto_purge`` says."""
-        self._sync()
-        survey = self._planner.survey(self._backend.read, target)
-        sample = self._sample_ahead(survey) if target.compliance and survey.size > chunk_records() else None
-        with self._backend.write() as txn:
-            self._ledger.reconcile_if_changed(txn)
-            # another process forgot since our last sync: its records are not in our plan
-            others = (
-                txn.run(ops.Count("forget_epoch")) != self._forget_epoch or self._ledger.view.refresh() > 0
-            )
-            request_id = "er_" + os.urandom(12).hex()
-            version = max(txn.run(ops.Count("clock")), self._ledger.view.max_version) + 1
-            plan = self._planner.plan(txn, request_id, version, target, survey)
-            fault_point("forget.planned")
-            whole = self._ledger.commit_plan(txn, plan, check_postcondition, sample)
-            epoch = txn.run(ops.Count("forget_epoch"))
-
-            def forgotten() -> None:
-                # under the backend lock, right after COMMIT: no other thread may see the forget
-                # in the database and still be answered from memory; the ledger view learns this
-                # plan now (and any other process's since: then their records are not in ours)
-                fresh = self._ledger.view.refresh()
-                self._forgotten(plan, epoch, others or fresh > 1)
-
-            txn.after_commit(forgotten)
-        fault_point("forget.committed")
-        if not whole:
-            self._finish_chunked(plan)
-        if plan.compliance and self._erasure.mode == "sync":
-            self.purge()
-        elif self._erasure.mode == "background":  # an operational forget's rows are reclaimed too
-            self._worker.nudge()
-        return self._handle(plan.request_id, plan.version, plan.mode, plan.target_kind, plan.requested_at)
-
-    def _finish_chunked(self, plan: ForgetPlan) -> None:
-        try:
-            self._applier.run(plan)
-        except Exception as exc:
-            self._worker.nudge()  # the forget is in effect: its chunks go on in the background
-            raise StorageError(
-                f"the forget is in effect (request {plan.request_id} is tombstoned: its target refuses "
-                "writes and its records are hidden), but destroying its records' keys was cut short "
-                f"({type(exc).__name__}); it resumes in the background or at the next open: poll "
-                "store.erasure(request_id)"
-            ) from exc
-
-    def _sample_ahead(self, survey: Survey) -> RecordSample:
-        """Probes of a large forget's records, sampled before its transaction (keys still exist)."""
-        with self._backend.read() as txn:
-            return self._sampler.sample_ahead(txn, survey.destroy)
-
     def _open_for_probe(self, txn: Txn, record_id: str) -> tuple[Record, bytes | None] | None:
         """A record and its vector, opened as a forget's probe sampling opens them."""
         return self._sampler.open_record(txn, record_id)
 
-    def _forgotten(self, plan: ForgetPlan, epoch: int, others: bool) -> None:
-        """This process's forget committed at ``epoch``: drop what memory holds of it."""
-        self._forget_from_memory(None if others else [*plan.hide, *plan.destroy_records])
-        self._forget_epoch = epoch
-
-    # -- erasure requests (see erasure/service.py) --------------------------------------
-    def _handle(
-        self, request_id: str, version: int, mode: Any, kind: str, requested_at: str
-    ) -> ErasureRequest:
-        return ErasureRequest(
-            id=request_id,
-            version=version,
-            mode=mode,
-            target_kind=kind,
-            requested_at=datetime.fromisoformat(requested_at),
-            _status=self._erasure.status,
-            _wait=self._erasure.wait,
-        )
-
+    # -- erasure requests (the erasure side's entrance: erasure/entrance.py) -----------------
     def erasure(self, request_id: str) -> ErasureRequest:
         """The handle of an earlier forget, to poll."""
-        row = self._erasure.row(request_id)
-        return self._handle(row.id, row.version, row.mode, row.target_kind, row.requested_at)
+        return self._erasure.request(request_id)
 
     def erasures(self) -> builtins.list[ErasureRequest]:
         """Every erasure request this store has, oldest first."""
-        self._sync()
-        with self._backend.read() as txn:
-            rows = txn.run(ops.Erasures())
-        return [self._handle(r.id, r.version, r.mode, r.target_kind, r.requested_at) for r in rows]
+        return self._erasure.all_requests()
 
     def confirm_erasure(self, request_id: str) -> ErasureStatus:
         """The request's status if verified; else ErasureNotProvableError naming every gap (and a
         background purge's failure, if no caller has been told of it yet)."""
-        try:
-            return self._erasure.confirm(request_id)
-        except ErasureNotProvableError as exc:
-            failure = self._worker.take_failure()
-            if failure is None:
-                raise
-            raise ErasureNotProvableError(f"{exc}; {failure_for_caller(failure)}", exc.gaps) from failure
+        return self._erasure.confirm(request_id)
 
     def attest(self, request_id: str) -> Certificate:
         """A signed, content-free certificate of a verified compliance erasure (S6)."""
@@ -907,20 +783,20 @@ class Store:
 
     def release_backup(self, backup_id: str) -> None:
         """End a backup's retention so rotate_keys() may destroy the epochs only it needed."""
-        self._check_open()
+        self._caches.check_open()
         if not isinstance(backup_id, str):
             raise InvalidValueError("backup_id must be the id returned by store.backup()")
         self._erasure.release_backup(backup_id)
 
     def backups(self) -> dict[str, builtins.list[int]]:
         """Registered backups: id -> the KEK epochs each one keeps alive."""
-        self._check_open()
+        self._caches.check_open()
         return self._provider.backups()
 
     def retention(self) -> builtins.list[Retention]:
         """Every KEK epoch that a registered backup or a pending erasure request keeps from being
         destroyed by rotation: who holds it, why, and what releases it."""
-        self._sync()
+        self._caches.sync()
         return self._erasure.retention()
 
     def key_epochs(self) -> dict[int, dict[str, Any]]:
@@ -951,9 +827,9 @@ class Store:
     def verify_audit(self) -> dict[str, Any]:
         """Check the audit chain against the head anchored in the key provider (S7), and the
         database against the key provider's ledger (S9); raises StorageError naming every edit."""
-        self._sync()  # a forget another process logged but never committed is replayed first
+        self._caches.sync()  # a forget another process logged but never committed is replayed first
         result = self._erasure.verify_audit()
-        found = self._integrity()
+        found = self._erasure.integrity()
         if found:
             raise StorageError(
                 "the database was altered (the key provider's ledger says otherwise): "
@@ -966,23 +842,14 @@ class Store:
     def check_integrity(self) -> builtins.list[str]:
         """Every way the database disagrees with the key provider's ledger (S9), one sentence
         each (counts only); empty when it is a faithful cache. Verifies the audit log first."""
-        self._sync()
+        self._caches.sync()
         self._erasure.verify_audit()
-        return self._integrity()
-
-    def _integrity(self) -> builtins.list[str]:
-        # under the write lock: no other process is between its ledger append and its COMMIT,
-        # and the log, the requests and the ledger are read as of one instant
-        with self._backend.write() as txn:
-            self._ledger.reconcile_if_changed(txn)  # a forget whose process died before COMMIT
-            verified = verified_requests(txn.run(ops.AuditEntries()))  # a log verify_audit just checked
-            live = set(self._provider.live_epochs())
-            return find_tampering(txn, self._ledger.view, self._crypto.open, verified, live)
+        return self._erasure.integrity()
 
     @property
     def public_key(self) -> str:
         """The raw Ed25519 public key that signs this store's certificates, as 64 hex characters."""
-        self._check_open()
+        self._caches.check_open()
         return self._erasure.signer().public_key_hex
 
 

@@ -1,7 +1,8 @@
 """Input rules for keys, values, subjects, TTLs and metadata (the only place they live).
 
-Limits are documented in the README: a value is any JSON value whose compact UTF-8 encoding is
-at most ``MAX_VALUE_BYTES``; keys are 1..``MAX_KEY_LENGTH`` printable characters.
+The limits they enforce are public, in :mod:`cenotaph.limits`: a value is any JSON value whose
+compact UTF-8 encoding is at most ``MAX_VALUE_BYTES``; keys are 1..``MAX_KEY_LENGTH`` printable
+characters.
 """
 
 from __future__ import annotations
@@ -17,6 +18,17 @@ from typing import Any
 
 from .errors import InvalidValueError
 from .jsoncodec import compact_encoder
+from .limits import (
+    MAX_DERIVED_FROM,
+    MAX_JSON_DEPTH,
+    MAX_KEY_LENGTH,
+    MAX_METADATA_BYTES,
+    MAX_OWNER_LENGTH,
+    MAX_SUBJECT_LENGTH,
+    MAX_SUBJECTS,
+    MAX_TTL_SECONDS,
+    MAX_VALUE_BYTES,
+)
 
 __all__ = [
     "MAX_KEY_LENGTH",
@@ -25,6 +37,9 @@ __all__ = [
     "MAX_SUBJECTS",
     "MAX_SUBJECT_LENGTH",
     "MAX_VALUE_BYTES",
+    "MAX_DERIVED_FROM",
+    "MAX_JSON_DEPTH",
+    "MAX_TTL_SECONDS",
     "check_key",
     "exact_str",
     "check_callback",
@@ -41,14 +56,6 @@ __all__ = [
     "encode_json",
 ]
 
-MAX_VALUE_BYTES = 1 << 20
-MAX_KEY_LENGTH = 512
-MAX_METADATA_BYTES = 64 << 10
-MAX_SUBJECTS = 64
-MAX_SUBJECT_LENGTH = 512
-MAX_TTL_SECONDS = 100 * 365 * 86400.0
-MAX_DERIVED_FROM = 1024
-MAX_JSON_DEPTH = 256  # levels of nesting in a value or metadata; a value that contains itself has no end
 MAX_INT_BITS = 14_000  # ~4,200 digits: a default Python (int_max_str_digits 4300) can read it back
 
 
@@ -137,9 +144,6 @@ def check_subject(subject: object) -> str:
     if text is None or not 1 <= len(text) <= MAX_SUBJECT_LENGTH or not text.isprintable():
         raise InvalidValueError(f"a subject must be a string of 1..{MAX_SUBJECT_LENGTH} printable characters")
     return text
-
-
-MAX_OWNER_LENGTH = 200
 
 
 def check_owner(owner: object) -> str | None:

@@ -10,9 +10,9 @@ from tests.conformance._scopes import MODES, S1, S2, T, U, V
 from tests.kit.stores import StoreFactory
 
 from cenotaph import Store
-from cenotaph.erasure import forget as forget_module
-from cenotaph.erasure import ledger
 from cenotaph.errors import ErasureNotProvableError, ForgottenError, ScopeClosureError
+from cenotaph.ledger import journal as ledger
+from cenotaph.ledger import plan as forget_module
 
 ALL = (T, U, S1, S2, V)
 

@@ -31,7 +31,7 @@ def _warm(store: Store) -> tuple[Record, Record]:
     assert store.read(SCOPE, "cardio") == note
     assert store.get(note.id) == note
     assert [h.record.id for h in store.search(SCOPE, QUERY, k=1000)] == [note.id, keep.id]
-    assert note.id in store._cache  # the decrypted record is cached here
+    assert note.id in store._caches.records  # the decrypted record is cached here
     assert note.id in store._search._vectors  # and its vector is in this process's index
     return note, keep
 
@@ -73,7 +73,7 @@ def test_forget_in_another_process_drops_this_process_decrypted_copies(
     note, _ = _warm(store)
     forget_in_child(store_factory.location(store), SCOPE, "cardio", mode)
     assert store.read(SCOPE, "cardio") is None
-    assert note.id not in store._cache
+    assert note.id not in store._caches.records
     assert note.id not in store._search._vectors
     assert note.id not in store._keys.lineage_keys
 
@@ -112,7 +112,7 @@ def test_forget_in_this_process_clears_caches_before_it_returns(
     assert note.id in store._keys.lineage_keys
     store.forget(SCOPE, "cardio", mode=mode)
     # synchronously, before anything else is called
-    assert note.id not in store._cache
+    assert note.id not in store._caches.records
     assert note.id not in store._search._vectors
     assert note.id not in store._keys.lineage_keys
     assert keep.id in store._search._vectors  # only the forgotten record's vector was removed
@@ -126,11 +126,11 @@ def test_a_stale_cache_entry_is_never_served(store_factory: StoreFactory, mode: 
     row (and the keys) before a cached record is returned (R2)."""
     store = store_factory()
     note, keep = _warm(store)
-    stale = store._cache[note.id]  # the decrypted entry, as the cache held it before the forget
+    stale = store._caches.records[note.id]  # the decrypted entry, as the cache held it before the forget
     store.forget(SCOPE, "cardio", mode=mode)
-    assert note.id not in store._cache
-    with store._cache_lock:
-        store._cache[note.id] = stale
+    assert note.id not in store._caches.records
+    with store._caches.lock:
+        store._caches.records[note.id] = stale
     store._search.add(
         [note.id],
         store._search.embed_records([note]),

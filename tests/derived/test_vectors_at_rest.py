@@ -20,11 +20,11 @@ from cenotaph import Store
 from cenotaph.backends import ops
 from cenotaph.backends.sqlite.backend import DB_NAME
 from cenotaph.backends.sqlite.schema import MIGRATIONS
-from cenotaph.erasure.forget import ForgetPlan
-from cenotaph.erasure.probes import sample_probes
+from cenotaph.erasure.planning.probes import sample_probes
 from cenotaph.index.atrest import VectorCells, sealed_part
 from cenotaph.index.embedder import CallableEmbedder, HashingEmbedder, embedder_id, memory_text
 from cenotaph.index.search import FLUSH_MIN
+from cenotaph.ledger.plan import ForgetPlan
 
 from ._helpers import forget_in_child, raw_db, vector_windows
 

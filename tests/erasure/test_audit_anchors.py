@@ -17,7 +17,7 @@ from tests.kit.proc import run, spawn
 from tests.kit.stores import StoreFactory
 
 import cenotaph
-from cenotaph.erasure.audit import chain_entry, entry_to_dict
+from cenotaph.audit.chain import chain_entry, entry_to_dict
 from cenotaph.errors import KeyProviderError, StorageError
 
 SCOPE = "tenant:acme/user:alice"

@@ -46,7 +46,7 @@ def _raised(call: Callable[[], object]) -> StorageError | None:
 
 
 def _passes_ended(store: cenotaph.Store) -> int:
-    return store._worker._completed  # what the test waits on: passes the worker finished
+    return store._erasure.worker._completed  # what the test waits on: passes the worker finished
 
 
 def test_a_failed_background_purge_is_raised_to_the_next_caller_exactly_once(

@@ -16,7 +16,7 @@ import pytest
 from tests.kit.stores import StoreFactory
 
 import cenotaph
-from cenotaph.erasure import scan_worker, verification
+from cenotaph.erasure.proof import scan_worker, verification
 from cenotaph.errors import ErasureNotProvableError, InvalidValueError, StorageError
 
 SCOPE = "tenant:acme/user:alice/session:s1"

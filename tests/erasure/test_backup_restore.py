@@ -33,7 +33,7 @@ from tests.kit.oracle import residue, sql
 from tests.kit.proc import run
 
 import cenotaph
-from cenotaph.erasure import backup as service_module
+from cenotaph.erasure.lifecycle import backup as service_module
 from cenotaph.errors import InvalidValueError, StorageError
 
 # about SQLite's files and rows (tests/kit/stores.py)

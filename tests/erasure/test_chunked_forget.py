@@ -28,9 +28,10 @@ from tests.kit.stores import StoreFactory
 
 import cenotaph
 from cenotaph.backends.sqlite.backend import SQLiteTxn
-from cenotaph.erasure import applier, ledger
-from cenotaph.erasure.plan import ForgetPlanner
+from cenotaph.erasure.planning.planner import ForgetPlanner
+from cenotaph.erasure.purge import chunks as applier
 from cenotaph.errors import DerivedFromForgottenError, ErasureNotProvableError, ForgottenError
+from cenotaph.ledger import journal as ledger
 
 CHUNK = 4
 OTHER = "tenant:t/user:c/session:x"

@@ -11,7 +11,7 @@ import pytest
 from tests.kit.stores import StoreFactory
 
 import cenotaph
-from cenotaph.erasure import probes as probes_module
+from cenotaph.erasure.planning import probes as probes_module
 
 SUBJECT = "tenant:t/user:u"
 
@@ -69,7 +69,7 @@ def test_probes_in_a_copy_taken_while_pending_die_with_the_horizon(tmp_path: Pat
     """Probes hold windows of the erased plaintext. They used to be sealed under a key derived
     from the erasure secret, which is never destroyed: a backup taken between the forget and its
     purge decrypted to the erased value after the certificate said the horizon was reached."""
-    from cenotaph.erasure.probes import legacy_probe_key, open_probes
+    from cenotaph.erasure.planning.probes import legacy_probe_key, open_probes
 
     data = tmp_path / "data"
     with cenotaph.open(data, auto_purge=False) as store:
@@ -128,7 +128,7 @@ def test_a_rotation_starting_inside_a_forget_cannot_take_the_probes_out_of_the_h
     """A rotation in another process creates its epoch before its transaction, so it can appear
     between the forget reading the plan's epochs and sealing the probes. The probe key must still
     be wrapped by one of the plan's epochs: the horizon counts only those."""
-    import cenotaph.erasure.sampling as store_module
+    import cenotaph.erasure.planning.sampling as store_module
 
     with cenotaph.open(tmp_path / "data", auto_purge=False) as store:
         store.write(SUBJECT, "note", CANARY * 2)

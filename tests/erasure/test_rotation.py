@@ -172,7 +172,7 @@ def test_editing_an_audit_row_is_detected(audited: Path) -> None:
 
 
 def test_rehashing_the_whole_chain_after_an_edit_is_detected_by_the_ledger_anchor(audited: Path) -> None:
-    from cenotaph.erasure.audit import GENESIS, chain_entry, entry_to_dict
+    from cenotaph.audit.chain import GENESIS, chain_entry, entry_to_dict
 
     entries = _entries(audited / DB)
     rewritten = []

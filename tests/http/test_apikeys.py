@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import cenotaph
-from cenotaph.erasure.scanner import ResidueScanner, text_probes
+from cenotaph.erasure.proof.scanner import ResidueScanner, text_probes
 from cenotaph.errors import InvalidValueError, NotFoundError, StorageError
 from cenotaph.scope import Scope
 from cenotaph.service.apikeys import ApiKey, ApiKeyRing, Role

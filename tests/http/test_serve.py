@@ -331,3 +331,48 @@ def _plain_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CENOTAPH_KEYRING", raising=False)
     monkeypatch.delenv("CENOTAPH_MASTER_KEY", raising=False)
     monkeypatch.setenv("PYTHONUNBUFFERED", "1")
+
+
+def test_re_forgetting_an_operators_forget_does_not_let_an_agent_rewrite_it(
+    data: Path, server: Server
+) -> None:
+    """The re-forget attack against a real ``cenotaph serve``: an operator forgets a key, an
+    agent key forgets the same key again, then asks for a reauthorization token. The operator's
+    forget still blocks and is not the agent's to lift: 403, no token, and the write stays
+    refused. The agent's own forget of another key is still its own to lift (201, then 201)."""
+    scope = "tenant:acme/user:alice"
+    agent = _create(data, "--tenant", "acme", "--prefix", scope, "--role", "agent")["key"]
+    operator = _create(data, "--tenant", "acme", "--role", "operator")["key"]
+
+    def call(secret: str, path: str, body: dict[str, Any]) -> httpx.Response:
+        return httpx.post(
+            server.url + path, json=body, headers={"Authorization": f"Bearer {secret}"}, timeout=30
+        )
+
+    for key in ("diet", "mine"):
+        assert call(agent, "/v1/memories", {"scope": scope, "key": key, "value": "v1"}).status_code == 201
+    assert (
+        call(operator, "/v1/forget", {"scope": scope, "key": "diet", "mode": "operational"}).status_code
+        == 202
+    )
+    assert (
+        call(agent, "/v1/forget", {"scope": scope, "key": "diet", "mode": "operational"}).status_code == 202
+    )
+    refused = call(agent, "/v1/reauthorizations", {"scope": scope, "key": "diet"})
+    assert refused.status_code == 403, refused.text
+    assert "token" not in refused.json()
+    rewrite = call(agent, "/v1/memories", {"scope": scope, "key": "diet", "value": "resurrected"})
+    assert rewrite.status_code == 409, rewrite.text
+
+    assert (
+        call(agent, "/v1/forget", {"scope": scope, "key": "mine", "mode": "operational"}).status_code == 202
+    )
+    granted = call(agent, "/v1/reauthorizations", {"scope": scope, "key": "mine"})
+    assert granted.status_code == 201, granted.text
+    body = {"scope": scope, "key": "mine", "value": "v2", "reauthorization": granted.json()["token"]}
+    assert call(agent, "/v1/memories", body).status_code == 201
+    assert server.stop()[0] == 0
+    with cenotaph.open(data) as store:
+        assert store.read(scope, "diet") is None
+        record = store.read(scope, "mine")
+        assert record is not None and record.value == "v2"

@@ -14,7 +14,7 @@ from tests.http._support import Tenant, World, wait_verified
 
 import cenotaph
 from cenotaph.cli.main import cli
-from cenotaph.erasure.scanner import ResidueScanner, text_probes
+from cenotaph.erasure.proof.scanner import ResidueScanner, text_probes
 from cenotaph.service.apikeys import ApiKeyRing
 
 

@@ -272,3 +272,25 @@ def test_a_missing_store_is_not_created(tmp_path: Path) -> None:
     )
     assert result.returncode == 2 and "cenotaph init" in result.stderr
     assert not (tmp_path / "typo").exists()
+
+
+@pytest.mark.parametrize("transport", ["stdio", "streamable-http"])
+async def test_re_forgetting_an_operators_forget_does_not_reopen_it(cli_data: Path, transport: str) -> None:
+    """The re-forget attack against a real ``cenotaph mcp``: an operator forgot a key; the agent
+    forgets it again, then writes it. The operator's forget still blocks and is not the
+    connection's to lift; a key the connection forgot itself it may write again."""
+    with cenotaph.open(cli_data) as store:
+        store.write(SESSION, "diet", NOTE)
+        operator = store.forget(SESSION, "diet", mode="operational")
+    async with connect(transport, cli_data) as tools:
+        await tools.ok("memory_forget", key="diet", mode="operational")  # the same key, again
+        text = await tools.refused("memory_write", key="diet", value="resurrected")
+        assert "another connection or an operator" in text
+        await tools.ok("memory_write", key="mine", value="v1")
+        await tools.ok("memory_forget", key="mine", mode="operational")
+        await tools.ok("memory_write", key="mine", value="v2")  # its own forget: reopened
+    with cenotaph.open(cli_data, auto_purge="off") as store:
+        assert store.read(SESSION, "diet") is None
+        assert operator.version in store.forgets_blocking(SESSION, "diet")
+        record = store.read(SESSION, "mine")
+        assert record is not None and record.value == "v2"

@@ -253,7 +253,7 @@ def race_writer(
 def forget_subject(dsn: str, schema: str, keyring: str, subject: str, chunk: int) -> dict[str, Any]:
     """Compliance-forget ``subject`` applying ``chunk`` records a transaction, then purge.
     Prints ``forgetting T``, ``returned ID STATE T``, ``purged T`` (T: now_ns) as each happens."""
-    from cenotaph.erasure import ledger
+    from cenotaph.ledger import journal as ledger
 
     ledger.CHUNK_RECORDS = chunk
     store = open_store(dsn, schema, keyring, "off")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from cenotaph.backends import looks_like_store
+from cenotaph.operations import holds_store
 from cenotaph.service.apikeys import ApiKeyRing
 
 from .options import DataLocation, api_key_ring, data_option, open_existing_store
@@ -18,7 +18,7 @@ def _ring(data: DataLocation) -> ApiKeyRing:
     if data.url is not None:
         with open_existing_store(data):  # the schema holds a store, and the keyring is its own
             pass
-    elif not looks_like_store(data.path or data.api_keys_home()):
+    elif not holds_store(data.path or data.api_keys_home()):
         raise click.BadParameter(
             f"no cenotaph store in {data.given!r}; create one with `cenotaph init --data {data.given}`",
             param_hint="--data",

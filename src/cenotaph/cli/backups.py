@@ -18,10 +18,8 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 import cenotaph
-from cenotaph.backends import postgres_health
-from cenotaph.crypto.provider import KEYRING_ENV, MASTER_KEY_ENV
-from cenotaph.erasure.restoring import restore_committed
 from cenotaph.errors import CenotaphError, NotFoundError
+from cenotaph.operations import KEYRING_ENV, MASTER_KEY_ENV, postgres_schema_state, restore_committed
 
 from .forgetting import erasure_counts, registered_backups, request_rows
 from .interrupts import held, on_interrupt
@@ -186,7 +184,7 @@ def _restore_into_schema(src: Path, data: DataLocation, provider: cenotaph.KeyPr
 def _schema_committed(url: str) -> bool:
     """Does the schema hold a restored store that committed (only its purge was cut short)?"""
     try:
-        state = postgres_health().url_state(url)
+        state = postgres_schema_state(url)
     except CenotaphError:
         return False
     return bool(state.holds_store and not state.restoring)

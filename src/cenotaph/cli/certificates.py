@@ -18,9 +18,9 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 import cenotaph
-from cenotaph.durable import write_all
 from cenotaph.errors import CertificateError, ErasureNotProvableError
 from cenotaph.model import LayerState, Mode
+from cenotaph.operations import write_all
 
 from .interrupts import held, on_interrupt
 from .options import DataLocation, data_option, open_existing_store

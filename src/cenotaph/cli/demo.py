@@ -21,8 +21,6 @@ from rich.console import Console
 from rich.markup import escape
 
 import cenotaph
-from cenotaph.backends import directory_format
-from cenotaph.erasure.scanner import ResidueScanner, text_probes
 from cenotaph.errors import (
     CenotaphError,
     CertificateError,
@@ -32,6 +30,7 @@ from cenotaph.errors import (
     StaleWriteError,
 )
 from cenotaph.model import ErasureState, Mode
+from cenotaph.operations import directory_format, scan_for_texts
 
 from .certificates import certificate_claims
 from .output import console
@@ -240,7 +239,7 @@ class Scenario:
             "HMAC-SHA256 under an erasure secret kept with the keys, never in the database: no scope, key "
             "or subject can be read back or confirmed by guessing from a stolen database file."
         )
-        scan = ResidueScanner(text_probes(self.canary) + text_probes(self.note_text)).scan(self.directory)
+        scan = scan_for_texts(self.directory, self.canary, self.note_text)
         self.say(
             f"Searched all {scan.files} files ({scan.bytes:,} bytes: database, WAL, keyring) for the canary "
             "and the note, as UTF-8, UTF-16 and hex:"

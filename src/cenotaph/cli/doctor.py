@@ -14,12 +14,18 @@ import click
 from rich.console import RenderableType
 from rich.text import Text
 
-from cenotaph.backends import POSTGRES_DEFAULT_SCHEMA, directory_format, postgres_health
-from cenotaph.backends.physical import Check
-from cenotaph.crypto.provider import keyring_from_env
+from cenotaph import Store
 from cenotaph.errors import CenotaphError
 from cenotaph.model import ErasureState, Mode
-from cenotaph.store import Store
+from cenotaph.operations import (
+    POSTGRES_DEFAULT_SCHEMA,
+    Check,
+    directory_format,
+    keyring_from_env,
+    postgres_schema_state,
+    postgres_server_checks,
+    postgres_version_checks,
+)
 
 from .options import DataLocation, data_option, open_existing_store, root_of_trust_warning
 from .output import emit, message_cell, new_table, table_option
@@ -74,18 +80,17 @@ def _directory_doctor(data: DataLocation) -> list[Check]:
 
 def _postgres_doctor(data: DataLocation) -> list[Check]:
     assert data.url is not None
-    health = postgres_health()
     checks = _schema_checks(data)
     if all(c.status != "fail" for c in checks):
         try:
-            checks += health.url_checks(data.url, data.replicas())
+            checks += postgres_server_checks(data.url, data.replicas())
         except CenotaphError as exc:
             checks.append(Check("postgresql server", "fail", " ".join(str(exc).split())))
     checks += _keyring_checks(data)
     if all(c.status != "fail" for c in checks):
         checks += _store_checks(data)
     checks.append(Check("python", "ok", sys.version.split()[0]))
-    versions: list[Check] = health.version_checks()
+    versions = postgres_version_checks()
     return checks + versions
 
 
@@ -93,7 +98,7 @@ def _schema_checks(data: DataLocation) -> list[Check]:
     """The server answers, and the URL's schema holds a store (only `cenotaph init` makes one)."""
     assert data.url is not None
     try:
-        state = postgres_health().url_state(data.url)
+        state = postgres_schema_state(data.url)
     except CenotaphError as exc:
         return [Check("postgresql connection", "fail", " ".join(str(exc).split()))]
     server = f"{state.server} as {state.user!r}, database {state.database!r}, PostgreSQL {state.version}"

@@ -10,7 +10,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 import cenotaph
-from cenotaph.backends import locate, looks_like_store
+from cenotaph.operations import holds_store
 
 from .interrupts import held, on_interrupt
 from .options import (
@@ -43,11 +43,11 @@ def init(data: DataLocation, table: bool) -> None:
     replicas = data.replicas()
     if data.url is not None:
         keyring_location(data)  # CENOTAPH_KEYRING, or a usage error before anything is made
-        created = not locate(data.url).survey().existing
+        created = not holds_store(data.url)
         target: str | Path = data.url
     else:
         assert data.directory is not None
-        created = not looks_like_store(data.directory)
+        created = not holds_store(data.directory)
         target = data.directory
     with held():
         cenotaph.open(target, replicas=replicas).close()

@@ -15,9 +15,17 @@ import click
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from cenotaph.crypto.keyring_files import export_keyring, import_keyring, keyring_is_sealed, move_keyring
-from cenotaph.crypto.provider import KEYRING_ENV, MASTER_KEY_ENV, LocalKeyring, master_key_from_env
+from cenotaph import LocalKeyring
 from cenotaph.errors import KeyProviderError
+from cenotaph.operations import (
+    KEYRING_ENV,
+    MASTER_KEY_ENV,
+    export_keyring,
+    import_keyring,
+    keyring_is_sealed,
+    master_key_from_env,
+    move_keyring,
+)
 
 from .interrupts import held, on_interrupt
 from .options import DataLocation, data_option, keyring_location

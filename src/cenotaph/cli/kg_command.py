@@ -13,7 +13,7 @@ from typing import IO
 
 import click
 
-from cenotaph.scope import Scope
+from cenotaph import Scope
 from cenotaph.service.mcp.graph import KnowledgeGraph
 from cenotaph.service.mcp.jsonl import dump_graph, parse_graph
 

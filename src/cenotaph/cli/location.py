@@ -24,9 +24,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from cenotaph.backends import is_postgres_url, names_a_url, redacted
-from cenotaph.crypto.provider import KEYRING_ENV, LocalKeyring, master_key_from_env
-from cenotaph.crypto.provider import keyring_location as default_keyring_location
+from cenotaph import LocalKeyring
+from cenotaph.operations import (
+    KEYRING_ENV,
+    default_keyring_location,
+    is_postgres_url,
+    master_key_from_env,
+    names_a_url,
+    redacted,
+)
 
 __all__ = ["REPLICAS_ENV", "DataLocation", "DataType"]
 

@@ -10,7 +10,7 @@ import click
 from rich.console import RenderableType
 from rich.text import Text
 
-from cenotaph.validation import MAX_VALUE_BYTES
+from cenotaph.limits import MAX_VALUE_BYTES
 
 from .interrupts import held, on_interrupt
 from .options import DataLocation, data_option, json_callback, open_existing_store, parse_json

@@ -14,8 +14,8 @@ import click
 from click.core import ParameterSource
 
 import cenotaph
-from cenotaph.backends import POSTGRES_DEFAULT_SCHEMA, locate, looks_like_store
-from cenotaph.crypto.provider import KEYRING_ENV, MASTER_KEY_ENV, LocalKeyring
+from cenotaph import LocalKeyring
+from cenotaph.operations import KEYRING_ENV, MASTER_KEY_ENV, POSTGRES_DEFAULT_SCHEMA, holds_store
 from cenotaph.service.apikeys import ApiKeyRing
 
 from .location import DataLocation, DataType
@@ -169,13 +169,13 @@ def open_existing_store(data: DataLocation, *, auto_purge: str = "off") -> Itera
     """
     replicas = data.replicas()
     if data.url is not None:
-        if not locate(data.url).survey().existing:  # its server is asked (create=False, said in CLI)
+        if not holds_store(data.url):  # its server is asked (create=False, said in CLI)
             raise click.BadParameter(_no_store(data), param_hint="--data")
         require_keyring(data)
         store = cenotaph.open(data.url, auto_purge=auto_purge, replicas=replicas, create=False)
     else:
         assert data.path is not None and data.directory is not None
-        if not looks_like_store(data.path):
+        if not holds_store(data.path):
             raise click.BadParameter(_no_store(data), param_hint="--data")
         require_keyring(data)
         # An absolute path: the residue scanner walks this directory, and with a relative root it

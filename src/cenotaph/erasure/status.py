@@ -1,5 +1,5 @@
 """Where an erasure request stands, as its caller sees it: ``status``, ``confirm_erasure`` and
-``wait`` (why a request is not verified is ``erasure.standing``; its horizon ``erasure.horizon``).
+``wait`` (why a request is not verified is ``erasure.proof.verdicts``; its horizon ``erasure.lifecycle.horizon``).
 
 States only move forward on evidence::
 
@@ -19,14 +19,14 @@ from collections.abc import Callable
 
 from ..backends import ops
 from ..backends.base import Backend, ErasureRow
+from ..caches import StoreCaches
 from ..errors import ErasureNotProvableError, NotFoundError
-from ..memory import StoreMemory
+from ..ledger.plan import ForgetPlan
 from ..model import ErasureState, ErasureStatus, Layer, LayerState, LayerStatus, Mode, Retention
 from ..validation import check_token_text
-from .audit_check import AuditCheck
-from .forget import ForgetPlan
-from .horizon import Horizons
-from .standing import INVESTIGATE, OPERATIONAL_GAP, PURGE, standing_in
+from .lifecycle.horizon import Horizons
+from .proof.audit_check import AuditCheck
+from .proof.verdicts import INVESTIGATE, OPERATIONAL_GAP, PURGE, standing_in
 
 __all__ = ["ALTERED_GAP", "RequestStatus"]
 
@@ -42,20 +42,20 @@ class RequestStatus:
         backend: Backend,
         horizons: Horizons,
         audit: AuditCheck,
-        memory: StoreMemory,
+        caches: StoreCaches,
         advance: Callable[[float | None], object],
     ) -> None:
         self._backend = backend
         self._horizons = horizons
         self._audit = audit
-        self._memory = memory
+        self._caches = caches
         # what wait() does to move requests forward once (timeout in seconds): purge here, or
-        # ask the store's background worker for a pass and wait for it (erasure.background)
+        # ask the store's background worker for a pass and wait for it (erasure.purge.worker)
         self._advance = advance
 
     def row(self, request_id: object) -> ErasureRow:
         checked = check_token_text(request_id, "request_id must be the id returned by store.forget()")
-        self._memory.sync()
+        self._caches.sync()
         with self._backend.read() as txn:
             row = txn.run(ops.Erasure(checked))
         if row is None:

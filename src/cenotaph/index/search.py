@@ -21,6 +21,7 @@ from numpy.typing import NDArray
 from ..backends import ops
 from ..backends.base import RecordRow, Txn
 from ..errors import InvalidValueError
+from ..limits import MAX_K, MAX_QUERY_CHARS
 from ..model import Record
 from ..records import RecordCrypto
 from ..validation import echo
@@ -38,11 +39,9 @@ __all__ = [
     "MAX_QUERY_CHARS",
 ]
 
-MAX_K = 1000
 _EMBED_BATCH = 4096
 FLUSH_MIN = 256  # sealed cells queued before a search writes them (a close writes any)
 _FLUSH_BATCH = 2048  # cells per write transaction: a writer waits for at most one batch
-MAX_QUERY_CHARS = 10_000
 _OPERATORS = ("$eq", "$ne", "$in", "$nin", "$exists")
 
 

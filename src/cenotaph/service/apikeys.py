@@ -65,12 +65,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from ..crypto.aead import Sealer
-from ..crypto.provider import KeyProvider, keyring_from_env
-from ..durable import write_atomically
+from cenotaph import KeyProvider, Scope, Store
+from cenotaph.operations import Sealer, keyring_from_env, service_key, write_atomically
+
 from ..errors import InvalidScopeError, InvalidValueError, NotFoundError, StorageError
-from ..scope import Scope
-from ..store import Store, service_key
 
 __all__ = ["ApiKey", "ApiKeyRing", "Role", "KEYS_DIR"]
 

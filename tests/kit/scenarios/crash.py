@@ -17,7 +17,7 @@ from typing import Any
 from tests.kit.scenarios import say
 
 import cenotaph
-from cenotaph.erasure import ledger
+from cenotaph.ledger import journal as ledger
 
 
 def crash_writer(directory: str, prefix: str, seed: int, auto_purge: bool) -> None:
@@ -83,8 +83,8 @@ def crash_in_forget(directory: str, scope: str, key: str | None, mode: str, when
     ``when == "before-ledger"``: before anything reaches the ledger (the forget must not happen).
     """
     from cenotaph.crypto.provider import LocalKeyring
-    from cenotaph.erasure.forget import ForgetPlan
-    from cenotaph.erasure.ledger import Ledger
+    from cenotaph.ledger.journal import Ledger
+    from cenotaph.ledger.plan import ForgetPlan
 
     if when == "after-ledger":
         original = Ledger.commit_plan

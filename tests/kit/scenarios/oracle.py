@@ -3,7 +3,7 @@ pyahocorasick for :func:`scan_directory`), run through :mod:`tests.kit.oracle`.
 
 Everything that opens a file of a store runs in a CHILD process: SQLite locks with POSIX advisory
 locks, and POSIX drops every lock a process holds on a file when that process closes *any*
-descriptor of it (see ``cenotaph/erasure/scan_worker.py``). A test that read ``cenotaph.db`` in
+descriptor of it (see ``cenotaph/erasure/proof/scan_worker.py``). A test that read ``cenotaph.db`` in
 the process that has the store open would silently break the store's locking.
 """
 

@@ -157,9 +157,9 @@ def race_forgetter(
     random point, so the forget lands anywhere from before the first write to after the last.
     With ``auto_purge`` every compliance forget also purges and scans before it returns. With
     ``chunk``, forgets of more than ``chunk`` records commit their head first and their records
-    ``chunk`` at a time (``erasure.applier``), racing the writers between chunks."""
+    ``chunk`` at a time (``erasure.purge.chunks``), racing the writers between chunks."""
     if chunk:
-        from cenotaph.erasure import ledger
+        from cenotaph.ledger import journal as ledger
 
         ledger.CHUNK_RECORDS = chunk
     store = cenotaph.open(directory, auto_purge=auto_purge)

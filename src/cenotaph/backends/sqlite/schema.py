@@ -122,7 +122,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         5,
         """
         -- the key sealing a pending request's probes, wrapped by the KEK epoch current at the
-        -- forget (erasure.probes), deleted when the request verifies
+        -- forget (erasure.planning.probes), deleted when the request verifies
         CREATE TABLE probe_keys (
             request_id TEXT PRIMARY KEY, wrapped BLOB NOT NULL, epoch INTEGER NOT NULL
         ) WITHOUT ROWID;
@@ -152,7 +152,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         """
         -- a large request's cursors, apart from its row (which holds its plan, every id, and is
         -- rewritten whole by any update): a forget that commits its tombstones first and hides
-        -- and destroys its records in chunks after (erasure.applier) counts the plan's record ids
+        -- and destroys its records in chunks after (erasure.purge.chunks) counts the plan's record ids
         -- applied (NULL once all are); a purge removing its rows in chunks counts the records done
         -- and the rows removed. No row: nothing in progress (every request from before this
         -- schema was applied whole, and purged in one transaction)

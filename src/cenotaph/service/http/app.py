@@ -23,10 +23,11 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from cenotaph import Store
+from cenotaph.limits import MAX_METADATA_BYTES, MAX_VALUE_BYTES
+
 from ... import __version__
 from ...errors import CenotaphError
-from ...store import Store
-from ...validation import MAX_METADATA_BYTES, MAX_VALUE_BYTES
 from ..apikeys import ApiKeyRing
 from .context import Service
 from .problems import ApiError, problem_for

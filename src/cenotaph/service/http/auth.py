@@ -13,9 +13,10 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from cenotaph import Scope
+
 from ...errors import InvalidScopeError, InvalidValueError
 from ...model import Record
-from ...scope import Scope
 from ..apikeys import ApiKey, Role
 from .context import Service, service_of
 from .problems import ApiError, NotVisible

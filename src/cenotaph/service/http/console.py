@@ -33,7 +33,8 @@ from markupsafe import Markup, escape
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ...erasure.certificate import verify_certificate
+from cenotaph import verify_certificate
+
 from ...errors import CenotaphError
 from ..apikeys import ApiKey, Role
 from .context import Service, service_of

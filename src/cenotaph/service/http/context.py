@@ -8,7 +8,8 @@ from pathlib import Path
 
 from fastapi import Request
 
-from ...store import Store
+from cenotaph import Store
+
 from ..apikeys import ApiKeyRing
 from .ownership import Ownership
 from .paging import Pager

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from cenotaph import Scope
+
 from ...model import ErasureRequest
 from ...remedies import Spelling
-from ...scope import Scope
 from ..apikeys import ApiKey
 from .auth import owned_by_reach, subject_inside
 from .context import Service

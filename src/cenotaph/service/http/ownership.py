@@ -28,7 +28,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any, Literal
 
-from ...durable import write_all
+from cenotaph.operations import write_all
+
 from ...errors import StorageError
 from ..apikeys import ApiKey, ApiKeyRing
 

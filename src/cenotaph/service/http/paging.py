@@ -17,7 +17,8 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from ...crypto.aead import Sealer
+from cenotaph.operations import Sealer
+
 from ...errors import InvalidValueError
 from ..apikeys import ApiKey, ApiKeyRing
 

@@ -13,10 +13,10 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
 
+from cenotaph import Scope, StoreSession
+
 from ...errors import ForgottenError, ScopeClosureError
 from ...model import ErasureRequest, Record
-from ...scope import Scope
-from ...session import StoreSession
 from ..apikeys import ApiKey, Role
 from . import schemas as s
 from .auth import agent_key, inside, operator_key, owned_by_reach, subject_inside, subjects_inside, visible
@@ -125,7 +125,8 @@ def _answer_with(key: ApiKey, session: StoreSession | None, record: Record | Non
 @router.post("/memories", status_code=201, response_model=s.RecordOut, responses=WRITE, tags=["memories"])
 def write(body: s.WriteIn, svc: SvcDep, key: Agent, session_id: SessionHeader = None) -> dict[str, Any]:
     """Write a record (durable when answered). Writes in a session derive from what it read (W6)."""
-    return _record(svc.store.write(**_write_item(svc, key, body, _session(svc, key, session_id))))
+    item, session = _write_item(svc, key, body), _session(svc, key, session_id)
+    return _record(svc.store.write(**item) if session is None else session.write(**item))
 
 
 @router.post(
@@ -133,19 +134,17 @@ def write(body: s.WriteIn, svc: SvcDep, key: Agent, session_id: SessionHeader = 
 )
 def write_many(body: s.BatchIn, svc: SvcDep, key: Agent, session_id: SessionHeader = None) -> dict[str, Any]:
     """Write several records in one transaction: all land or none does."""
-    session = _session(svc, key, session_id)
-    items = [_write_item(svc, key, item, session) for item in body.items]
-    return {"records": [_record(r) for r in svc.store.write_many(items)]}
+    items, session = [_write_item(svc, key, item) for item in body.items], _session(svc, key, session_id)
+    written = svc.store.write_many(items) if session is None else session.write_many(items)
+    return {"records": [_record(r) for r in written]}
 
 
-def _write_item(svc: Service, key: ApiKey, body: s.WriteIn, session: StoreSession | None) -> dict[str, Any]:
+def _write_item(svc: Service, key: ApiKey, body: s.WriteIn) -> dict[str, Any]:
     scope = inside(key, body.scope)
     derived = list(body.derived_from)
     for record_id in derived:  # a source the key cannot see is one it cannot name
         if not visible(key, svc.store.get(record_id)):
             raise NotVisible
-    if session is not None:  # W6, as StoreSession.write does (and for batches too)
-        derived = list(dict.fromkeys([*session.read_set, *derived]))
     return {
         "scope": scope.path,
         "key": body.key,

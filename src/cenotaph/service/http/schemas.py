@@ -10,8 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...index.search import MAX_K
-from ...validation import MAX_DERIVED_FROM, MAX_KEY_LENGTH, MAX_SUBJECTS
+from cenotaph.limits import MAX_DERIVED_FROM, MAX_K, MAX_KEY_LENGTH, MAX_SUBJECTS
 
 __all__ = [
     "BackupList",

@@ -13,9 +13,8 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from ...scope import Scope
-from ...session import StoreSession
-from ...store import Store
+from cenotaph import Scope, Store, StoreSession
+
 from ..apikeys import ApiKey
 from .problems import NotVisible
 

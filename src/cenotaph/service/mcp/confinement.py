@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cenotaph import Scope
 from cenotaph.errors import InvalidValueError
-from cenotaph.scope import Scope
 
 __all__ = ["Confinement"]
 

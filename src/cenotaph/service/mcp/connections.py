@@ -20,9 +20,8 @@ import threading
 import time
 from collections.abc import Hashable, Mapping
 
+from cenotaph import Store, StoreSession
 from cenotaph.errors import InvalidValueError
-from cenotaph.session import StoreSession
-from cenotaph.store import Store
 
 from ..apikeys import ApiKey
 from .confinement import Confinement

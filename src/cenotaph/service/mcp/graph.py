@@ -30,10 +30,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cenotaph import Scope, Store
 from cenotaph.errors import DerivedFromForgottenError, ForgottenError
 from cenotaph.model import ErasureRequest, Record
-from cenotaph.scope import Scope
-from cenotaph.store import Store
 
 from .refusals import Refused
 

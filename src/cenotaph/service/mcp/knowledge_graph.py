@@ -23,13 +23,13 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import TypedDict
 
-from cenotaph.store import Store
+from cenotaph import Store
 
 from .confinement import Confinement
 from .connections import ConnectionRegistry
 from .graph import Entity, KnowledgeGraph, Relation
 from .kg_schemas import KG_TOOLS
-from .server import CenotaphMCPServer, build_tool, connection_for, text_result
+from .toolserver import CenotaphMCPServer, build_tool, connection_for, text_result
 
 __all__ = ["GRAPH_URI", "KnowledgeGraphTools", "knowledge_graph_server"]
 

@@ -25,17 +25,15 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 from typing_extensions import TypedDict  # pydantic needs it for nested TypedDicts before Python 3.12
 
+from cenotaph import Scope, Store
 from cenotaph.errors import DerivedFromForgottenError, ForgottenError, NotFoundError
-from cenotaph.index.search import MAX_K
+from cenotaph.limits import MAX_DERIVED_FROM, MAX_K
 from cenotaph.model import ErasureRequest, ErasureStatus, Record, SearchHit
-from cenotaph.scope import Scope
-from cenotaph.store import Store
-from cenotaph.validation import MAX_DERIVED_FROM
 
 from .confinement import Confinement
 from .connections import AgentConnection, ConnectionRegistry
 from .refusals import READ_FORGOTTEN, Refused
-from .server import CenotaphMCPServer, build_tool, connection_for, text_result
+from .toolserver import CenotaphMCPServer, build_tool, connection_for, text_result
 
 __all__ = ["MemoryTools", "memory_server"]
 

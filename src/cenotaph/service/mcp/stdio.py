@@ -41,7 +41,7 @@ from mcp.types import (
     JSONRPCResponse,
 )
 
-from .server import CenotaphMCPServer
+from .toolserver import CenotaphMCPServer
 from .wire import Refusal, decode
 
 __all__ = ["GRACE_SECONDS", "MAX_LINE_BYTES", "serve_stdio"]

@@ -32,8 +32,8 @@ from cenotaph.errors import InvalidValueError
 
 from ..apikeys import ApiKeyRing
 from .confinement import Confinement
-from .server import API_KEY_SCOPE, CenotaphMCPServer
 from .stdio import serve_stdio
+from .toolserver import API_KEY_SCOPE, CenotaphMCPServer
 from .wire import Refusal, decode
 
 __all__ = [

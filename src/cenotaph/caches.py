@@ -1,0 +1,148 @@
+"""What one store holds in this process's memory, and keeping it fresh.
+
+Decrypted records, resolved reads, unwrapped keys and the search index's vectors are caches of
+the database; the ledger decides what was forgotten. :class:`StoreCaches` owns them all with the
+state that says how fresh they are (the forget epoch they were valid at, a sync left half done),
+so the store and the erasure side share one object: a forget or a purge drops what memory holds
+of its records through it, and every call of either side syncs through it first. It reads the
+ledger (``cenotaph.ledger``, below it) and nothing of the erasure side, which holds it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable, Iterable
+
+from .backends import ops
+from .crypto.keys import KeyChain
+from .crypto.provider import KeyProvider
+from .errors import InvalidValueError
+from .index.search import SearchIndex
+from .ledger.journal import Ledger
+from .locking import LockedBackend
+from .records import OpenedRecord
+
+__all__ = ["RECORD_CACHE_LIMIT", "StoreCaches"]
+
+RECORD_CACHE_LIMIT = 65_536
+
+
+class StoreCaches:
+    def __init__(
+        self,
+        backend: LockedBackend,
+        provider: KeyProvider,
+        keys: KeyChain,
+        search: SearchIndex,
+        ledger: Ledger,
+    ) -> None:
+        self._backend = backend
+        self._provider = provider
+        self._keys = keys
+        self._search = search
+        self._ledger = ledger
+        self.lock = threading.Lock()
+        # decrypted records by id (checked against the row); every hit hands out a fresh Record
+        self.records: dict[str, OpenedRecord] = {}
+        # (scope, key, fallthrough) -> what read() resolved to; valid only while nobody commits:
+        # cleared by our own writes and forgets, and by sync() when another connection committed
+        self.resolved: dict[tuple[str, str, bool], OpenedRecord] = {}
+        self.generation = 0  # bumped whenever resolved reads are dropped
+        self.forget_epoch = -1  # the database's forget epoch memory was last valid at
+        self.sync_pending = False
+        self.closed = False
+        self._marker: Hashable | None = None  # the backend's change marker when last looked at
+        # called after a sync replayed a forget whose chunks are left (the erasure worker's wake)
+        self.on_replayed_chunks: Callable[[], None] = lambda: None
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise InvalidValueError("this store is closed; open it again with cenotaph.open(...)")
+
+    def drop(self) -> None:
+        """Drop every decrypted record, resolved read and unwrapped key."""
+        with self.lock:
+            self.records.clear()
+        self.invalidate_resolved()
+        self._keys.clear()
+
+    def invalidate_resolved(self) -> None:
+        with self.lock:
+            self.resolved.clear()
+            self.generation += 1
+
+    def forget(self, ids: Iterable[str] | None) -> int:
+        """Drop every decrypted record and unwrapped key (so a derived copy the lineage index
+        missed cannot be served from memory: W3 holds in-process too; both caches are bounded),
+        and the vectors of ``ids`` -- or all vectors when another process forgot something we
+        cannot enumerate. Returns index entries left for ``ids``."""
+        self.drop()
+        if ids is None:
+            self._search.reset()
+            return 0
+        wanted = set(ids)
+        self._search.remove(wanted)
+        return self._search.count_of(wanted)
+
+    def forget_all(self) -> None:
+        """A chunked plan was applied whole (under the backend lock, right after its COMMIT): a
+        swept record may be anywhere in memory, and the next sync re-reads the forget epoch."""
+        self.forget(None)
+        self.forget_epoch = -1
+
+    def remember(self, record: OpenedRecord, generation: int) -> None:
+        """Cache a decrypted record, unless caches were dropped since ``generation`` was taken
+        (a forget landed meanwhile: the record may be one it covers)."""
+        with self.lock:
+            if generation != self.generation:
+                return
+            if len(self.records) >= RECORD_CACHE_LIMIT:
+                self.records.clear()  # bounded: a forget clears it whole, so keep that cheap
+            self.records[record.id] = record
+
+    def saw(self, marker: Hashable) -> bool:
+        """Has another connection committed since the marker last seen (``Backend.marker``, or
+        ``ops.Marker`` read with rows)? Remembers ``marker``. Call under ``backend.serial()``."""
+        changed = marker != self._marker
+        self._marker = marker
+        return changed
+
+    def sync(self) -> None:
+        """Before serving anything: apply forgets another process logged, drop stale caches."""
+        self.check_open()
+        # One thread at a time: a thread that sees the change must finish dropping the caches
+        # before any other thread, which no longer sees it, may answer from them. The lock is the
+        # store's own (re-entrant, see locking.py), so a thread inside a transaction can sync too.
+        with self._backend.serial():
+            self.sync_locked()
+
+    def sync_locked(self, changed: bool | None = None) -> None:
+        # the marker moves only on other connections' commits; a replay is our own commit.
+        # Until this sync completes, the next one acts as if something changed: a failure half
+        # way (a busy ledger replay, say) must not leave the change consumed and the caches kept.
+        # ``changed``: the caller read the marker itself (with its rows), else it is read here
+        check = (self.saw(self._backend.marker()) if changed is None else changed) or self.sync_pending
+        self.sync_pending = True
+        if check:
+            self.invalidate_resolved()
+            self._keys.drop_destroyed_epochs()  # a rotation elsewhere commits before it destroys
+        # inside a transaction (a callback called back into the store) the ledger waits for its
+        # owner: a replay here could not begin its own, and would read uncommitted rows
+        mark = self._provider.ledger_mark()
+        if self._ledger.view.refresh(mark):
+            self.forget(None)  # a forget in the ledger decides at once (S9), in any process
+        if not self._backend.in_transaction() and self._ledger.changed(mark):
+            with self._backend.read() as txn:
+                missing = self._ledger.missing(txn)
+            if missing:
+                with self._backend.write() as txn:
+                    if self._ledger.reconcile(txn):
+                        txn.after_commit(self.on_replayed_chunks)  # a replayed large plan's chunks
+        if self._ledger.take_replayed() or check:
+            self.invalidate_resolved()  # someone committed: a read may now resolve differently
+            with self._backend.read() as txn:
+                epoch = txn.run(ops.Count("forget_epoch"))
+            if epoch != self.forget_epoch:
+                self.forget(None)
+                self.forget_epoch = epoch
+        self.sync_pending = False

@@ -1,0 +1,1 @@
+"""Certificates of erasure: signing and attesting what was erased."""

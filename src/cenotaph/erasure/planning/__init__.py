@@ -1,0 +1,1 @@
+"""Planning a forget: which records, keys and tokens it takes, and the probes that will verify it."""
