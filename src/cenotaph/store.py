@@ -18,11 +18,12 @@ from .backends import (
     Found,
     Location,
     discard_created,
+    holds_database_snapshot,
     is_postgres_url,
+    load_snapshot,
     locate,
     open_backend,
     ops,
-    postgres_dump,
 )
 from .backends.base import Backend, LineageRow, RecordRow, Txn
 from .caches import RECORD_CACHE_LIMIT, StoreCaches
@@ -167,7 +168,7 @@ class Store:
                 # forgets logged but never committed happen now (W7); a restore replays every
                 # forget its copy's audit log does not hold, whatever its request rows say
                 self._ledger.reconcile(txn, audited if restored else None)
-                self._caches.forget_epoch = txn.run(ops.ForgetEpoch())
+                self._caches.forget_epoch = txn.run(ops.Count("forget_epoch"))
             self._erasure.resume()
         except BaseException:
             self._erasure.close()
@@ -373,10 +374,10 @@ class Store:
             self._ledger.reconcile_if_changed(txn)  # a token must postdate every logged forget
             if owner_token is not None:  # under the write lock: no forget lands between check and issue
                 self._check_own_forgets(parsed, key, subject_token, owner_token, through)
-            version = max(txn.run(ops.Clock()), self._ledger.view.max_version) + 1
+            version = max(txn.run(ops.Count("clock")), self._ledger.view.max_version) + 1
             digest = self._tokens.reauth(token)
             txn.run(ops.InsertReauth(digest, kind, target, version, subject_token))
-            txn.run(ops.SetClock(version))
+            txn.run(ops.Advance("clock", version))
             self._ledger.grant(digest, kind, target, version, subject_token)  # a row alone is no token
         return token
 
@@ -1037,32 +1038,20 @@ def restore(
 def _load_postgres(backup: Path, url: str, key_provider: KeyProvider) -> Store:
     """Load a PostgreSQL store's backup into the (new or empty) schema ``url`` names, then open
     it as :func:`restore` opens a restored copy; a restore refused once loaded drops what it loaded."""
-    dump = postgres_dump()  # refused now if the PostgreSQL driver is missing
-    address, schema = dump.split_target(url)
-    with dump.restore_lock(address, schema):
-        chain, existed = dump.load_dump(address, schema, backup)
+    with load_snapshot(backup, url) as restored:
+        # its first commit puts the source's chain id back, verifies the copy's log, mints its own
+        store = Store(restored, key_provider, restored=True)
         try:
-            # its first commit puts the source's chain id back, verifies the copy's log, mints its own
-            restored = dump.RestoredBackend(address, schema=schema, chain=chain)
-            store = Store(restored, key_provider, restored=True)
-            try:
-                store.verify_audit()  # before its first read: an altered copy is removed, not served
-            except BaseException:
-                store.close()
-                raise
+            store.verify_audit()  # before its first read: an altered copy is removed, not served
         except BaseException:
-            dump.drop_schema(address, schema, recreate=existed)
+            store.close()
             raise
     return store
 
 
 def _refuse_postgres_backup(backup: Path) -> None:
     """A PostgreSQL store's backup (a logical dump) restores into a schema, never a directory."""
-    try:
-        dump = postgres_dump()
-    except (ModuleNotFoundError, InvalidValueError):  # no driver here: it made no dump either
-        return
-    if dump.holds_dump(backup):
+    if holds_database_snapshot(backup):
         raise InvalidValueError(
             "the backup is a PostgreSQL store's (a logical dump); restore it into a schema: "
             "postgresql://...?schema=NEW"

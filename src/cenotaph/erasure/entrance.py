@@ -192,14 +192,15 @@ class Erasure:
             self._ledger.reconcile_if_changed(txn)
             # another process forgot since our last sync: its records are not in our plan
             others = (
-                txn.run(ops.ForgetEpoch()) != self._caches.forget_epoch or self._ledger.view.refresh() > 0
+                txn.run(ops.Count("forget_epoch")) != self._caches.forget_epoch
+                or self._ledger.view.refresh() > 0
             )
             request_id = "er_" + os.urandom(12).hex()
-            version = max(txn.run(ops.Clock()), self._ledger.view.max_version) + 1
+            version = max(txn.run(ops.Count("clock")), self._ledger.view.max_version) + 1
             plan = self._planner.plan(txn, request_id, version, target, survey)
             fault_point("forget.planned")
             whole = self._ledger.commit_plan(txn, plan, check_postcondition, sample)
-            epoch = txn.run(ops.ForgetEpoch())
+            epoch = txn.run(ops.Count("forget_epoch"))
 
             def forgotten() -> None:
                 # under the backend lock, right after COMMIT: no other thread may see the forget
