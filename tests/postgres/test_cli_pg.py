@@ -312,6 +312,7 @@ def test_doctor_checks_the_server_schema_privileges_replicas_and_vacuum(store_ur
         "postgresql connection",
         "postgresql schema",
         "postgresql privileges",
+        "postgresql page scan",
         "postgresql replicas",
     ):
         assert checks[name]["status"] == "ok", checks[name]

@@ -18,6 +18,7 @@ from cenotaph.backends import ops
 from cenotaph.backends.base import LayerEntry, dump_layers
 from cenotaph.backends.physical import PageScan
 from cenotaph.backends.postgres import open_postgres
+from cenotaph.backends.postgres.health import server_checks
 from cenotaph.errors import ErasureNotProvableError
 from cenotaph.model import LayerState
 
@@ -112,11 +113,13 @@ def test_a_role_that_may_not_read_pages_gets_the_gap_named(
         status = request.status()
         pages = status.layers["pages"]
         assert pages.state == "pending"
-        assert "may not" in pages.evidence["gap"] and "pageinspect" in pages.evidence["release"]
+        assert "may not" in pages.evidence["gap"] and "superuser" in pages.evidence["release"]
         assert status.state != "verified"
         assert any(g.startswith("layer 'pages' is pending") for g in status.gaps)
         with pytest.raises(ErasureNotProvableError, match="pageinspect"):
             store.confirm_erasure(request.id)
+        doctor = {c.name: c for c in server_checks(limited_role, pg_schema, [])}["postgresql page scan"]
+        assert doctor.status == "warn" and "superuser" in doctor.detail
     finally:
         store.close()
         drop_schema(pg_dsn, pg_schema)

@@ -26,6 +26,7 @@ from ..physical import Check
 from .address import split_schema, split_url
 from .backend import CONNECT_TIMEOUT_S, no_store_message, schema_description
 from .errors import Endpoint, endpoint, translate, translate_connect
+from .pages import PAGE_ACCESS_RELEASE, page_access
 from .physical import POSTGRES_FORMAT, REPLAY_WAIT_S, ReplicaProbe
 from .schema import MIGRATIONS_TABLE, created_objects
 from .txn import Connection
@@ -142,15 +143,29 @@ def _marked_restoring(conn: Connection, schema: str) -> bool:
 
 def server_checks(dsn: str, schema: str, replicas: Sequence[str]) -> list[Check]:
     """The doctor's checks of a store that exists in ``schema``: the migration it is at, the
-    role's privileges, each replica's replay and when VACUUM is due."""
+    role's privileges, whether it may read raw pages, each replica's replay and when VACUUM is due."""
     where = endpoint(dsn, schema)
     with _connected(dsn, where) as conn:
-        checks = [_privileges(conn, schema, where), _vacuum(conn, schema)]
+        checks = [_privileges(conn, schema, where), _page_scan(conn), _vacuum(conn, schema)]
         in_recovery = bool(_one(conn, "SELECT pg_is_in_recovery()"))
         target = None if in_recovery else str(_one(conn, "SELECT pg_current_wal_lsn()::text"))
     if target is not None:
         checks += _replica_checks(replicas, schema, target)
     return checks
+
+
+def _page_scan(conn: Connection) -> Check:
+    """Can the role read the server's pages (the ``pages`` layer of a compliance erasure)?"""
+    why = page_access(conn)
+    if why is None:
+        return Check(
+            "postgresql page scan", "ok", "the role reads raw pages (pageinspect): erasures scan dead tuples"
+        )
+    return Check(
+        "postgresql page scan",
+        "warn",
+        f"{why}: compliance erasures stay short of verified (layer 'pages' pending); {PAGE_ACCESS_RELEASE}",
+    )
 
 
 def _one(conn: Connection, query: str) -> Any:

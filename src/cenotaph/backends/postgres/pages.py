@@ -9,8 +9,8 @@ so a page not yet flushed is read as it will be written), so a probe found there
 server's files. What it cannot read: the server's WAL (and segments already archived), and any
 other server's files (a replica, a base backup).
 
-``get_raw_page`` is a superuser's function unless the role was granted EXECUTE on it; a role that
-may neither create the extension nor call it gets a :class:`PageScan` naming the gap, never a pass.
+``get_raw_page`` serves a superuser only (it checks, whatever EXECUTE was granted); any other role
+gets a :class:`PageScan` naming the gap, never a pass.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from psycopg import sql
 
 from ..physical import PageScan
 
-__all__ = ["BATCH_PAGES", "scan_pages"]
+__all__ = ["BATCH_PAGES", "PAGE_ACCESS_RELEASE", "page_access", "scan_pages"]
 
 BATCH_PAGES = 512  # pages fetched per statement (4 MiB at the default 8 KiB block size)
 
@@ -42,10 +42,11 @@ SELECT r.oid::regclass::text, (pg_relation_size(r.oid) / current_setting('block_
 FROM rels r ORDER BY 1
 """
 
-_NO_PAGEINSPECT_RELEASE = (
-    "let the store's role read raw pages: CREATE EXTENSION pageinspect as a superuser in the "
-    "store's database, then GRANT EXECUTE ON FUNCTION get_raw_page(text, bigint) TO the role "
-    "(or connect as a superuser), then run store.purge()"
+PAGE_ACCESS_RELEASE = (
+    "pageinspect's raw page functions serve a superuser only (the server refuses any other role, "
+    "whatever it was granted): open the store with a superuser role to prove this layer, then run "
+    "store.purge(); until then the request's horizon (a rotation destroying its KEK epochs) is "
+    "what covers the server's pages"
 )
 
 
@@ -61,7 +62,7 @@ def scan_pages(
         return PageScan(
             gap="the store's role may not read the server's pages (no pageinspect extension, and "
             "it may not create it): dead tuples and index entries are not scanned",
-            release=_NO_PAGEINSPECT_RELEASE,
+            release=PAGE_ACCESS_RELEASE,
         )
     tables = [
         str(r[0])
@@ -110,9 +111,9 @@ def scan_pages(
                 where.append(name)
     except pg_errors.InsufficientPrivilege:
         return PageScan(
-            gap="the store's role may not call pageinspect's get_raw_page: dead tuples and index "
-            "entries are not scanned",
-            release=_NO_PAGEINSPECT_RELEASE,
+            gap="the store's role may not call pageinspect's get_raw_page (a superuser's only): "
+            "dead tuples and index entries are not scanned",
+            release=PAGE_ACCESS_RELEASE,
         )
     return PageScan(
         tables=len(tables),
@@ -123,6 +124,17 @@ def scan_pages(
         matched_probes=frozenset(matched),
         matched_relations=tuple(where),
         vacuumed=tuple(stored),
+    )
+
+
+def page_access(conn: psycopg.Connection[tuple[object, ...]]) -> str | None:
+    """Why this connection's role cannot read raw pages (None: it can), found without creating
+    anything: ``get_raw_page`` serves a superuser only, whatever EXECUTE was granted."""
+    row = conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()
+    return (
+        None
+        if row is not None and row[0]
+        else "the role is not a superuser, the only role pageinspect reads raw pages for"
     )
 
 
