@@ -57,11 +57,12 @@ def scan_pages(
     page of its tables, their TOAST tables and indexes for ``probes``. ``conn`` is in autocommit
     (VACUUM runs in no transaction block)."""
     started = time.monotonic()
-    functions = _pageinspect(conn)
+    why = page_access(conn)
+    functions = None if why is not None else _pageinspect(conn)
     if functions is None:
         return PageScan(
-            gap="the store's role may not read the server's pages (no pageinspect extension, and "
-            "it may not create it): dead tuples and index entries are not scanned",
+            gap=f"the store's role may not read the server's pages ({why or 'no pageinspect extension'}): "
+            "dead tuples and index entries are not scanned",
             release=PAGE_ACCESS_RELEASE,
         )
     tables = [
