@@ -1,5 +1,6 @@
-"""An erasure request's status reads the database in as many statements however many other
-requests are pending (it once asked for each pending request's probe key, one by one). Counted on
+"""An erasure request's status reads the database in one transaction of as many statements
+however many other requests are pending (it once asked for each pending request's probe key, one
+by one, in a second transaction). Counted on
 the database connection itself: psycopg's cursor on PostgreSQL, SQLite's trace callback."""
 
 from __future__ import annotations
@@ -60,3 +61,4 @@ def test_status_sends_as_many_statements_with_twenty_pending_requests_as_with_on
     assert "pending erasure's probes" in status.layers["horizon"].evidence["reason"]  # it saw the others
     assert len(alone) > 0
     assert len(crowded) == len(alone), crowded
+    assert sum(s.startswith("BEGIN") for s in crowded) == 1, crowded  # one read transaction

@@ -26,7 +26,7 @@ from ..model import ErasureState, ErasureStatus, Layer, LayerState, LayerStatus,
 from ..validation import check_token_text
 from .lifecycle.horizon import Horizons
 from .proof.audit_check import AuditCheck
-from .proof.verdicts import INVESTIGATE, OPERATIONAL_GAP, PURGE, standing_in
+from .proof.verdicts import INVESTIGATE, OPERATIONAL_GAP, PURGE, standing_in, standing_of
 
 __all__ = ["ALTERED_GAP", "RequestStatus"]
 
@@ -34,6 +34,9 @@ ALTERED_GAP = (
     "the database says this request is verified, but the audit log holds no scan that verified it: "
     "the database was altered; check the audit log against the ledger and investigate"
 )
+
+
+_NO_REQUEST = "no erasure request with that id; list them with store.erasures()"
 
 
 class RequestStatus:
@@ -59,14 +62,25 @@ class RequestStatus:
         with self._backend.read() as txn:
             row = txn.run(ops.Erasure(checked))
         if row is None:
-            raise NotFoundError("no erasure request with that id; list them with store.erasures()")
+            raise NotFoundError(_NO_REQUEST)
         return row
 
     def status(self, request_id: str) -> ErasureStatus:
-        row = self.row(request_id)
+        """Where the request stands, read in one transaction: its row, and (compliance) the
+        pending requests and their probe epochs, the same statements however many are pending."""
+        checked = check_token_text(request_id, "request_id must be the id returned by store.forget()")
+        self._caches.sync()
+        with self._backend.read() as txn:
+            found = txn.run(ops.Erasure(checked))
+            pending = None if found is None or found.mode != Mode.COMPLIANCE else Horizons.read_pending(txn)
+        if found is None:
+            raise NotFoundError(_NO_REQUEST)
+        row = found
         layers = {n: LayerStatus(e.state, e.evidence) for n, e in row.layer_entries.items()}
-        standing = standing_in(self._backend, row)
-        retention = self._horizons.retention() if row.mode == Mode.COMPLIANCE else []
+        by_id = {} if pending is None else {r.id: r for r in pending[0]}
+        # a request it waits for is pending too, else verified (it waits no more)
+        standing = standing_in(self._backend, row) if pending is None else standing_of(row, by_id.get)
+        retention = self._horizons.retention(pending) if pending is not None else []
         horizon, reason = self._horizons.horizon(row, retention=retention)
         held: tuple[Retention, ...] = ()
         if row.mode == Mode.COMPLIANCE and horizon is None:

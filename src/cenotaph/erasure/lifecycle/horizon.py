@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from ...backends import ops
-from ...backends.base import Backend, ErasureRow
+from ...backends.base import Backend, ErasureRow, Txn
 from ...crypto.provider import KeyProvider
 from ...ledger.journal import KEKS_DESTROYED
 from ...ledger.plan import ForgetPlan
@@ -16,7 +16,9 @@ from ...model import Mode, Retention
 from ..proof.verdicts import standing_of
 from ..proof.verification import PENDING_STATES, now_iso
 
-__all__ = ["Horizons"]
+__all__ = ["Horizons", "Pending"]
+
+Pending = tuple[list[ErasureRow], dict[str, int]]  # pending requests, their probe keys' epochs
 
 
 class Horizons:
@@ -58,9 +60,15 @@ class Horizons:
             reason += ": run rotate_keys() to destroy them"
         return None, reason
 
-    def retention(self) -> list[Retention]:
+    @staticmethod
+    def read_pending(txn: Txn) -> Pending:
+        """The pending requests and their probe keys' epochs: two statements, however many."""
+        return txn.run(ops.Erasures(PENDING_STATES)), txn.run(ops.ProbeEpochs())
+
+    def retention(self, pending: Pending | None = None) -> list[Retention]:
         """Who keeps each live KEK epoch from being destroyed by rotation, why, and what releases
-        it: registered backups, and pending requests whose probes that epoch wraps."""
+        it: registered backups, and pending requests whose probes that epoch wraps (``pending``:
+        :meth:`read_pending`, read here if not given)."""
         live = set(self._provider.live_epochs())
         held = [
             Retention(
@@ -73,16 +81,17 @@ class Horizons:
             for backup_id, epochs in sorted(self._provider.backups().items())
             for epoch in sorted(set(epochs) & live)
         ]
-        with self._backend.read() as txn:  # two statements, however many requests are pending
-            rows = txn.run(ops.Erasures(PENDING_STATES))
-            epochs = txn.run(ops.ProbeEpochs())
-        pending = {r.id: r for r in rows}
+        if pending is None:
+            with self._backend.read() as txn:
+                pending = self.read_pending(txn)
+        rows, epochs = pending
+        by_id = {r.id: r for r in rows}
         for row in rows:
             epoch = epochs.get(row.id)
             if epoch is None or epoch not in live:
                 continue
             # a request it waits for is pending too (else verified: it waits no more)
-            standing = standing_of(row, pending.get)
+            standing = standing_of(row, by_id.get)
             why = f"its probes are sealed under this epoch until it verifies; it is {row.state}"
             why += f": {standing.gaps[0]}" if standing.gaps else ""
             release = f"{standing.next_step}, then rotate_keys()"
