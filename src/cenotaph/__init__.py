@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import errors, limits, operations, wire
+from .consumers import Consumer, ConsumerEvent
 from .crypto.provider import KeyProvider, LocalKeyring
 from .erasure.certify.certificate import verify_certificate
 from .erasure.entrance import Progress
@@ -63,6 +64,8 @@ __all__ = [
     "Certificate",
     "CertificateError",
     "Client",
+    "Consumer",
+    "ConsumerEvent",
     "DerivedFromForgottenError",
     "Embedder",
     "ErasureNotProvableError",

@@ -32,6 +32,7 @@ from ..backends import ops
 from ..backends.base import Backend, ErasureRow
 from ..caches import StoreCaches
 from ..clock import Clock
+from ..consumers import feed as consumer_feed
 from ..crypto.keys import KeyChain
 from ..crypto.provider import KeyProvider
 from ..crypto.tokens import TokenMaker
@@ -198,6 +199,8 @@ class Erasure:
             plan = self._planner.plan(txn, request_id, version, target, survey)
             fault_point("forget.planned")
             whole = self._ledger.commit_plan(txn, plan, check_postcondition, sample)
+            if plan.compliance:  # each consumer that took a record of it is asked, in this transaction
+                consumer_feed.notify(txn, plan.request_id, plan.record_ids, plan.requested_at)
             epoch = txn.run(ops.ForgetEpoch())
 
             def forgotten() -> None:

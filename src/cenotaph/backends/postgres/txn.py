@@ -817,3 +817,59 @@ class PostgresTxn(OpRunner):
 
     def audit_entries(self) -> list[str]:
         return [r[0] for r in self._rows("SELECT entry FROM audit ORDER BY seq")]
+
+    # downstream consumers
+
+    def insert_consumer(self, consumer_id: str, name: str, ack_days: int, registered_at: str) -> None:
+        self._x(
+            "INSERT INTO consumers (id, name, ack_days, registered_at) VALUES (%s,%s,%s,%s)",
+            (consumer_id, name, ack_days, registered_at),
+        )
+
+    def consumers(self) -> list[tuple[str, str, int, str]]:
+        rows = self._rows(
+            "SELECT id, name, ack_days, registered_at FROM consumers ORDER BY registered_at, id"
+        )
+        return [(str(r[0]), str(r[1]), int(r[2]), str(r[3])) for r in rows]
+
+    def insert_takes(self, consumer_id: str, taken: Sequence[tuple[str, int]], taken_at: str) -> None:
+        for record_id, version in taken:
+            self._x(
+                "INSERT INTO consumer_takes (record_id, consumer_id, version, taken_at) VALUES (%s,%s,%s,%s) "
+                "ON CONFLICT DO NOTHING",
+                (record_id, consumer_id, version, taken_at),
+            )
+
+    def takers_of(self, record_ids: Sequence[str]) -> list[tuple[str, str, int]]:
+        rows = self._rows(
+            "SELECT consumer_id, record_id, version FROM consumer_takes WHERE record_id = ANY(%s)",
+            (list(record_ids),),
+        )
+        return [(str(r[0]), str(r[1]), int(r[2])) for r in rows]
+
+    def insert_consumer_events(self, rows: Sequence[tuple[str, str, str, str, str]]) -> None:
+        for row in rows:
+            self._x(
+                "INSERT INTO consumer_events (consumer_id, request_id, records, created_at, deadline) "
+                "VALUES (%s,%s,%s,%s,%s)",
+                row,
+            )
+
+    def consumer_events(
+        self, consumer_id: str | None, request_id: str | None
+    ) -> list[tuple[str, str, str, str, str, str | None, str | None]]:
+        rows = self._rows(
+            "SELECT consumer_id, request_id, records, created_at, deadline, acknowledged_at, evidence "
+            "FROM consumer_events WHERE (%s::text IS NULL OR consumer_id = %s) "
+            "AND (%s::text IS NULL OR request_id = %s) ORDER BY created_at, request_id, consumer_id",
+            (consumer_id, consumer_id, request_id, request_id),
+        )
+        return [(r[0], r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows]
+
+    def acknowledge_consumer_event(
+        self, consumer_id: str, request_id: str, acknowledged_at: str, evidence: str
+    ) -> None:
+        self._x(
+            "UPDATE consumer_events SET acknowledged_at=%s, evidence=%s WHERE consumer_id=%s AND request_id=%s",
+            (acknowledged_at, evidence, consumer_id, request_id),
+        )

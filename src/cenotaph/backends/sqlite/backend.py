@@ -880,6 +880,60 @@ class SQLiteTxn(OpRunner):
     def audit_entries(self) -> list[str]:
         return [r[0] for r in self._c.execute("SELECT entry FROM audit ORDER BY seq")]
 
+    # downstream consumers
+
+    def insert_consumer(self, consumer_id: str, name: str, ack_days: int, registered_at: str) -> None:
+        self._c.execute(
+            "INSERT INTO consumers VALUES (?,?,?,?)", (consumer_id, name, ack_days, registered_at)
+        )
+
+    def consumers(self) -> list[tuple[str, str, int, str]]:
+        rows = self._c.execute(
+            "SELECT id, name, ack_days, registered_at FROM consumers ORDER BY registered_at, id"
+        )
+        return [(str(r[0]), str(r[1]), int(r[2]), str(r[3])) for r in rows]
+
+    def insert_takes(self, consumer_id: str, taken: Sequence[tuple[str, int]], taken_at: str) -> None:
+        self._c.executemany(
+            "INSERT OR IGNORE INTO consumer_takes VALUES (?,?,?,?)",
+            [(record_id, consumer_id, version, taken_at) for record_id, version in taken],
+        )
+
+    def takers_of(self, record_ids: Sequence[str]) -> list[tuple[str, str, int]]:
+        found: list[tuple[str, str, int]] = []
+        for part in _chunks(list(record_ids)):
+            rows = self._c.execute(
+                f"SELECT consumer_id, record_id, version FROM consumer_takes WHERE record_id IN ({_marks(len(part))})",
+                part,
+            )
+            found.extend((str(r[0]), str(r[1]), int(r[2])) for r in rows)
+        return found
+
+    def insert_consumer_events(self, rows: Sequence[tuple[str, str, str, str, str]]) -> None:
+        self._c.executemany(
+            "INSERT INTO consumer_events (consumer_id, request_id, records, created_at, deadline) VALUES (?,?,?,?,?)",
+            rows,
+        )
+
+    def consumer_events(
+        self, consumer_id: str | None, request_id: str | None
+    ) -> list[tuple[str, str, str, str, str, str | None, str | None]]:
+        rows = self._c.execute(
+            "SELECT consumer_id, request_id, records, created_at, deadline, acknowledged_at, evidence "
+            "FROM consumer_events WHERE (?1 IS NULL OR consumer_id = ?1) AND (?2 IS NULL OR request_id = ?2) "
+            "ORDER BY created_at, request_id, consumer_id",
+            (consumer_id, request_id),
+        )
+        return [(r[0], r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows]
+
+    def acknowledge_consumer_event(
+        self, consumer_id: str, request_id: str, acknowledged_at: str, evidence: str
+    ) -> None:
+        self._c.execute(
+            "UPDATE consumer_events SET acknowledged_at=?, evidence=? WHERE consumer_id=? AND request_id=?",
+            (acknowledged_at, evidence, consumer_id, request_id),
+        )
+
 
 class SQLiteBackend:
     """One connection per Store, serialised by a lock of its own (a store serialises its threads

