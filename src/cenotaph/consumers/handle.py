@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from ..errors import InvalidValueError
@@ -64,13 +64,16 @@ class Consumer:
 
     def export_subject(self, subject: str) -> dict[str, Any]:
         export = self._source.export_subject(subject)
+        self.took([*export["records"], *export["derived_records"]])
+        return export
+
+    def took(self, records: Iterable[Record | Mapping[str, Any]]) -> None:
+        """Record that this consumer was given ``records`` (Records, or their ``to_dict()``), for a
+        surface that read them on its behalf (the server, under the consumer's key)."""
         taken = [
-            (str(r["id"]), int(r["version"]))
-            for part in ("records", "derived_records")
-            for r in export.get(part, [])
+            (r.id, r.version) if isinstance(r, Record) else (str(r["id"]), int(r["version"])) for r in records
         ]
         self._registry.took(self.id, taken)
-        return export
 
     def events(self, *, pending_only: bool = True) -> builtins.list[ConsumerEvent]:
         """The erasures this consumer must carry out (``pending_only=False``: acknowledged ones too)."""
