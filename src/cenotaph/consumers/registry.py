@@ -30,7 +30,7 @@ class Registry:
         with self._backend.write() as txn:
             if any(c.name == checked for c in feed.consumers(txn)):
                 raise InvalidValueError(
-                    "a consumer of that name is registered already; find it with store.consumers()"
+                    "a consumer of that name is registered already; list them with store.consumers() or `cenotaph consumers list`"
                 )
             info = ConsumerInfo(feed.new_consumer_id(), checked, days, self._at())
             txn.run(ops.InsertConsumer(info.id, info.name, info.ack_days, info.registered_at.isoformat()))
@@ -46,7 +46,9 @@ class Registry:
         )
         found = next((c for c in self.all() if c.id == checked), None)
         if found is None:
-            raise NotFoundError("no consumer with that id; list them with store.consumers()")
+            raise NotFoundError(
+                "no consumer with that id; list them with store.consumers() or `cenotaph consumers list`"
+            )
         return found
 
     def took(self, consumer_id: str, taken: Sequence[tuple[str, int]]) -> None:
