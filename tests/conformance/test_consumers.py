@@ -184,3 +184,25 @@ def test_a_restart_keeps_consumers_takes_events_and_acknowledgements(store_facto
     acknowledged = [e for e in consumer.events(pending_only=False) if not e.pending]
     assert [(e.request_id, dict(e.evidence or {})) for e in acknowledged] == [(first.id, {"deleted": 1})]
     assert store.confirm_erasure(first.id).state == "verified"
+
+
+def test_a_take_recorded_after_the_forget_still_asks_the_consumer(store_factory: StoreFactory) -> None:
+    """A consumer read a record, and a forget of it committed before the take was recorded (the
+    read and the record of it are two transactions): recording it asks the consumer then."""
+    store = store_factory(purge=True)
+    store.write(ALICE, "diet", "vegetarian")
+    store.write(BOB, "diet", "vegan")
+    consumer = store.register_consumer("summarizer")
+    early = store.read(ALICE, "diet")
+    kept = store.read(BOB, "diet")
+    assert early is not None and kept is not None
+    request = store.forget(ALICE, "diet")
+    operational = store.forget(BOB, "diet", mode="operational")
+    assert consumer.events() == []
+
+    consumer.took([early, kept])
+    (event,) = consumer.events()
+    assert event.request_id == request.id and operational.id != request.id
+    assert [r.record_id for r in event.records] == [early.id]
+    consumer.took([early])  # again: no second event
+    assert len(consumer.events()) == 1

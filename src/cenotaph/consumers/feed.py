@@ -161,13 +161,15 @@ def check_evidence(evidence: object) -> str:
 
 def notify(txn: Txn, request_id: str, record_ids: Sequence[str], requested_at: str) -> int:
     """In a compliance forget's transaction: give every consumer that took one of ``record_ids``
-    an event naming what it took of them, due its ``ack_days`` after ``requested_at``. Returns how
-    many consumers were asked."""
+    an event naming what it took of them, due its ``ack_days`` after ``requested_at``. A consumer
+    already asked about the request is not asked again. Returns how many consumers were asked."""
     if not record_ids:
         return 0
+    asked = {e.consumer_id for e in events(txn, request_id=request_id)}  # again: no second event
     taken: dict[str, list[tuple[str, int]]] = {}
     for consumer_id, record_id, version in txn.run(ops.TakersOf(record_ids)):
-        taken.setdefault(consumer_id, []).append((record_id, version))
+        if consumer_id not in asked:
+            taken.setdefault(consumer_id, []).append((record_id, version))
     if not taken:
         return 0
     days = {c[0]: c[2] for c in txn.run(ops.Consumers())}

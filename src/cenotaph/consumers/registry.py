@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from ..backends import ops
 from ..backends.base import Backend
 from ..errors import InvalidValueError, NotFoundError
+from ..model import Mode
 from ..validation import check_token_text
 from . import feed
 from .feed import ConsumerEvent, ConsumerInfo
@@ -52,9 +53,25 @@ class Registry:
         return found
 
     def took(self, consumer_id: str, taken: Sequence[tuple[str, int]]) -> None:
-        if taken:
-            with self._backend.write() as txn:
-                txn.run(ops.InsertTakes(consumer_id, sorted(set(taken)), self._at().isoformat()))
+        """Record what a consumer took. A record a compliance forget reached between its read and
+        now (the forget's own notice saw no take of it) asks the consumer here, in this transaction."""
+        if not taken:
+            return
+        with self._backend.write() as txn:
+            txn.run(ops.InsertTakes(consumer_id, sorted(set(taken)), self._at().isoformat()))
+            ids = sorted({r for r, _ in taken})
+            lineage = txn.run(ops.Lineage(ids))
+            late: dict[int, list[str]] = {}
+            for record_id in ids:
+                row = lineage.get(record_id)
+                # forgotten: its lineage row says when; purged: the erased ids keep the forget's version
+                version = row.forgotten_version if row is not None else txn.run(ops.ErasedVersion(record_id))
+                if version is not None:
+                    late.setdefault(version, []).append(record_id)
+            if late:
+                for request in txn.run(ops.Erasures()):
+                    if request.mode == Mode.COMPLIANCE and request.version in late:
+                        feed.notify(txn, request.id, late[request.version], request.requested_at)
 
     def events(self, consumer_id: str | None, *, pending_only: bool) -> list[ConsumerEvent]:
         with self._backend.read() as txn:
