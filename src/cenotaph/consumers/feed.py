@@ -218,10 +218,8 @@ def _event(row: tuple[str, str, str, str, str, str | None, str | None]) -> Consu
     )
 
 
-ACKNOWLEDGE = (
-    "each consumer named must delete what its event lists and acknowledge the request "
-    "(consumer.acknowledge, or POST /v1/consumers/{id}/acknowledgements)"
-)
+# in every surface's words at once: a consumer acknowledges through its own handle or key
+ACKNOWLEDGE = "each consumer named must delete what its event lists, then acknowledge the request"
 
 
 def layer(asked: Sequence[tuple[ConsumerInfo | None, ConsumerEvent]]) -> tuple[LayerStatus, list[str]]:

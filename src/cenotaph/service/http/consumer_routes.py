@@ -18,6 +18,7 @@ from ..apikeys import ApiKey, Role
 from . import schemas as s
 from .auth import any_key, operator_key
 from .context import Service, service_dependency
+from .operations import tenant_consumers
 from .problems import NotVisible
 from .routes import OPERATOR_READ, READ, WRITE, _known_query_only
 
@@ -33,15 +34,11 @@ AnyKey = Annotated[ApiKey, Depends(any_key)]
 ConsumerId = Annotated[str, Path(max_length=64, description="the id POST /v1/consumers returned")]
 
 
-def _tenant_consumers(svc: Service, key: ApiKey) -> set[str]:
-    return {k.consumer for k in svc.keys.list() if k.consumer and k.tenant == key.tenant}
-
-
 def _reach(svc: Service, key: ApiKey, consumer_id: str, *, own_only: bool = False) -> Consumer:
     """The consumer if the key may see it (its own consumer key; unless ``own_only``, an operator
     of a tenant holding a key for it), else 404."""
     mine = key.role == Role.CONSUMER and key.consumer == consumer_id
-    theirs = not own_only and key.role == Role.OPERATOR and consumer_id in _tenant_consumers(svc, key)
+    theirs = not own_only and key.role == Role.OPERATOR and consumer_id in tenant_consumers(svc, key)
     if not (mine or theirs):
         raise NotVisible
     return svc.store.consumer(consumer_id)
@@ -66,7 +63,7 @@ def register_consumer(body: s.ConsumerIn, svc: SvcDep, key: Operator) -> dict[st
 @router.get("/consumers", response_model=s.ConsumerList, responses=OPERATOR_READ)
 def list_consumers(svc: SvcDep, key: Operator) -> dict[str, Any]:
     """The consumers of this key's tenant, oldest first."""
-    mine = _tenant_consumers(svc, key)
+    mine = tenant_consumers(svc, key)
     return {"consumers": [_out(c) for c in svc.store.consumers() if c.id in mine]}
 
 
