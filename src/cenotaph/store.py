@@ -143,7 +143,7 @@ class Store:
             auto_purge,
             clock,
         )
-        self._consumers = Registry(self._backend, clock.now)
+        self._consumers = Registry(self._backend, provider, clock.now)
         atexit.register(self._ledger.flush_anchors)  # a process that exits without close() too
         try:
             with self._backend.write() as txn:

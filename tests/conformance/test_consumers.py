@@ -9,7 +9,7 @@ import pytest
 from tests.kit.stores import StoreFactory
 
 import cenotaph
-from cenotaph.errors import ErasureNotProvableError, InvalidValueError, NotFoundError
+from cenotaph.errors import ErasureNotProvableError, InvalidValueError, NotFoundError, StorageError
 from cenotaph.model import Layer
 
 ALICE = "tenant:acme/user:alice"
@@ -206,3 +206,29 @@ def test_a_take_recorded_after_the_forget_still_asks_the_consumer(store_factory:
     assert [r.record_id for r in event.records] == [early.id]
     consumer.took([early])  # again: no second event
     assert len(consumer.events()) == 1
+
+
+@pytest.mark.parametrize("how", ["forged", "evidence edited"])
+def test_an_acknowledgement_the_audit_log_does_not_hold_mints_no_certificate(
+    store_factory: StoreFactory, how: str
+) -> None:
+    """Someone who can write the database sets an event acknowledged, or rewrites what a consumer
+    said: the certificate is refused, since every acknowledgement is in the audit log too."""
+    store = store_factory(purge=True)
+    store.write(ALICE, "diet", "vegetarian")
+    consumer = store.register_consumer("summarizer")
+    consumer.read(ALICE, "diet")
+    request = store.forget(ALICE, "diet")
+    if how == "evidence edited":
+        consumer.acknowledge(request.id, evidence={"deleted": 1})
+    store.close()
+
+    with store_factory.raw(store) as conn:
+        conn.execute(
+            "UPDATE consumer_events SET acknowledged_at = ?, evidence = ? WHERE request_id = ?",
+            ("2026-01-01T00:00:00+00:00", '{"deleted":2}', request.id),
+        )
+    store = store_factory.reopen(store)
+    assert store.erasure(request.id).status().state == "verified"  # the row says so...
+    with pytest.raises(StorageError, match="acknowledgement of this request is not in the audit log"):
+        store.attest(request.id)  # ...but the log does not

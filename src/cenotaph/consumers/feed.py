@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -16,13 +17,17 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..audit.chain import AuditEntry
 from ..backends import ops
 from ..backends.base import Txn
-from ..errors import InvalidValueError
+from ..errors import InvalidValueError, StorageError
 from ..model import LayerState, LayerStatus, canonical_json
 
 __all__ = [
     "ACKNOWLEDGE",
+    "ACK_EVENT",
+    "ack_entry",
+    "check_audited",
     "DEFAULT_ACK_DAYS",
     "MAX_ACK_DAYS",
     "MAX_EVIDENCE_BYTES",
@@ -248,3 +253,38 @@ def statement(info: ConsumerInfo | None, event: ConsumerEvent) -> dict[str, Any]
 
 def _label(info: ConsumerInfo | None, event: ConsumerEvent) -> str:
     return f"{info.name!r} ({event.consumer_id})" if info else event.consumer_id
+
+
+ACK_EVENT = "consumer.acknowledge"  # the audit entry of an acknowledgement
+
+
+def ack_entry(consumer_id: str, request_id: str, evidence: str) -> dict[str, Any]:
+    """The audit entry's fields of an acknowledgement: ids, and the hash of its evidence (the
+    evidence itself stays in the database; the log holds nothing a consumer wrote)."""
+    return {
+        "consumer_id": consumer_id,
+        "request_id": request_id,
+        "evidence_sha256": hashlib.sha256(evidence.encode("utf-8")).hexdigest(),
+    }
+
+
+def check_audited(
+    asked: Sequence[tuple[ConsumerInfo | None, ConsumerEvent]], entries: Sequence[AuditEntry]
+) -> None:
+    """Every acknowledgement of ``asked`` is in the verified audit log, with the evidence stored
+    now; else StorageError (a row says acknowledged that no consumer acknowledged)."""
+    logged = {
+        (e.fields.get("consumer_id"), e.fields.get("request_id"), e.fields.get("evidence_sha256"))
+        for e in entries
+        if e.event == ACK_EVENT
+    }
+    for _, event in asked:
+        if event.pending:
+            continue
+        text = canonical_json(dict(event.evidence or {}))
+        if tuple(ack_entry(event.consumer_id, event.request_id, text).values()) not in logged:
+            raise StorageError(
+                f"consumer {event.consumer_id}'s acknowledgement of this request is not in the audit log, "
+                "or its evidence differs from what was logged: the database was altered; no certificate "
+                "was issued, investigate"
+            )

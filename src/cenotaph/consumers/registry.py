@@ -8,7 +8,9 @@ from datetime import UTC, datetime
 
 from ..backends import ops
 from ..backends.base import Backend
+from ..crypto.provider import KeyProvider
 from ..errors import InvalidValueError, NotFoundError
+from ..ledger.journal import anchor_audit
 from ..model import Mode
 from ..validation import check_token_text
 from . import feed
@@ -18,8 +20,9 @@ __all__ = ["Registry"]
 
 
 class Registry:
-    def __init__(self, backend: Backend, now: Callable[[], float]) -> None:
+    def __init__(self, backend: Backend, provider: KeyProvider, now: Callable[[], float]) -> None:
         self._backend = backend
+        self._provider = provider
         self._now = now
 
     def _at(self) -> datetime:
@@ -90,4 +93,7 @@ class Registry:
                 )
             if mine[0].pending:
                 txn.run(ops.AcknowledgeConsumerEvent(consumer_id, checked, self._at().isoformat(), text))
+                # in the audit log (and so the transparency log) too: a certificate states only
+                # acknowledgements the verified log holds, not a row someone edited
+                anchor_audit(self._provider, txn, feed.ACK_EVENT, feed.ack_entry(consumer_id, checked, text))
             return feed.events(txn, consumer_id=consumer_id, request_id=checked)[0]

@@ -78,6 +78,8 @@ class Attestor:
         }
         with self._backend.read() as txn:
             asked = consumer_feed.standing(txn, row.id)
+        # every acknowledgement is in the verified audit log (StorageError: the database was altered)
+        consumer_feed.check_audited(asked, self._audit.verified()[0])
         # each downstream consumer asked, with its own statement (every one acknowledged: confirm passed)
         fields["consumers"] = [consumer_feed.statement(info, event) for info, event in asked]
         with self._backend.write() as txn:
