@@ -232,3 +232,28 @@ def test_an_acknowledgement_the_audit_log_does_not_hold_mints_no_certificate(
     assert store.erasure(request.id).status().state == "verified"  # the row says so...
     with pytest.raises(StorageError, match="acknowledgement of this request is not in the audit log"):
         store.attest(request.id)  # ...but the log does not
+
+
+def test_a_chunked_forget_asks_for_every_record_taken(
+    store_factory: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A forget large enough to be applied in chunks still names every record taken in its
+    event: the event is made with the plan, which lists them all."""
+    from cenotaph.erasure.purge import chunks
+    from cenotaph.ledger import journal
+
+    monkeypatch.setattr(journal, "CHUNK_RECORDS", 3)
+    reached: list[str] = []
+    monkeypatch.setattr(chunks, "fault_point", reached.append)
+    store = store_factory(purge=True)
+    written = [store.write(ALICE, f"note{i}", f"text {i}") for i in range(10)]
+    consumer = store.register_consumer("summarizer")
+    taken = consumer.list(ALICE)
+    assert len(taken) == 10
+    request = store.forget(ALICE)
+    assert len(reached) > 1  # it was applied in chunks
+    (event,) = consumer.events()
+    assert event.request_id == request.id
+    assert sorted(r.record_id for r in event.records) == sorted(r.id for r in written)
+    consumer.acknowledge(request.id, evidence={"deleted": 10})
+    assert store.confirm_erasure(request.id).state == "verified"
