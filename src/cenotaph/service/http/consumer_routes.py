@@ -2,15 +2,19 @@
 key), a consumer fetches its erasure events (long-poll) and acknowledges them.
 
 A consumer belongs to the tenants that hold a key for it: an operator key sees the consumers with
-a key in its own tenant, a consumer key only itself; anything else is one 404.
+a key in its own tenant, a consumer key only itself; anything else is one 404. The long-poll is
+the one ``async`` handler: a held request waits on the event loop, so many consumers waiting do not
+take the thread pool the other routes run in.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query
+from fastapi.concurrency import run_in_threadpool
 
 from cenotaph import Consumer
 
@@ -68,7 +72,7 @@ def list_consumers(svc: SvcDep, key: Operator) -> dict[str, Any]:
 
 
 @router.get("/consumers/{consumer_id}/events", response_model=s.ConsumerEventList, responses=READ)
-def consumer_events(
+async def consumer_events(
     consumer_id: ConsumerId,
     svc: SvcDep,
     key: AnyKey,
@@ -80,13 +84,15 @@ def consumer_events(
 ) -> dict[str, Any]:
     """The consumer's erasure events (pending ones unless ``pending_only=false``). With ``wait``,
     an empty answer is held until an event arrives or ``wait`` seconds pass (a long-poll)."""
-    consumer = _reach(svc, key, consumer_id)
+    # async: a held long-poll waits on the event loop, not in one of the thread pool's threads;
+    # each look at the store runs in the pool (the store blocks)
+    consumer = await run_in_threadpool(_reach, svc, key, consumer_id)
     deadline = time.monotonic() + wait
     while True:
-        events = consumer.events(pending_only=pending_only)
+        events = await run_in_threadpool(consumer.events, pending_only=pending_only)
         if events or time.monotonic() >= deadline:
             return {"events": [e.to_dict() for e in events]}
-        time.sleep(min(_POLL_S, max(0.0, deadline - time.monotonic())))
+        await asyncio.sleep(min(_POLL_S, max(0.0, deadline - time.monotonic())))
 
 
 @router.post("/consumers/{consumer_id}/acknowledgements", response_model=s.ConsumerEventOut, responses=WRITE)
