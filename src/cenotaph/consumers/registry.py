@@ -34,7 +34,7 @@ class Registry:
         with self._backend.write() as txn:
             if any(c.name == checked for c in feed.consumers(txn)):
                 raise InvalidValueError(
-                    "a consumer of that name is registered already; list them with store.consumers() or `cenotaph consumers list`"
+                    "a consumer of that name is registered already; list them with store.consumers()"
                 )
             info = ConsumerInfo(feed.new_consumer_id(), checked, days, self._at())
             txn.run(ops.InsertConsumer(info.id, info.name, info.ack_days, info.registered_at.isoformat()))
@@ -50,9 +50,7 @@ class Registry:
         )
         found = next((c for c in self.all() if c.id == checked), None)
         if found is None:
-            raise NotFoundError(
-                "no consumer with that id; list them with store.consumers() or `cenotaph consumers list`"
-            )
+            raise NotFoundError("no consumer with that id; list them with store.consumers()")
         return found
 
     def took(self, consumer_id: str, taken: Sequence[tuple[str, int]]) -> None:
@@ -82,14 +80,16 @@ class Registry:
         return [e for e in found if e.pending or not pending_only]
 
     def acknowledge(self, consumer_id: str, request_id: object, evidence: object) -> ConsumerEvent:
-        checked = check_token_text(request_id, "request_id must be the id of an event from consumer.events()")
+        checked = check_token_text(
+            request_id, "request_id must be the request id of one of the consumer's events"
+        )
         text = feed.check_evidence(evidence)
         with self._backend.write() as txn:
             mine = feed.events(txn, consumer_id=consumer_id, request_id=checked)
             if not mine:
                 raise NotFoundError(
                     "this consumer has no event for that erasure request (it took none of its records); "
-                    "acknowledge only the request ids consumer.events() lists"
+                    "acknowledge only the request ids of its pending events"
                 )
             if mine[0].pending:
                 txn.run(ops.AcknowledgeConsumerEvent(consumer_id, checked, self._at().isoformat(), text))
