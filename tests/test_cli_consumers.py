@@ -35,7 +35,7 @@ def test_add_list_and_events(data: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "says", "code"),
     [
-        (("add", "summarizer"), "registered already", 2),
+        (("add", "x" * 65), "consumer name", 2),
         (("add", "x", "--ack-days", "0"), "ack_days", 2),
         (("events", "cn_nope"), "no consumer", 1),
     ],

@@ -81,6 +81,18 @@ def test_a_consumer_key_reads_gets_asked_and_acknowledges(
     assert [(c["id"], c["evidence"]) for c in cert["consumers"]] == [(consumer["id"], {"deleted": 1})]
 
 
+def test_tenants_name_consumers_alike_and_see_only_their_own(api: httpx.Client, world: World) -> None:
+    one, two = world.tenant(), world.tenant()
+    made = [
+        api.post("/v1/consumers", json={"name": "summarizer"}, headers=t.auth(t.operator)) for t in (one, two)
+    ]
+    assert [r.status_code for r in made] == [201, 201]
+    for t, r in zip((one, two), made, strict=True):
+        assert [
+            c["id"] for c in api.get("/v1/consumers", headers=t.auth(t.operator)).json()["consumers"]
+        ] == [r.json()["id"]]
+
+
 def test_acknowledging_a_request_that_is_not_the_consumers_is_refused(
     api: httpx.Client, tenant: Tenant
 ) -> None:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from ..backends import ops
 from ..backends.base import Backend
 from ..crypto.provider import KeyProvider
-from ..errors import InvalidValueError, NotFoundError
+from ..errors import NotFoundError
 from ..ledger.journal import anchor_audit
 from ..model import Mode
 from ..validation import check_token_text
@@ -32,10 +32,8 @@ class Registry:
         checked = feed.check_consumer_name(name)
         days = feed.check_ack_days(ack_days)
         with self._backend.write() as txn:
-            if any(c.name == checked for c in feed.consumers(txn)):
-                raise InvalidValueError(
-                    "a consumer of that name is registered already; list them with store.consumers()"
-                )
+            # a name is a label, not an identity: two tenants may each have a "summarizer", and
+            # refusing one would tell it the other exists; the id tells consumers apart
             info = ConsumerInfo(feed.new_consumer_id(), checked, days, self._at())
             txn.run(ops.InsertConsumer(info.id, info.name, info.ack_days, info.registered_at.isoformat()))
         return info

@@ -146,7 +146,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         """
         -- downstream consumers (see SQLite schema 9)
         CREATE TABLE consumers (
-            id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, ack_days BIGINT NOT NULL,
+            id TEXT PRIMARY KEY, name TEXT NOT NULL, ack_days BIGINT NOT NULL,
             registered_at TEXT NOT NULL
         );
         CREATE TABLE consumer_takes (

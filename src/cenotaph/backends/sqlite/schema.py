@@ -214,7 +214,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         -- versions, never a value), and what each was asked to delete by an erasure, with its own
         -- acknowledgement (a JSON statement it gave, bounded and validated before it is stored)
         CREATE TABLE IF NOT EXISTS consumers (
-            id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, ack_days INTEGER NOT NULL,
+            id TEXT PRIMARY KEY, name TEXT NOT NULL, ack_days INTEGER NOT NULL,
             registered_at TEXT NOT NULL
         ) WITHOUT ROWID;
         CREATE TABLE IF NOT EXISTS consumer_takes (
