@@ -52,6 +52,9 @@ class StoreCaches:
         self.sync_pending = False
         self.closed = False
         self._marker: Hashable | None = None  # the backend's change marker when last looked at
+        # the backend's commit stamp when the last complete sync began: while it is unchanged,
+        # nobody committed since, and memory is as fresh as that sync left it
+        self._quiet: bytes | None = None
         # called after a sync replayed a forget whose chunks are left (the erasure worker's wake)
         self.on_replayed_chunks: Callable[[], None] = lambda: None
 
@@ -108,8 +111,18 @@ class StoreCaches:
         return changed
 
     def sync(self) -> None:
-        """Before serving anything: apply forgets another process logged, drop stale caches."""
+        """Before serving anything: apply forgets another process logged, drop stale caches.
+
+        When nobody committed since the last complete sync (the backend's commit stamp is the one
+        it began at) there is nothing to apply: a forget reaches the database in the same commit
+        that ends its call, after its ledger entry. A ledger entry with no commit behind it (its
+        process died in between) is a forget that has not happened yet; the next write here or
+        anywhere, or the next open, replays it, and that commit sends every reader to the full
+        check."""
         self.check_open()
+        stamp = self._backend.commit_stamp()
+        if stamp is not None and stamp == self._quiet:
+            return
         # One thread at a time: a thread that sees the change must finish dropping the caches
         # before any other thread, which no longer sees it, may answer from them. The lock is the
         # store's own (re-entrant, see locking.py), so a thread inside a transaction can sync too.
@@ -121,6 +134,7 @@ class StoreCaches:
         # Until this sync completes, the next one acts as if something changed: a failure half
         # way (a busy ledger replay, say) must not leave the change consumed and the caches kept.
         # ``changed``: the caller read the marker itself (with its rows), else it is read here
+        stamp, self._quiet = self._backend.commit_stamp(), None  # taken before anything is read
         check = (self.saw(self._backend.marker()) if changed is None else changed) or self.sync_pending
         self.sync_pending = True
         if check:
@@ -146,3 +160,5 @@ class StoreCaches:
                 self.forget(None)
                 self.forget_epoch = epoch
         self.sync_pending = False
+        if not self._backend.in_transaction():  # else the ledger's replay waited for its owner
+            self._quiet = stamp
