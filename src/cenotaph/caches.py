@@ -120,14 +120,19 @@ class StoreCaches:
         anywhere, or the next open, replays it, and that commit sends every reader to the full
         check."""
         self.check_open()
-        stamp = self._backend.commit_stamp()
-        if stamp is not None and stamp == self._quiet:
+        if self.quiet():
             return
         # One thread at a time: a thread that sees the change must finish dropping the caches
         # before any other thread, which no longer sees it, may answer from them. The lock is the
         # store's own (re-entrant, see locking.py), so a thread inside a transaction can sync too.
         with self._backend.serial():
             self.sync_locked()
+
+    def quiet(self) -> bool:
+        """Has nobody committed since the last complete sync began (the backend's commit stamp
+        is the one it began at)? Then a sync has nothing to do."""
+        stamp = self._backend.commit_stamp()
+        return stamp is not None and stamp == self._quiet
 
     def sync_locked(self, changed: bool | None = None) -> None:
         # the marker moves only on other connections' commits; a replay is our own commit.
