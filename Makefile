@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit soak bench clean install
+.PHONY: demo test lint typecheck unit soak bench model clean install
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ test: lint typecheck unit
 
 soak: $(STAMP)
 	$(BIN)/pytest -q -m slow
+
+# the forget protocol's model checked by spin (model/cenotaph.pml; needs spin and gcc)
+model: $(STAMP)
+	$(BIN)/pytest -q tests/test_model.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_store.py
