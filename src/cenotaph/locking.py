@@ -25,10 +25,6 @@ from .backends.physical import Physical
 __all__ = ["LockedBackend"]
 
 
-def _no_stamp() -> bytes | None:
-    return None
-
-
 class LockedBackend:
     """``backend`` with the store's lock around every transaction (itself a :class:`Backend`)."""
 
@@ -36,9 +32,6 @@ class LockedBackend:
         self.inner = backend
         self._lock = threading.RLock()
         self._depth = 0  # transactions the lock's owner is inside (changed only under the lock)
-        # a backend that can tell "nobody committed" without a statement says so (SQLite's
-        # WAL-index header); the others never do, and every cache check is the full one
-        self.commit_stamp: Callable[[], bytes | None] = getattr(backend, "commit_stamp", _no_stamp)
 
     def serial(self) -> contextlib.AbstractContextManager[Any]:
         """Hold the store's lock (re-entrant) across several calls."""

@@ -19,7 +19,6 @@ from ..base import ErasureRow, LineageRow, RecordRow, ScopeKeyRow, lineage_value
 from ..ops import OpRunner
 from .errors import busy_error, is_busy, translate
 from .schema import MIGRATIONS, statements
-from .walindex import WalIndex
 
 if TYPE_CHECKING:
     from .physical import SQLitePhysical
@@ -892,7 +891,6 @@ class SQLiteBackend:
         self.read_only = read_only(directory)
         self._lock = threading.RLock()
         self._version_cursor: sqlite3.Cursor | None = None
-        self._wal_index: WalIndex | None = None
         if self.read_only and not self.path.exists():
             raise StorageError(
                 f"cannot create a store in {directory}: it is read-only for this user; choose a "
@@ -905,8 +903,6 @@ class SQLiteBackend:
         try:
             self._writers = _file_lock(self.path)
             self._migrate()
-            # after the first reads: SQLite has made the -shm file by now
-            self._wal_index = WalIndex(self.path) if not self.read_only else None
         except BaseException as exc:
             self._conn.close()
             if isinstance(exc, sqlite3.Error):
@@ -1071,12 +1067,6 @@ class SQLiteBackend:
             except sqlite3.Error as exc:
                 raise translate(exc, self.path) from exc
 
-    def commit_stamp(self) -> bytes | None:
-        """Bytes that change with every commit of any connection, this one's included, read
-        without a statement (the WAL-index header, see ``walindex``); ``None`` when there are none
-        to read (a read-only store)."""
-        return None if self._wal_index is None else self._wal_index.stamp()
-
     @cached_property
     def physical(self) -> SQLitePhysical:
         """What this backend does to bytes: WAL truncation, VACUUM, VACUUM INTO, its files."""
@@ -1086,6 +1076,4 @@ class SQLiteBackend:
 
     def close(self) -> None:
         with self._lock:
-            if self._wal_index is not None:
-                self._wal_index.close()
             self._conn.close()
