@@ -11,7 +11,7 @@
     2 x --targets target subjects, each with 20 records in its own scope ``tenant:acme/user:target<t>`` (its
     default subject) and 5 records in filler scopes ``derived_from`` one of them (they inherit the subject),
     written half way through the fill. Every store is then opened at once with
-    ``cenotaph.open(dir, auto_purge=False)`` (so ``forget_subject`` itself is timed, and ``store.purge()``
+    ``cenotaph.open(dir, auto_purge="off")`` (so ``forget_subject`` itself is timed, and ``store.purge()``
     separately), and each round forgets one target subject in every store, the store order rotating per
     round, so load drift on a shared machine hits every size alike:
       * cold     rounds 0 .. --targets-1, stores just reopened (nothing searched, in-memory index not built).
@@ -26,7 +26,7 @@
     fails stays ``purged`` and is scanned again by every later purge (its probes add to the next scan).
     Target: median forget at the largest size <= 1.2x the median at the smallest (10k).
 (b) purge latency at ~--mb MB: records with ~1 KB values are written until the data dir is ~--mb MB; then
-    (reopened, auto_purge=False) one subject is forgotten and ``store.purge()`` is timed, --big-runs times.
+    (reopened, auto_purge="off") one subject is forgotten and ``store.purge()`` is timed, --big-runs times.
 
 Times are wall clock (perf_counter). The page cache is warm (the store was just written), so scan MB/s is a
 warm-cache figure.
@@ -110,7 +110,7 @@ def build(
 ) -> dict[str, Any]:
     """Fill a store: ``n`` records (or until ``stop_at_bytes``), ``targets`` subjects of 20+5 records each."""
     rng = random.Random(seed)
-    store = cenotaph.open(data, auto_purge=False)
+    store = cenotaph.open(data, auto_purge="off")
     expected = n if stop_at_bytes is None else stop_at_bytes // (value_chars + 1800)  # ~bytes per record
     users = max(1, expected // PER_USER)
     per_target = TARGET_RECORDS + DERIVED_RECORDS
@@ -221,7 +221,7 @@ def run_sizes(root: str, sizes: list[int], targets: int, args: argparse.Namespac
         res.append(
             {"n": built["records"], "size": n, "data": data, "built": built, "cold": [], "serving": []}
         )
-    stores = [cenotaph.open(r["data"], auto_purge=False) for r in res]
+    stores = [cenotaph.open(r["data"], auto_purge="off") for r in res]
 
     def round_(t: int, scen: str) -> None:
         order = list(range(len(res)))
@@ -255,10 +255,10 @@ def run_sizes(root: str, sizes: list[int], targets: int, args: argparse.Namespac
     if args.profile:
         # the largest store, reopened and searched (index and key caches full), then one more subject
         r = res[-1]
-        store = cenotaph.open(r["data"], auto_purge=False)
+        store = cenotaph.open(r["data"], auto_purge="off")
         extra = build_extra(store, args)
         store.close()
-        store = cenotaph.open(r["data"], auto_purge=False)
+        store = cenotaph.open(r["data"], auto_purge="off")
         store.search("tenant:acme/user:u0", "kalun torsel", k=10)
         prof = cProfile.Profile()
         prof.enable()
@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(
             f"(a) forget_subject of one subject ({TARGET_RECORDS} records + {DERIVED_RECORDS} derived), "
-            f"auto_purge=False; forget ms: median (min-max) of {args.targets} subjects per scenario; "
+            f"auto_purge='off'; forget ms: median (min-max) of {args.targets} subjects per scenario; "
             "purge = store.purge() right after the first (cold) forget"
         )
         print(
@@ -428,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"  built {built['records']:,} records in {built['build_s']:.1f} s, {built['bytes'] / 1e6:.1f} MB"
             )
-            store = cenotaph.open(data, auto_purge=False)
+            store = cenotaph.open(data, auto_purge="off")
             runs = [forget_and_purge(store, t) for t in range(args.big_runs)]
             store.close()
             mbps = [x["scan_bytes"] / x["scan_s"] / 1e6 for x in runs]

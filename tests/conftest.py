@@ -1,4 +1,5 @@
-"""Fixtures shared by every suite: the store factory over backends (``tests/kit/stores.py``).
+"""Fixtures shared by every suite: the store factory over backends (``tests/kit/stores.py``) and a
+clock the test moves (``tests/kit/clock.py``).
 
 ``backend`` is parametrised over every backend, but a test marked ``@pytest.mark.sqlite_only``
 (about SQLite's files or rows) gets only ``"sqlite"``. In ``tests/erasure`` and
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.kit.clock import ManualClock
 from tests.kit.stores import BACKENDS, SQLITE_ONLY, StoreFactory, skip_or_fail_postgres
 
 from cenotaph import Store
@@ -69,3 +71,9 @@ def store_factory(backend: str, tmp_path: Path) -> Iterator[StoreFactory]:
 @pytest.fixture
 def store(store_factory: StoreFactory) -> Store:
     return store_factory()
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """A wall clock for TTLs that moves only when the test advances it."""
+    return ManualClock()

@@ -484,7 +484,15 @@ def test_open_rejects_a_bad_location(
 
 @pytest.mark.parametrize(
     "options",
-    [{"key_provider": "x"}, {"embedder": "x"}, {"auto_purge": "no"}, {"auto_purge": None}],
+    [
+        {"key_provider": "x"},
+        {"embedder": "x"},
+        {"auto_purge": "no"},
+        {"auto_purge": None},
+        {"auto_purge": True},
+        {"clock": "x"},
+        {"clock": 1.5},
+    ],
     ids=repr,
 )
 def test_open_rejects_bad_options_before_creating_anything(tmp_path: Path, options: dict[str, Any]) -> None:

@@ -237,7 +237,7 @@ class _Gate:
 
 
 def test_own_forget_is_dropped_from_memory_before_anyone_sees_its_commit(tmp_path: Path) -> None:
-    with cenotaph.open(tmp_path, auto_purge=False) as store:
+    with cenotaph.open(tmp_path, auto_purge="off") as store:
         store.write(SCOPE, "k", "secret")
         assert store.read(SCOPE, "k") is not None  # cached
         gate = _Gate()
@@ -257,8 +257,8 @@ def test_a_replay_is_applied_to_memory_before_anyone_sees_its_commit(
     """A write that replays another process's logged forget commits it; until this process's
     caches reflect the replay, no other thread may read."""
     with (
-        cenotaph.open(tmp_path, auto_purge=False) as crashed,
-        cenotaph.open(tmp_path, auto_purge=False) as store,
+        cenotaph.open(tmp_path, auto_purge="off") as crashed,
+        cenotaph.open(tmp_path, auto_purge="off") as store,
     ):
         store.write(SCOPE, "k", "secret")
         assert store.read(SCOPE, "k") is not None  # cached

@@ -323,7 +323,7 @@ def test_doctor_fails_on_loose_keyring_permissions(data: Path) -> None:
 
 
 def test_doctor_checks_the_open_store_integrity_audit_and_pending_erasures(data: Path) -> None:
-    with cenotaph.open(data, auto_purge=False) as store:
+    with cenotaph.open(data, auto_purge="off") as store:
         store.write(SESSION, "note", "cardiology")
         request = store.forget(SESSION)  # compliance, left at shredded: nothing purged yet
     doc = ok_json("doctor", "--data", str(data))
@@ -362,7 +362,7 @@ def test_doctor_on_a_relative_read_only_data_directory(data: Path) -> None:
     try:
         base.chmod(0o755)
         target = base / "store"
-        with cenotaph.open(target, auto_purge=False) as store:
+        with cenotaph.open(target, auto_purge="off") as store:
             store.write(USER, "k", "v")
         run("doctor", "--data", str(data))  # what doctor imports, loaded before the child drops root
         make_read_only(target)
@@ -692,7 +692,7 @@ def test_export_is_the_access_request_and_holds_no_forgotten_data(data: Path) ->
 # -- purge, attest, verify-cert ------------------------------------------------------------
 def forget_without_purge(data: Path, scope: str = SESSION, mode: str = "compliance") -> str:
     """A forget through the API with auto-purge off, so its purge is left to `cenotaph purge`."""
-    with cenotaph.open(data, auto_purge=False) as store:
+    with cenotaph.open(data, auto_purge="off") as store:
         store.write(scope, "note", "cardiology appointment on Tuesday")
         request = store.forget(scope, mode=mode)
         assert request.status().state in ("tombstoned", "shredded")

@@ -73,7 +73,9 @@ def test_sigkill_keeps_every_returned_write_and_forget(tmp_path: Path) -> None:
     resolved = {"happened": 0, "did not happen": 0}
     cycles = 5
     for cycle in range(cycles):
-        auto_purge = cycle % 2 == 1  # odd cycles: kills also land inside purges and scans
+        auto_purge = (
+            "sync" if cycle % 2 == 1 else "off"
+        )  # odd cycles: kills also land inside purges and scans
         with spawn(
             "crash-writer",
             directory=str(tmp_path),
@@ -102,7 +104,7 @@ def test_sigkill_keeps_every_returned_write_and_forget(tmp_path: Path) -> None:
         in_doubt |= started
         _integrity(tmp_path)
 
-        with cenotaph.open(tmp_path, auto_purge=False) as store:
+        with cenotaph.open(tmp_path, auto_purge="off") as store:
             for (scope, key), (version, value) in written.items():
                 if (scope, key) in forgotten or (scope, key) in in_doubt:
                     continue
@@ -153,7 +155,7 @@ def test_sigkill_after_forget_returned(tmp_path: Path, mode: str) -> None:
         child.kill()
     assert child.returncode == -signal.SIGKILL
 
-    with cenotaph.open(tmp_path, auto_purge=False) as store:
+    with cenotaph.open(tmp_path, auto_purge="off") as store:
         assert store.read(SCOPE, "gone") is None
         assert [r.key for r in store.list(SCOPE)] == ["kept"]
         with pytest.raises(ForgottenError) as info:
@@ -166,7 +168,7 @@ def test_sigkill_after_forget_returned(tmp_path: Path, mode: str) -> None:
         assert store.read(SCOPE, "again") is None
         record = store.write(SCOPE, "again", "second", reauthorization=token)
         assert record.version > int(v_again)
-    with cenotaph.open(tmp_path, auto_purge=False) as store:  # and that write is durable too
+    with cenotaph.open(tmp_path, auto_purge="off") as store:  # and that write is durable too
         assert present(store.read(SCOPE, "again")).value == "second"
         assert store.read(SCOPE, "gone") is None
     _integrity(tmp_path)
@@ -174,7 +176,7 @@ def test_sigkill_after_forget_returned(tmp_path: Path, mode: str) -> None:
 
 # -- W7: the ledger entry is durable before the commit; a forget that reached it happened -----------
 def _seed(directory: Path) -> dict[str, str]:
-    with cenotaph.open(directory, auto_purge=False) as store:
+    with cenotaph.open(directory, auto_purge="off") as store:
         ids = {
             "k": store.write(SCOPE, "k", "secret").id,
             "other": store.write(SCOPE, "other", "same scope").id,
@@ -208,7 +210,7 @@ def test_forget_in_ledger_but_not_committed_is_applied_on_open(
     assert request_id not in _raw_erasure_ids(tmp_path)
     _integrity(tmp_path)
 
-    with cenotaph.open(tmp_path, auto_purge=False) as store:
+    with cenotaph.open(tmp_path, auto_purge="off") as store:
         assert store.read(SCOPE, "k") is None
         assert store.get(ids["k"]) is None
         with pytest.raises(ForgottenError) as info:
@@ -224,7 +226,7 @@ def test_forget_in_ledger_but_not_committed_is_applied_on_open(
         assert present(store.read("tenant:crash/user:u/session:t", "k")).value == "sibling scope"
         fresh = store.write(SCOPE, "new", 1) if key is not None else None
         assert fresh is None or fresh.version > v_f
-    with cenotaph.open(tmp_path, auto_purge=False) as store:  # replay is idempotent
+    with cenotaph.open(tmp_path, auto_purge="off") as store:  # replay is idempotent
         assert store.read(SCOPE, "k") is None
         # the dead forget left no anchor behind (anchors follow COMMIT), so the audit log, with
         # the replay's own entry, still verifies (S7)
@@ -241,7 +243,7 @@ def test_forget_killed_before_the_ledger_did_not_happen(tmp_path: Path) -> None:
     ids = _seed(tmp_path)
     request_id, _ = _crash_forget(tmp_path, "k", "compliance", "before-ledger")
     assert request_id not in _ledger_ids(tmp_path)
-    with cenotaph.open(tmp_path, auto_purge=False) as store:
+    with cenotaph.open(tmp_path, auto_purge="off") as store:
         record = store.read(SCOPE, "k")
         assert record is not None and record.id == ids["k"] and record.value == "secret"
         with pytest.raises(InvalidValueError):
@@ -257,7 +259,7 @@ def test_open_store_stops_returning_a_key_replayed_from_the_ledger(
     """Store B is open (and has the record cached) while A's forget dies between ledger and
     commit: B's very next read must not return the key."""
     ids = _seed(tmp_path)
-    with cenotaph.open(tmp_path, auto_purge=False) as b:
+    with cenotaph.open(tmp_path, auto_purge="off") as b:
         for _ in range(2):  # warm every cache B has
             assert present(b.read(SCOPE, "k")).value == "secret"
             assert present(b.get(ids["k"])).value == "secret"
@@ -270,7 +272,7 @@ def test_open_store_stops_returning_a_key_replayed_from_the_ledger(
             b.write(SCOPE, "k", "resurrected?")
         assert info.value.version == v_f
         assert b.erasure(request_id).version == v_f
-    with cenotaph.open(tmp_path, auto_purge=False) as store:
+    with cenotaph.open(tmp_path, auto_purge="off") as store:
         assert store.read(SCOPE, "k") is None
     assert _raw_erasure_ids(tmp_path).count(request_id) == 1
 
@@ -280,12 +282,12 @@ def test_store_replaying_a_scope_forget_drops_its_cached_keys(tmp_path: Path) ->
     before commit; B must drop its cached scope key, or its next reauthorized write is sealed
     with the destroyed key and is unreadable by every other Store (W7)."""
     _seed(tmp_path)
-    with cenotaph.open(tmp_path, auto_purge=False) as b:
+    with cenotaph.open(tmp_path, auto_purge="off") as b:
         assert present(b.read(SCOPE, "k")).value == "secret"  # B caches the scope's key
         _crash_forget(tmp_path, None, "compliance", "after-ledger")
         token = b.reauthorize(SCOPE)
         record = b.write(SCOPE, "k", "after", reauthorization=token)
-    with cenotaph.open(tmp_path, auto_purge=False) as store:
+    with cenotaph.open(tmp_path, auto_purge="off") as store:
         got = store.read(SCOPE, "k")
         assert got is not None and got.version == record.version
 
@@ -298,7 +300,7 @@ def test_threads_keep_working_while_forgetting_processes_are_killed(tmp_path: Pa
     import threading
 
     keys = [f"k{i}" for i in range(20)]
-    store = cenotaph.open(tmp_path, auto_purge=False)
+    store = cenotaph.open(tmp_path, auto_purge="off")
     for key in keys:
         store.write(SCOPE, key, 0)
     stop = threading.Event()

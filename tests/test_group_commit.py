@@ -92,7 +92,7 @@ def one_group(store: cenotaph.Store, calls: list[tuple[str, Callable[[], Any]]])
 
 
 def test_a_refused_write_in_a_group_does_not_fail_the_others(tmp_path: Path) -> None:
-    with cenotaph.open(tmp_path, auto_purge=False) as store:
+    with cenotaph.open(tmp_path, auto_purge="off") as store:
         current = store.write(SCOPE, "current", "v1")
         store.write(SCOPE, "gone", "old")
         store.forget(SCOPE, "gone", mode="operational")
@@ -203,7 +203,7 @@ def test_a_forget_that_commits_while_writes_are_queued_refuses_them(tmp_path: Pa
 
 
 def test_sessions_and_lineage_work_through_a_group(tmp_path: Path) -> None:
-    with cenotaph.open(tmp_path, auto_purge=False) as store:
+    with cenotaph.open(tmp_path, auto_purge="off") as store:
         store.write(SCOPE, "fact", "alice likes tea", subjects=["user:alice"])
         with store.session(SCOPE) as session:
             assert session.read(SCOPE, "fact") is not None

@@ -24,7 +24,7 @@ U = "tenant:acme/user:alice"
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[Store]:
-    with cenotaph.open(tmp_path / "data", auto_purge=False) as opened:
+    with cenotaph.open(tmp_path / "data", auto_purge="off") as opened:
         yield opened
 
 

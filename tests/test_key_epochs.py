@@ -16,7 +16,7 @@ def _default_keyring(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_what_holds_each_epoch(tmp_path: Path) -> None:
-    with cenotaph.open(tmp_path / "data", auto_purge=False) as store:
+    with cenotaph.open(tmp_path / "data", auto_purge="off") as store:
         store.write("tenant:a/user:u", "k", "v")
         [(first, holds)] = store.key_epochs().items()
         assert holds == {"current": True, "wraps_live_keys": True, "backups": [], "pending_erasures": []}

@@ -1,12 +1,13 @@
 """Which way the ledger, the erasure side, the command line and the store's caches may import.
 
-The store holds the erasure side's one entrance (``erasure.entrance.Erasure``), and both hold one ``StoreCaches``: nothing under
-``cenotaph.erasure`` may import the store (it would be a way to call back into it), and the
-caches may import nothing of ``cenotaph.erasure`` (they sit below the erasure side, which holds
-them). The ledger (``cenotaph.ledger``) sits below both the write path and erasure, which import
-it: it imports neither, nor the store. Neither the erasure side nor the command line imports a backend's own modules: they ask the
-backend's physical part (``backends.physical``) or the backends package, so another backend
-plugs in without them knowing SQLite. Read from the source files' own import statements.
+The store holds the erasure side's one entrance (``erasure.entrance.Erasure``), and both hold one
+``StoreCaches``: nothing under ``cenotaph.erasure`` may import the store (it would be a way to
+call back into it), and the caches may import nothing of ``cenotaph.erasure`` (they sit below the
+erasure side, which holds them). The ledger (``cenotaph.ledger``) sits below both the write path
+and erasure, which import it: it imports neither, nor the store. Neither the erasure side nor the
+command line imports a backend's own modules: they ask the backend's physical part
+(``backends.physical``) or the backends package, so another backend plugs in without them knowing
+SQLite. Read from the source files' own import statements.
 """
 
 from __future__ import annotations

@@ -134,7 +134,7 @@ def test_purge_table_on_a_clean_store_does_not_alarm(data: Path) -> None:
 
 
 def test_purge_table_shows_a_real_scan_and_its_positive_control(data: Path) -> None:
-    with cenotaph.open(data, auto_purge=False) as store:
+    with cenotaph.open(data, auto_purge="off") as store:
         store.write(USER, "k", "secret")
         store.forget(USER, "k")
     out = _table("purge", "--data", str(data), columns=120)
@@ -246,13 +246,31 @@ def _interrupt(args: list[str], pause: tuple[str, Path] | None = None) -> tuple[
                 time.sleep(0.02)
         process.send_signal(signal.SIGINT)
         if pause is not None:
-            time.sleep(0.3)
+            _wait_signal_taken(process)  # the CLI holds it until the step it is in has committed
             pause[1].unlink()  # let it go on from the fault point
         _, stderr = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
     return process.returncode, stderr
+
+
+def _wait_signal_taken(process: subprocess.Popen[str]) -> None:
+    """Until no signal is pending for the process (Linux: ``ShdPnd`` in /proc/PID/status): a
+    thread of it has taken the SIGINT, so its handler has run before the paused main thread looks
+    at the marker again."""
+    status = Path(f"/proc/{process.pid}/status")
+    if not status.exists():
+        time.sleep(0.3)  # no way to look: give the signal time to arrive instead
+        return
+    deadline = time.monotonic() + 60
+    while True:
+        fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
+        if int(fields["ShdPnd"], 16) == 0 and int(fields["SigPnd"], 16) == 0:
+            return
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the process never took the signal"
+        time.sleep(0.01)  # a poll interval; the condition decides
 
 
 def _wait_reading_stdin(process: subprocess.Popen[str]) -> None:
@@ -294,7 +312,7 @@ def test_ctrl_c_during_a_forget_waits_for_its_commit_and_says_what_to_run(data: 
 
 
 def test_ctrl_c_during_a_purge_says_it_resumes(data: Path, tmp_path: Path) -> None:
-    with cenotaph.open(data, auto_purge=False) as store:
+    with cenotaph.open(data, auto_purge="off") as store:
         store.write(USER, "k", "v")
         request = store.forget(USER, "k")
     code, stderr = _interrupt(["purge", "--data", str(data)], ("purge.rows", tmp_path / "p"))

@@ -174,16 +174,16 @@ def _assert_clean(tally: Tally, label: str, started: float) -> None:
 
 
 # -- thread races -----------------------------------------------------------------------------------
-def _rounds(trials: int, per_round: int, purge_trials: int) -> list[tuple[int, bool]]:
+def _rounds(trials: int, per_round: int, purge_trials: int) -> list[tuple[int, str]]:
     """(size, auto_purge) of each round: first ``purge_trials`` trials whose compliance forgets
     purge and scan before returning (slow: a scan per forget), the rest without."""
-    out: list[tuple[int, bool]] = []
+    out: list[tuple[int, str]] = []
     purging = min(purge_trials, trials)
     if purging:
-        out.append((purging, True))
+        out.append((purging, "sync"))
     left = trials - purging
     while left > 0:
-        out.append((min(per_round, left), False))
+        out.append((min(per_round, left), "off"))
         left -= out[-1][0]
     return out
 
@@ -194,7 +194,7 @@ def _thread_round(
     trials: int,
     seed: int,
     shared: cenotaph.Store | None,
-    auto_purge: bool,
+    auto_purge: str,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Race ``trials`` trials at once: per trial WRITERS writer threads and one forgetter thread.
 
@@ -451,7 +451,7 @@ def _race_two(bodies: list[Any]) -> list[Any]:
 def two_stores(tmp_path: Path) -> Iterator[tuple[Path, cenotaph.Store, cenotaph.Store]]:
     """Two Stores on one directory (as two processes would have); threads race through both.
     (No auto-purge: W1 is decided by tombstones; purging is raced in the trials above.)"""
-    with cenotaph.open(tmp_path, auto_purge=False) as a, cenotaph.open(tmp_path, auto_purge=False) as b:
+    with cenotaph.open(tmp_path, auto_purge="off") as a, cenotaph.open(tmp_path, auto_purge="off") as b:
         yield tmp_path, a, b
 
 

@@ -109,7 +109,7 @@ def _warm(tmp_path_factory: pytest.TempPathFactory) -> None:
     for args in (("read", USER, "k"), ("search", USER, "v"), ("export", USER), ("list", USER)):
         for table in ((), ("--table",)):
             cli_run(*args, *table, "--data", data)
-    with cenotaph.open(data, auto_purge=False) as store:
+    with cenotaph.open(data, auto_purge="off") as store:
         store.forget(USER, "k2")
         store.purge()
     commands: tuple[tuple[str, ...], ...] = (

@@ -74,9 +74,9 @@ __all__ = [
     "InvalidValueError",
     "KeyProvider",
     "KeyProviderError",
-    "NotFoundError",
     "LayerStatus",
     "LocalKeyring",
+    "NotFoundError",
     "Progress",
     "PurgeReport",
     "Record",
@@ -91,11 +91,11 @@ __all__ = [
     "StoreSession",
     "errors",
     "limits",
-    "operations",
-    "wire",
     "open",
+    "operations",
     "restore",
     "verify_certificate",
+    "wire",
 ]
 
 

@@ -112,6 +112,8 @@ class Record:
 
 @dataclass(frozen=True, slots=True)
 class SearchHit:
+    """A record a search found, and its ``score``: its similarity to the query (higher is closer)."""
+
     record: Record
     score: float
 
@@ -121,6 +123,8 @@ class SearchHit:
 
 @dataclass(frozen=True, slots=True)
 class LayerStatus:
+    """One layer of an erasure's evidence (``ErasureStatus.layers``): its ``state`` and what shows it."""
+
     state: LayerState
     evidence: Mapping[str, Any] = field(default_factory=dict)
 
@@ -218,6 +222,9 @@ class ErasureRequest:
 
 @dataclass(frozen=True, slots=True)
 class PurgeReport:
+    """What a purge did: each request's state after it, record rows ``reclaimed``, whether the WAL
+    was truncated, and the verifying ``scan``'s evidence."""
+
     requests: Mapping[str, str]
     reclaimed: int
     wal_truncated: bool
@@ -234,6 +241,9 @@ class PurgeReport:
 
 @dataclass(frozen=True, slots=True)
 class BackupInfo:
+    """A backup: its ``id`` (registered with the key provider), where it is, when it was taken,
+    the KEK ``epochs`` its copy needs kept alive, and its size in ``bytes``."""
+
     id: str
     path: str
     created_at: datetime

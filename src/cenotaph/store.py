@@ -6,7 +6,6 @@ import atexit
 import builtins
 import os
 import secrets
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import suppress
 from datetime import UTC, datetime, timedelta
@@ -26,6 +25,7 @@ from .backends import (
 )
 from .backends.base import Backend, LineageRow, RecordRow, Txn
 from .caches import RECORD_CACHE_LIMIT, StoreCaches
+from .clock import SYSTEM_CLOCK, Clock
 from .crypto.aead import derive
 from .crypto.keys import KeyChain
 from .crypto.provider import KeyProvider, keyring_env_location, keyring_from_env, keyring_from_env_only
@@ -105,16 +105,18 @@ class Store:
         backend: Backend,
         provider: KeyProvider,
         *,
-        auto_purge: bool | str = "background",
+        auto_purge: str = "background",
         embedder: Embedder | None = None,
         restored: bool = False,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._backend = LockedBackend(backend)  # the store serialises its own threads
         self._provider = provider
         self._tokens = TokenMaker(provider.erasure_secret())
         self._keys = KeyChain(provider)
         self._crypto = RecordCrypto(self._keys)
-        self._writer = RecordWriter(self._tokens, self._keys, self._crypto)
+        self._clock = clock  # the wall clock of every TTL: written, read, swept
+        self._writer = RecordWriter(self._tokens, self._keys, self._crypto, clock)
         self._batches = GroupWriter(self._writer, self._keys)
         self._group: GroupCommit[Sequence[Prepared], list[SealedRecord]] = GroupCommit(self._commit_writes)
         self._kek_seen: int | None = -1
@@ -134,6 +136,7 @@ class Store:
             self._caches,
             self._ledger,
             auto_purge,
+            clock,
         )
         atexit.register(self._ledger.flush_anchors)  # a process that exits without close() too
         try:
@@ -219,12 +222,12 @@ class Store:
     @property
     def auto_purge(self) -> bool:
         """Whether compliance forgets are purged without a call to :meth:`purge` (in the
-        background or before they return): the boolean this attribute always was. Setting it
-        takes what ``open``'s ``auto_purge`` takes (``True`` is ``"sync"``, ``False`` ``"off"``)."""
+        background or before they return). Setting it takes a mode by name, as ``open``'s
+        ``auto_purge`` does; :attr:`purge_mode` reads which."""
         return self._erasure.mode != "off"
 
     @auto_purge.setter
-    def auto_purge(self, value: bool | str) -> None:
+    def auto_purge(self, value: str) -> None:
         self._erasure.mode = value
 
     def __enter__(self) -> Store:
@@ -488,7 +491,7 @@ class Store:
         if cacheable and (scope, key, fallthrough) in self._caches.resolved:
             self._caches.sync()  # drops the resolution cache on any change by anyone
             hit = self._caches.resolved.get((scope, key, fallthrough))
-            if hit is not None and (hit.expires_at is None or hit.expires_at > time.time()):
+            if hit is not None and (hit.expires_at is None or hit.expires_at > self._clock.now()):
                 return hit.record()
         parsed = Scope.parse(scope)
         key_token = self._tokens.key(check_key(key))
@@ -563,7 +566,7 @@ class Store:
     ) -> tuple[OpenedRecord, Record] | None:
         """A visible, undominated row decrypted (from the cache if it holds this version), and a
         fresh Record of it for the caller."""
-        now = time.time()
+        now = self._clock.now()
         # the ledger decides what was forgotten, not the row's marks (S9)
         if not is_visible(row, now) or row.id in self._ledger.view.forgotten:
             return None
@@ -745,10 +748,6 @@ class Store:
         if reason is not None and not isinstance(reason, str):
             raise InvalidValueError("reason must be a string")
 
-    def _open_for_probe(self, txn: Txn, record_id: str) -> tuple[Record, bytes | None] | None:
-        """A record and its vector, opened as a forget's probe sampling opens them."""
-        return self._sampler.open_record(txn, record_id)
-
     # -- erasure requests (the erasure side's entrance: erasure/entrance.py) -----------------
     def erasure(self, request_id: str) -> ErasureRequest:
         """The handle of an earlier forget, to poll."""
@@ -864,10 +863,11 @@ def open_store(
     location: str | os.PathLike[str],
     *,
     key_provider: KeyProvider | None = None,
-    auto_purge: bool | str = "background",
+    auto_purge: str = "background",
     embedder: Embedder | None = None,
     replicas: Sequence[str] = (),
     create: bool = True,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> Store:
     """Open (creating if needed) a store: a directory (embedded SQLite) or a postgresql:// URL.
 
@@ -892,12 +892,19 @@ def open_store(
     - ``"background"`` (default): the forget returns ``shredded`` (tombstone and key destruction
       durable) and a worker thread of this store purges and verifies right after, one scan for
       every request pending; ``request.wait()`` returns once it is ``verified``;
-    - ``"sync"`` (or ``True``, the old default): the forget runs :meth:`Store.purge` before it
+    - ``"sync"``: the forget runs :meth:`Store.purge` before it
       returns, so it usually returns ``verified``;
-    - ``"off"`` (or ``False``): nothing is purged until you call :meth:`Store.purge` (or
+    - ``"off"``: nothing is purged until you call :meth:`Store.purge` (or
       ``wait()``).
+
+    ``clock`` is the wall clock every ``ttl`` is measured by (see :mod:`cenotaph.clock`); the
+    system's by default.
     """
     purge_mode(auto_purge)
+    if not isinstance(clock, Clock):
+        raise InvalidValueError(
+            "clock must implement cenotaph.clock.Clock (now() -> seconds since the epoch)"
+        )
     if key_provider is not None and not isinstance(key_provider, KeyProvider):
         raise InvalidValueError("key_provider must implement cenotaph.KeyProvider (e.g. LocalKeyring)")
     if embedder is not None and not isinstance(embedder, Embedder):
@@ -923,7 +930,7 @@ def open_store(
     # a store found is opened, never made again if it went away since
     backend = place.open(create=not found.existing, **options)
     try:
-        return Store(backend, provider, auto_purge=auto_purge, embedder=embedder)
+        return Store(backend, provider, auto_purge=auto_purge, embedder=embedder, clock=clock)
     except BaseException:
         discard_created(backend)  # the store's connections are closed; what it made goes too
         raise

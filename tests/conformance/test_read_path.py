@@ -2,25 +2,22 @@
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from tests.conformance._scopes import MODES, S1, S2, T, U, V
+from tests.kit.clock import ManualClock
 from tests.kit.stores import StoreFactory
 
 from cenotaph import Record, Store
 
-TINY_TTL = 0.2
+SHORT_TTL = 60  # seconds of the store's clock, which the test advances past it
 
 
-def _sleep_past(*records: Record) -> None:
-    """Sleep until every record's expires_at has passed (plus a margin), however slow the host."""
-    deadline = max(r.expires_at for r in records if r.expires_at is not None)
-    remaining = (deadline - datetime.now(UTC)).total_seconds() + 0.05
-    if remaining > 0:
-        time.sleep(remaining)
-    assert datetime.now(UTC) > deadline
+@pytest.fixture
+def clocked(store_factory: StoreFactory, clock: ManualClock) -> Store:
+    """A store whose TTLs run on ``clock``."""
+    return store_factory(clock=clock)
 
 
 def _triples(records: list[Record]) -> list[tuple[str, str, object]]:
@@ -224,14 +221,18 @@ def test_subject_forget_hides_every_record_of_the_subject(store: Store) -> None:
     assert store.get(other.id) == other
 
 
-def test_export_subject_never_returns_forgotten_or_expired_records(store: Store) -> None:
+def test_export_subject_never_returns_forgotten_or_expired_records(
+    clocked: Store, clock: ManualClock
+) -> None:
+    store = clocked
     kept = store.write(U, "kept", 1)
     store.write(U, "gone", 2)
     store.write(S1, "op", 3)
-    short = store.write(U, "short", 4, ttl=TINY_TTL)
+    short = store.write(U, "short", 4, ttl=SHORT_TTL)
     store.forget(U, "gone")
     store.forget(S1, "op", mode="operational")
-    _sleep_past(short)
+    assert short.id in [r["id"] for r in store.export_subject(U)["records"]]
+    clock.advance_past(short)
     export = store.export_subject(U)
     exported = [*export["records"], *export["derived_records"]]
     assert [r["id"] for r in exported] == [kept.id]
@@ -253,32 +254,34 @@ def test_forgotten_records_stay_hidden_after_reopen(store_factory: StoreFactory)
 
 
 # -- R3 -------------------------------------------------------------------------------------
-def test_ttl_as_seconds_and_timedelta_sets_expires_at(store: Store) -> None:
-    before = datetime.now(UTC)
+def test_ttl_as_seconds_and_timedelta_sets_expires_at(clocked: Store, clock: ManualClock) -> None:
+    store = clocked
     a = store.write(U, "a", 1, ttl=60)
     b = store.write(U, "b", 1, ttl=90.5)
     c = store.write(U, "c", 1, ttl=timedelta(hours=2))
     d = store.write(U, "d", 1)
-    after = datetime.now(UTC)
     for rec, seconds in ((a, 60), (b, 90.5), (c, 7200)):
         assert rec.expires_at is not None
-        assert before + timedelta(seconds=seconds) <= rec.expires_at + timedelta(milliseconds=5)
-        assert rec.expires_at <= after + timedelta(seconds=seconds, milliseconds=5)
+        assert abs(rec.expires_at - datetime.fromtimestamp(clock.now() + seconds, UTC)) < timedelta(
+            milliseconds=1
+        )
         assert store.get(rec.id) == rec
     assert d.expires_at is None
 
 
-@pytest.mark.parametrize("ttl", [TINY_TTL, timedelta(seconds=TINY_TTL)], ids=["float", "timedelta"])
-def test_expired_records_are_never_returned_without_a_sweep(store: Store, ttl: float | timedelta) -> None:
-    start = time.monotonic()
+@pytest.mark.parametrize("ttl", [SHORT_TTL, timedelta(seconds=SHORT_TTL)], ids=["float", "timedelta"])
+def test_expired_records_are_never_returned_without_a_sweep(
+    clocked: Store, clock: ManualClock, ttl: float | timedelta
+) -> None:
+    store = clocked
     short = store.write(S1, "k", "short-lived", ttl=ttl)
     store.write(U, "k", "parent")
     long = store.write(S1, "other", "long-lived", ttl=3600)
-    seen = store.read(S1, "k")
-    if time.monotonic() - start < TINY_TTL / 2:  # on a host this slow it may be gone already
-        assert seen == short
+    assert store.read(S1, "k") == short
+    clock.advance(SHORT_TTL - 1)
+    assert store.read(S1, "k") == short  # a second before it expires: still there
 
-    _sleep_past(short)
+    clock.advance_past(short)
 
     assert store.get(short.id) is None
     assert store.read(S1, "k", fallthrough=False) is None
@@ -288,28 +291,32 @@ def test_expired_records_are_never_returned_without_a_sweep(store: Store, ttl: f
     assert store.get(long.id) == long
 
 
-def test_expired_records_stay_expired_after_reopen(store_factory: StoreFactory) -> None:
-    store = store_factory()
-    rec = store.write(U, "k", "v", ttl=TINY_TTL)
-    _sleep_past(rec)
+def test_expired_records_stay_expired_after_reopen(store_factory: StoreFactory, clock: ManualClock) -> None:
+    store = store_factory(clock=clock)
+    rec = store.write(U, "k", "v", ttl=SHORT_TTL)
+    clock.advance_past(rec)
     store = store_factory.reopen(store)
     assert store.get(rec.id) is None
     assert store.read(U, "k") is None
     assert store.list(U) == []
 
 
-def test_an_expired_slot_can_be_written_again(store: Store) -> None:
-    _sleep_past(store.write(U, "k", "old", ttl=TINY_TTL))
+def test_an_expired_slot_can_be_written_again(clocked: Store, clock: ManualClock) -> None:
+    store = clocked
+    clock.advance_past(store.write(U, "k", "old", ttl=SHORT_TTL))
     fresh = store.write(U, "k", "new")  # expiry is not a forget: no tombstone, no token needed
     assert store.read(U, "k") == fresh
 
 
-def test_a_compliance_forget_of_an_expired_source_still_reaches_derived_records(store: Store) -> None:
+def test_a_compliance_forget_of_an_expired_source_still_reaches_derived_records(
+    clocked: Store, clock: ManualClock
+) -> None:
     """Expiry keeps the lineage (W3): forgetting the expired source later still cascades,
     including to records derived from it after it expired."""
-    source = store.write(U, "fact", "short-lived", ttl=TINY_TTL)
+    store = clocked
+    source = store.write(U, "fact", "short-lived", ttl=SHORT_TTL)
     before = store.write("tenant:t/doc:1", "k", "derived before expiry", derived_from=[source.id])
-    _sleep_past(source)
+    clock.advance_past(source)
     after = store.write("tenant:t/doc:2", "k", "derived after expiry", derived_from=[source.id])
     assert U in after.subjects  # subjects are still inherited from an expired source
     assert store.get(before.id) == before and store.get(after.id) == after
@@ -320,12 +327,13 @@ def test_a_compliance_forget_of_an_expired_source_still_reaches_derived_records(
     assert store.get(after.id) is None
 
 
-def test_expiry_is_operational_derived_records_survive(store: Store) -> None:
-    source = store.write(U, "fact", "short-lived", ttl=TINY_TTL)
+def test_expiry_is_operational_derived_records_survive(clocked: Store, clock: ManualClock) -> None:
+    store = clocked
+    source = store.write(U, "fact", "short-lived", ttl=SHORT_TTL)
     derived = store.write("tenant:t/doc:summary", "summary", "built from fact", derived_from=[source.id])
     assert U in derived.subjects
 
-    _sleep_past(source)
+    clock.advance_past(source)
 
     assert store.get(source.id) is None
     assert store.read(U, "fact") is None
@@ -351,16 +359,20 @@ def test_search_covers_the_scope_its_ancestors_and_on_request_its_descendants(st
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_search_never_returns_forgotten_or_expired_records(store: Store, mode: str) -> None:
+def test_search_never_returns_forgotten_or_expired_records(
+    clocked: Store, clock: ManualClock, mode: str
+) -> None:
+    store = clocked
     store.write(U, "kept", "likes green tea")
     store.write(U, "gone", "likes green tea a lot")
     store.write(S1, "scoped", "green tea in session")
     store.write(V, "subject", "green tea for v")
-    short = store.write(U, "short", "green tea briefly", ttl=TINY_TTL)
+    short = store.write(U, "short", "green tea briefly", ttl=SHORT_TTL)
     store.forget(U, "gone", mode=mode)
     store.forget(S1, mode=mode)
     store.forget_subject(V)
-    _sleep_past(short)
+    assert (U, "short") in _hits(store, T, "green tea", include_descendants=True)
+    clock.advance_past(short)
     assert _hits(store, T, "green tea", include_descendants=True) == {(U, "kept")}
     with store.session(U) as s:
         assert {h.record.key for h in s.search(U, "green tea", include_descendants=True)} == {"kept"}

@@ -30,7 +30,12 @@ def forget_in_child(
     """``forget`` in a real second process (``key`` None: the whole scope); its request's id,
     version and state."""
     result: dict[str, Any] = run_json(
-        "forget", location=_where(location), scope=scope, key=key, mode=mode, auto_purge=purge
+        "forget",
+        location=_where(location),
+        scope=scope,
+        key=key,
+        mode=mode,
+        auto_purge="sync" if purge else "off",
     )
     return result
 

@@ -95,7 +95,7 @@ def test_other_process_compliance_forget_shreds_what_this_process_cached(store_f
     forget_in_child(directory, SCOPE, "note", "compliance")
 
     # control: a store that never cached it cannot decrypt it (cryptography alone shreds it)
-    fresh = cenotaph.open(directory, auto_purge=False)
+    fresh = cenotaph.open(directory, auto_purge="off")
     try:
         assert fresh.get(derived.id) is None
     finally:

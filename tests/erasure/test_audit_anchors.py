@@ -53,7 +53,7 @@ def _forged_entry() -> str:
 
 
 def _two_forgets(directory: Path) -> None:
-    with cenotaph.open(directory, auto_purge=False) as store:
+    with cenotaph.open(directory, auto_purge="off") as store:
         store.write(SCOPE, "k1", 1)
         store.write(SCOPE, "k2", 2)
         store.forget(SCOPE, "k1")
@@ -71,7 +71,7 @@ def test_deleting_erasure_rows_does_not_launder_a_rewritten_log(tmp_path: Path, 
     if forge == "rewrite":
         edits.append(("INSERT INTO audit VALUES (1, ?)", (_forged_entry(),)))
     _edit(tmp_path, *edits)
-    with cenotaph.open(tmp_path, auto_purge=False) as store:
+    with cenotaph.open(tmp_path, auto_purge="off") as store:
         assert store.read(SCOPE, "k1") is None  # the replay itself still forgets
         with pytest.raises(StorageError, match="altered"):
             store.verify_audit()
@@ -88,7 +88,7 @@ def test_a_missing_chain_id_on_a_database_with_an_audit_log_is_refused(tmp_path:
         ("INSERT INTO audit VALUES (1, ?)", (_forged_entry(),)),
     )
     with pytest.raises(StorageError, match="audit chain id is missing"):
-        cenotaph.open(tmp_path, auto_purge=False)
+        cenotaph.open(tmp_path, auto_purge="off")
 
 
 def test_a_failing_ledger_after_commit_leaves_the_forget_done_and_forgotten(
@@ -139,17 +139,17 @@ def test_a_stale_copy_on_the_same_keyring_does_not_fork_the_sources_anchors(
     it lacks; those replays are not anchored, so the source's audit log still verifies."""
     source, copy = tmp_path / "source", tmp_path / "copy"
     monkeypatch.setenv("CENOTAPH_KEYRING", str(tmp_path / "keyring"))
-    with cenotaph.open(source, auto_purge=False) as store:
+    with cenotaph.open(source, auto_purge="off") as store:
         store.write(SCOPE, "k1", 1)
         store.write(SCOPE, "k2", 2)
         store.forget(SCOPE, "k1")
     copy.mkdir()
     (copy / "cenotaph.db").write_bytes((source / "cenotaph.db").read_bytes())  # closed: no WAL left
-    with cenotaph.open(source, auto_purge=False) as store:
+    with cenotaph.open(source, auto_purge="off") as store:
         store.forget(SCOPE, "k2")
-    with cenotaph.open(copy, auto_purge=False) as stale:
+    with cenotaph.open(copy, auto_purge="off") as stale:
         assert stale.read(SCOPE, "k2") is None  # the ledger still protects the copy
-    with cenotaph.open(source, auto_purge=False) as store:
+    with cenotaph.open(source, auto_purge="off") as store:
         assert store.verify_audit()["entries"] == 2
 
 
@@ -163,10 +163,10 @@ def _crashed_forget(directory: Path) -> None:
 @pytest.mark.parametrize("forge", ["delete", "mode", "version", "records"])
 def test_an_unanchored_replayed_forget_is_still_pinned_by_the_ledger(tmp_path: Path, forge: str) -> None:
     """A replayed forget's audit entry is not anchored; the ledger's forget entry pins it."""
-    with cenotaph.open(tmp_path, auto_purge=False) as store:
+    with cenotaph.open(tmp_path, auto_purge="off") as store:
         store.write(SCOPE, "k", 1)
     _crashed_forget(tmp_path)
-    with cenotaph.open(tmp_path, auto_purge=False) as store:  # replays it
+    with cenotaph.open(tmp_path, auto_purge="off") as store:  # replays it
         assert store.verify_audit()["entries"] == 1
     if forge == "delete":
         _edit(tmp_path, ("DELETE FROM audit", ()))
@@ -184,7 +184,7 @@ def test_an_unanchored_replayed_forget_is_still_pinned_by_the_ledger(tmp_path: P
             tmp_path,
             ("UPDATE audit SET entry=? WHERE seq=1", (json.dumps(entry_to_dict(entry), sort_keys=True),)),
         )
-    with cenotaph.open(tmp_path, auto_purge=False) as store, pytest.raises(StorageError, match="misstates"):
+    with cenotaph.open(tmp_path, auto_purge="off") as store, pytest.raises(StorageError, match="misstates"):
         store.verify_audit()
 
 
@@ -194,7 +194,7 @@ def test_wiping_the_chain_id_and_the_whole_log_is_refused(tmp_path: Path) -> Non
     _two_forgets(tmp_path)
     _edit(tmp_path, ("DELETE FROM meta WHERE name='audit_chain'", ()), ("DELETE FROM audit", ()))
     with pytest.raises(StorageError, match="already has history"):
-        cenotaph.open(tmp_path, auto_purge=False)
+        cenotaph.open(tmp_path, auto_purge="off")
 
 
 def _entries(directory: Path) -> list[dict[str, object]]:
@@ -222,7 +222,7 @@ def _append_forged(directory: Path, events: list[tuple[str, dict[str, object]]])
 
 
 def _verify_fails(directory: Path, match: str) -> None:
-    with cenotaph.open(directory, auto_purge=False) as store, pytest.raises(StorageError, match=match):
+    with cenotaph.open(directory, auto_purge="off") as store, pytest.raises(StorageError, match=match):
         store.verify_audit()
 
 
@@ -254,7 +254,7 @@ def test_an_entry_whose_anchor_was_lost_is_vouched_for_and_still_cannot_be_rewri
 ) -> None:
     """The anchor after COMMIT fails (a crash there, a full ledger): the entry's intent, written
     before COMMIT, still vouches for it, so verify passes; rewriting that entry is detected."""
-    with cenotaph.open(tmp_path, auto_purge=False) as store:
+    with cenotaph.open(tmp_path, auto_purge="off") as store:
         store.write(SCOPE, "k", "secret")
         request = store.forget(SCOPE, "k")
         _fail_anchors(monkeypatch, store)
@@ -273,7 +273,7 @@ def test_an_entry_whose_anchor_was_lost_is_vouched_for_and_still_cannot_be_rewri
 def test_a_database_that_says_verified_without_a_verify_entry_is_not_attested(tmp_path: Path) -> None:
     """The request's row is set to verified in the database; no scan ever said so in the audit
     log, so attest must refuse to sign it."""
-    with cenotaph.open(tmp_path, auto_purge=False) as store:
+    with cenotaph.open(tmp_path, auto_purge="off") as store:
         store.write(SCOPE, "k", "secret")
         request = store.forget(SCOPE, "k")
     verified_layers = json.dumps(
@@ -286,7 +286,7 @@ def test_a_database_that_says_verified_without_a_verify_entry_is_not_attested(tm
             (verified_layers, request.id),
         ),
     )
-    with cenotaph.open(tmp_path, auto_purge=False) as store, pytest.raises(StorageError, match="scan"):
+    with cenotaph.open(tmp_path, auto_purge="off") as store, pytest.raises(StorageError, match="scan"):
         store.attest(request.id)
 
 

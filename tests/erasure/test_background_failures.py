@@ -45,10 +45,6 @@ def _raised(call: Callable[[], object]) -> StorageError | None:
     return None
 
 
-def _passes_ended(store: cenotaph.Store) -> int:
-    return store._erasure.worker._completed  # what the test waits on: passes the worker finished
-
-
 def test_a_failed_background_purge_is_raised_to_the_next_caller_exactly_once(
     store_factory: StoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -68,8 +64,8 @@ def test_a_failed_background_purge_is_raised_to_the_next_caller_exactly_once(
     assert "store.purge()" in str(failure) and "store.erasure(request_id)" in str(failure), "what to do"
     assert isinstance(failure.__cause__, StorageError)
     # the worker goes on retrying, and failing: the same run of failures is not told again
-    seen = _passes_ended(store)
-    _until(lambda: _passes_ended(store) >= seen + 2, "two more passes failed")
+    worker = store._erasure.worker
+    assert worker.wait_until_ended(worker.passes_ended + 2, timeout=30), "two more passes failed"
     assert _raised(store.raise_background_failure) is None
     with pytest.raises(ErasureNotProvableError) as caught:
         store.confirm_erasure(request.id)

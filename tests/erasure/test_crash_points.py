@@ -12,7 +12,7 @@ the directory and purges:
   still readable and nothing blocks writes to it, or everything is forgotten; never a mix;
 - b is always fully readable.
 
-Also the purge steps when purge() is run explicitly after a forget that returned (auto_purge=False):
+Also the purge steps when purge() is run explicitly after a forget that returned (auto_purge="off"):
 reopening and purging resumes to ``verified`` and nothing comes back.
 """
 
@@ -148,7 +148,7 @@ def test_an_explicit_purge_killed_at_any_step_resumes_to_verified(
     assert state == "shredded"
     assert "purged" not in lines
 
-    with cenotaph.open(data, auto_purge=False) as store:
+    with cenotaph.open(data, auto_purge="off") as store:
         assert_gone(store, template.a)  # W7: the forget returned, so a crash cannot undo it
         assert_write_refused(store, template.a)
         assert_readable(store, template.b)

@@ -24,11 +24,12 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from tests.kit.clock import ManualClock
 from tests.kit.stores import StoreFactory
 
 import cenotaph
@@ -45,11 +46,12 @@ FORGETS: dict[str, Forget] = {
 }
 
 
-def _open(store_factory: StoreFactory, purge: bool | str = "sync") -> cenotaph.Store:
+def _open(store_factory: StoreFactory, purge: bool | str = "sync", **options: Any) -> cenotaph.Store:
     """A store whose keyring lives outside its data directory (then the scan covers both).
     Forgets purge before they return unless a test says otherwise (these tests are about what a
     purge concludes, not about when it runs)."""
-    return store_factory(purge=purge, key_provider=cenotaph.LocalKeyring(store_factory.base / "keyring"))
+    keyring = cenotaph.LocalKeyring(store_factory.base / "keyring")
+    return store_factory(purge=purge, key_provider=keyring, **options)
 
 
 def _scan(request: cenotaph.ErasureRequest) -> dict[str, object]:
@@ -119,14 +121,13 @@ def test_a_forget_without_auto_purge_verifies_at_the_first_purge_and_wait_return
 @pytest.mark.parametrize("kind", FORGETS)
 @pytest.mark.parametrize("how", ["expired", "operational"])
 def test_a_forget_of_records_already_expired_or_reclaimed_still_erases_their_lineage(
-    store_factory: StoreFactory, kind: str, how: str
+    store_factory: StoreFactory, clock: ManualClock, kind: str, how: str
 ) -> None:
     """Expiry and operational forgets keep the lineage keys (derived records need them): a later
     compliance forget destroys those, so it has something to erase, takes probes and verifies."""
-    store = _open(store_factory)
+    store = _open(store_factory, clock=clock)
     if how == "expired":
-        store.write(SESSION, "note", "cardiology appointment on Tuesday", ttl=0.05)
-        time.sleep(0.1)
+        clock.advance_past(store.write(SESSION, "note", "cardiology appointment on Tuesday", ttl=60))
     else:
         store.write(SESSION, "note", "cardiology appointment on Tuesday")
         store.forget(SESSION, "note", mode="operational")

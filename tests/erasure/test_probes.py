@@ -32,7 +32,7 @@ def test_capped_probes_still_cover_the_last_records_and_the_subject_key(
     every scope and subject key (sampled last) were never probed."""
     cap = 60
     monkeypatch.setattr(probes_module, "MAX_PROBES_PER_REQUEST", cap)
-    with cenotaph.open(tmp_path, auto_purge=False) as store:
+    with cenotaph.open(tmp_path, auto_purge="off") as store:
         for i in range(80):
             store.write(SUBJECT, f"k{i:03}", f"note {i} " * 20)
         db = tmp_path / "cenotaph.db"
@@ -69,10 +69,10 @@ def test_probes_in_a_copy_taken_while_pending_die_with_the_horizon(tmp_path: Pat
     """Probes hold windows of the erased plaintext. They used to be sealed under a key derived
     from the erasure secret, which is never destroyed: a backup taken between the forget and its
     purge decrypted to the erased value after the certificate said the horizon was reached."""
-    from cenotaph.erasure.planning.probes import legacy_probe_key, open_probes
+    from cenotaph.erasure.planning.probes import open_probes
 
     data = tmp_path / "data"
-    with cenotaph.open(data, auto_purge=False) as store:
+    with cenotaph.open(data, auto_purge="off") as store:
         store.write(SUBJECT, "note", f"{CANARY} {CANARY}")
         request = store.forget_subject(SUBJECT)
         backup = store.backup(tmp_path / "backup")
@@ -91,9 +91,7 @@ def test_probes_in_a_copy_taken_while_pending_die_with_the_horizon(tmp_path: Pat
         assert epoch in report.destroyed_epochs
         assert store._keys.unwrap(bytes(wrapped), int(epoch)) is None
         secret = store._provider.erasure_secret()
-        for key in (legacy_probe_key(secret, request.id), secret):
-            for legacy in (True, False):
-                assert open_probes(key, request.id, bytes(blob), legacy=legacy) is None
+        assert open_probes(secret, request.id, bytes(blob)) is None
 
 
 def test_a_rotation_keeps_a_pending_requests_probes_until_it_verifies(store_factory: StoreFactory) -> None:
@@ -130,7 +128,7 @@ def test_a_rotation_starting_inside_a_forget_cannot_take_the_probes_out_of_the_h
     be wrapped by one of the plan's epochs: the horizon counts only those."""
     import cenotaph.erasure.planning.sampling as store_module
 
-    with cenotaph.open(tmp_path / "data", auto_purge=False) as store:
+    with cenotaph.open(tmp_path / "data", auto_purge="off") as store:
         store.write(SUBJECT, "note", CANARY * 2)
         real = probes_module.sample_probes  # what store_module.sample_probes is
 
@@ -158,7 +156,7 @@ def test_a_backup_works_after_the_epoch_of_destroyed_keys_is_gone(tmp_path: Path
     """A destroyed key's row keeps its epoch number until purge; counting it as "in use" would
     make a backup after that epoch's destruction fail as if rotations kept racing it (reachable
     only while a request is pending, and then its probe key holds the epoch back)."""
-    with cenotaph.open(tmp_path / "data", auto_purge=False) as store:
+    with cenotaph.open(tmp_path / "data", auto_purge="off") as store:
         store.write(SUBJECT, "note", CANARY * 2)
         store.write("tenant:t/user:other", "note", "kept")
         request = store.forget_subject(SUBJECT)

@@ -159,7 +159,7 @@ def test_once_verified_no_file_holds_the_sealed_probes(tmp_path: Path) -> None:
     """S4: probes are kept encrypted *until verification*. Once verified, the live files must not
     hold them any more, nor the probe key that seals them: they hold the erased values' plaintext."""
     data = tmp_path / "data"
-    store = cenotaph.open(data, auto_purge=False)
+    store = cenotaph.open(data, auto_purge="off")
     try:
         populate(store, A, "A", short=4, long=1)
         populate(store, B, "B", short=2, long=0)
@@ -227,7 +227,7 @@ def test_a_stale_fragment_in_free_space_is_rewritten_away_before_verifying(tmp_p
     The scan finds them in the database; purge then rewrites it (VACUUM + TRUNCATE) and scans
     again, so the request is verified with nothing left rather than stuck."""
     data = tmp_path / "data"
-    with cenotaph.open(data, auto_purge=False) as store:
+    with cenotaph.open(data, auto_purge="off") as store:
         a = populate(store, A, "A", short=6, long=1)
         b = populate(store, B, "B", short=6, long=1)
     a_cells = cells(data / DB, a.ids, immutable=True)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import shutil
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -209,30 +208,43 @@ def test_deleting_the_last_audit_row_stays_detected_after_later_operations(audit
                 store.verify_audit()
 
 
-class _SlowRegistry(cenotaph.LocalKeyring):
-    """A keyring whose register_backup is slow (a remote KMS call), so a rotation lands inside it."""
+class _HeldRegistry(cenotaph.LocalKeyring):
+    """A keyring whose first register_backup (a remote KMS call, say) is held, once it has
+    registered, until the test lets it go: a rotation lands between it and the backup's copy."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory)
+        self.entered = threading.Event()  # the first register_backup has begun
+        self.release = threading.Event()
 
     def register_backup(self, backup_id: str, epochs: list[int]) -> None:
-        time.sleep(0.3)
         super().register_backup(backup_id, epochs)
+        if not self.entered.is_set():  # registered, not yet returned: the backup's copy is next
+            self.entered.set()
+            assert self.release.wait(timeout=60), "the test never let register_backup go"
 
 
 def test_a_backup_racing_a_rotation_registers_the_epochs_its_copy_needs(tmp_path: Path) -> None:
     """S5: the backup's copy may hold keys wrapped under an epoch a concurrent rotation created;
     it must be registered, or the next rotation destroys it and the backup is lost."""
-    provider = _SlowRegistry(tmp_path / "keyring")
+    provider = _HeldRegistry(tmp_path / "keyring")
     with cenotaph.open(tmp_path / "data", key_provider=provider) as store:
         for i in range(20):
             store.write("tenant:t/user:u", f"k{i}", f"value {i}")
+        rotated: list[cenotaph.RotationReport] = []
 
         def rotate() -> None:
-            time.sleep(0.1)  # inside backup()'s first register_backup
-            store.rotate_keys()
+            try:
+                assert provider.entered.wait(timeout=60), "backup() never registered its epochs"
+                rotated.append(store.rotate_keys())  # inside backup()'s first register_backup
+            finally:
+                provider.release.set()
 
         racer = threading.Thread(target=rotate)
         racer.start()
         info = store.backup(tmp_path / "bk")
         racer.join()
+        assert rotated and rotated[0].new_epoch in info.epochs  # the copy holds the new epoch's keys
         assert store.backups()[info.id] == list(info.epochs)
         store.rotate_keys()  # must keep every epoch the backup's copy uses
         assert set(info.epochs) <= set(provider.live_epochs())

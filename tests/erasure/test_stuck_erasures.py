@@ -108,7 +108,7 @@ def _wait_in_thread(request: cenotaph.ErasureRequest, timeout: float | None = No
 def stray(root: Path) -> Iterator[tuple[cenotaph.Store, cenotaph.ErasureRequest, Path]]:
     """A store whose subject erasure is stuck: a copy of the erased text sits in a file of the
     data directory that the store does not write (a user's notes, say)."""
-    store = _open(root, auto_purge=False)
+    store = _open(root, auto_purge="off")
     try:
         store.write(SESSION, "note", TEXT)
         store.write(OTHER, "note", "bob's note")
@@ -251,7 +251,7 @@ def test_a_request_that_found_nothing_says_it_waits_for_a_stuck_earlier_one(
 def test_a_row_of_the_target_planted_after_the_forget_is_reported_not_verified(root: Path) -> None:
     """Someone who can write the database makes one of bob's records "carry" alice after her
     erasure: the target is not empty, no erasure will empty it, and the request says so."""
-    with _open(root, auto_purge=False) as store:
+    with _open(root, auto_purge="off") as store:
         store.write(SESSION, "note", TEXT)
         bob = store.write(OTHER, "note", "bob's note")
         request = store.forget_subject(SUBJECT)
@@ -321,7 +321,7 @@ def test_setting_bookkeeping_probes_aside_never_hides_a_real_copy(root: Path) ->
     value that quoted a request id is still found by its other windows, and a copy next to the
     ledger (in the keyring's directory) is not taken for the ledger -- nor answered with "remove
     the file": nothing there is the store's to advise removing."""
-    with _open(root, auto_purge=False) as store:
+    with _open(root, auto_purge="off") as store:
         store.write(OTHER, "k", "v")
         first = store.forget(OTHER, "k")
         store.write(SESSION, "filed", {"filed": first.id, "note": TEXT})

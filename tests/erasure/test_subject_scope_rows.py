@@ -132,7 +132,7 @@ def test_writes_after_a_reauthorization_work_and_a_second_erasure_removes_them_a
 def test_a_scope_written_again_after_a_lift_before_the_purge_keeps_its_row(tmp_path: Path) -> None:
     db = tmp_path / "data" / "cenotaph.db"
     session = f"{ALICE}/session:s1"
-    with _open(tmp_path, auto_purge=False) as store:
+    with _open(tmp_path, auto_purge="off") as store:
         _populate(store)
         request = store.forget_subject(ALICE)
         token = store.reauthorize(session, subject=ALICE)

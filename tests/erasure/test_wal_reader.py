@@ -96,7 +96,7 @@ class Held:
 
 @contextlib.contextmanager
 def _held_reader(
-    data: Path, *, auto_purge: bool, before: Callable[[cenotaph.Store], object] | None = None
+    data: Path, *, auto_purge: str, before: Callable[[cenotaph.Store], object] | None = None
 ) -> Iterator[Held]:
     """Populate, run ``before`` (its result is ``Held.before``), start the reader, then write once
     more (WAL frames after its snapshot). The reader is killed (if still holding) and the store
@@ -131,7 +131,7 @@ def _refused_for_the_wal(store: cenotaph.Store, request: cenotaph.ErasureRequest
 
 def test_a_held_reader_leaves_the_wal_layer_pending_and_forget_returns(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    with _held_reader(data, auto_purge=True) as held:
+    with _held_reader(data, auto_purge="sync") as held:
         store = held.store
         request = _forget_with_deadline(store, held.reader)  # auto-purge runs, cannot truncate the WAL
         status = request.status()
@@ -160,7 +160,7 @@ def test_a_reader_held_across_the_forget_keeps_it_unprovable_until_it_is_gone(tm
     """The same without auto-purge (so the forget does not checkpoint): gaps name the wal layer until
     the reader is gone and ``purge()`` has run."""
     data = tmp_path / "data"
-    with _held_reader(data, auto_purge=False) as held:
+    with _held_reader(data, auto_purge="off") as held:
         store = held.store
         request = store.forget_subject(A)
         status = request.status()
@@ -216,7 +216,7 @@ def test_a_purged_request_is_not_verified_while_a_reader_blocks_the_wal(tmp_path
         assert request.status().state == "purged"
         return request
 
-    with _held_reader(data, auto_purge=False, before=forget_then_cut_the_purge_short) as held:
+    with _held_reader(data, auto_purge="off", before=forget_then_cut_the_purge_short) as held:
         store, request = held.store, held.before
         assert isinstance(request, cenotaph.ErasureRequest)
         report = store.purge()

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from langgraph.store.base import InvalidNamespaceError, PutOp
 from tests.integrations import bag_of_words
+from tests.kit.clock import ManualClock
 
 import cenotaph
 from cenotaph.errors import ForgottenError, StaleWriteError, StorageError
@@ -317,11 +318,15 @@ def test_async_api_and_async_embedding_function(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
-def test_expired_items_are_never_returned_even_before_a_sweep(tmp_path: Path) -> None:
-    with CenotaphStore(tmp_path / "d", ttl={"default_ttl": 0.4 / 60}) as store:
+def test_expired_items_are_never_returned_even_before_a_sweep(tmp_path: Path, clock: ManualClock) -> None:
+    with (
+        cenotaph.open(tmp_path / "d", clock=clock) as inner,
+        CenotaphStore(inner, ttl={"default_ttl": 1, "refresh_on_read": False}) as store,
+    ):
         store.put(("t",), "short", {"v": 1})
         store.put(("t",), "kept", {"v": 2}, ttl=None)
-        time.sleep(0.6)
+        assert store.get(("t",), "short") is not None
+        clock.advance(61)  # the default ttl is in minutes
         assert store.get(("t",), "short") is None
         assert [i.key for i in store.search(("t",))] == ["kept"]
         assert store.sweep_ttl() >= 1

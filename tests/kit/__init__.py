@@ -1,2 +1,3 @@
-"""Shared test machinery: one store factory over every backend (:mod:`tests.kit.stores`) and one
-kit for child processes in crash and race tests (:mod:`tests.kit.proc`). Nothing here is a test."""
+"""Shared test machinery: one store factory over every backend (:mod:`tests.kit.stores`), one
+kit for child processes in crash and race tests (:mod:`tests.kit.proc`), and a clock the test
+moves for TTLs (:mod:`tests.kit.clock`). Nothing here is a test."""

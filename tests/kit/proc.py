@@ -7,7 +7,7 @@ never tears one) and return a JSON-able value, printed as its last line. Every c
 its own process group and is always reaped: when the ``with`` block ends, however it ends, the
 whole group (a scan worker the child started too) gets SIGKILL, and no zombie is left::
 
-    with spawn("crash-writer", directory=str(tmp_path), prefix="tenant:c0", seed=0, auto_purge=False) as child:
+    with spawn("crash-writer", directory=str(tmp_path), prefix="tenant:c0", seed=0, auto_purge="off") as child:
         child.wait_for("ready")                   # a ready/mark line
         child.read_lines(50)                      # let it work a moment...
         child.kill()                              # ...then SIGKILL it and everything it started

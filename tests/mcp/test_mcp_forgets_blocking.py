@@ -20,7 +20,7 @@ SESSION = f"{USER}/session:s1"
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[cenotaph.Store]:
-    with cenotaph.open(tmp_path / "data", auto_purge=False) as opened:
+    with cenotaph.open(tmp_path / "data", auto_purge="off") as opened:
         yield opened
 
 

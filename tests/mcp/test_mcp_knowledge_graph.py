@@ -342,7 +342,7 @@ async def test_separate_graphs_per_prefix(mcp_store: cenotaph.Store) -> None:
 async def test_a_deleted_entity_leaves_no_trace_in_any_tool_or_file(tmp_path: Path) -> None:
     data = tmp_path / "data"
     canary = "Zyxcanary-Quetzalcoatl"
-    with cenotaph.open(data, auto_purge=False) as store:
+    with cenotaph.open(data, auto_purge="off") as store:
         async with graph_client(store) as tools:
             await tools.ok(
                 "create_entities", entities=[person(canary, f"{canary} has a rare disease"), person("Bob")]

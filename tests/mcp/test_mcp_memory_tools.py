@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.kit.checks import present
+from tests.kit.clock import ManualClock
 from tests.mcp.mcp_kit import SESSION, TENANT, USER, Tools, memory_client
 
 import cenotaph
@@ -123,14 +123,15 @@ async def test_search_k_and_scope(mcp_store: cenotaph.Store) -> None:
         assert user_hits == []  # a wider scope does not search its sessions
 
 
-async def test_ttl_expires(mcp_store: cenotaph.Store) -> None:
-    async with memory_client(mcp_store) as tools:
-        written = await tools.ok("memory_write", key="otp", value="123456", ttl_seconds=0.3)
-        assert written["record"]["expires_at"] is not None
-        assert (await tools.ok("memory_read", key="otp"))["found"]
-        time.sleep(0.4)
-        assert (await tools.ok("memory_read", key="otp"))["found"] is False
-        assert (await tools.ok("memory_list"))["records"] == []
+async def test_ttl_expires(tmp_path: Path, clock: ManualClock) -> None:
+    with cenotaph.open(tmp_path / "data", auto_purge="sync", clock=clock) as store:
+        async with memory_client(store) as tools:
+            written = await tools.ok("memory_write", key="otp", value="123456", ttl_seconds=60)
+            assert written["record"]["expires_at"] is not None
+            assert (await tools.ok("memory_read", key="otp"))["found"]
+            clock.advance(61)
+            assert (await tools.ok("memory_read", key="otp"))["found"] is False
+            assert (await tools.ok("memory_list"))["records"] == []
 
 
 async def test_explicit_derived_from_is_recorded_and_checked(mcp_store: cenotaph.Store) -> None:
@@ -156,7 +157,7 @@ async def test_base_version_refuses_a_stale_write(mcp_store: cenotaph.Store) -> 
 
 
 async def test_erasure_status_reports_layers_and_waits(tmp_path: Path) -> None:
-    with cenotaph.open(tmp_path / "d", auto_purge=False) as store:
+    with cenotaph.open(tmp_path / "d", auto_purge="off") as store:
         async with memory_client(store) as tools:
             await tools.ok("memory_write", key="k", value="v")
             forgotten = await tools.ok("memory_forget", key="k")

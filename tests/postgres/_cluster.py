@@ -206,6 +206,14 @@ class Cluster:
                 raise TimeoutError(f"the replica did not replay past {lsn} in {timeout} s")
             time.sleep(0.02)
 
+    def wait_received(self, lsn: str, timeout: float = 30.0) -> None:
+        """Wait until the replica has received (not necessarily replayed) the WAL up to ``lsn``."""
+        deadline = time.monotonic() + timeout
+        while lsn_value(str(self.replica.query("SELECT pg_last_wal_receive_lsn()")[0][0])) < lsn_value(lsn):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the replica did not receive WAL up to {lsn} in {timeout} s")
+            time.sleep(0.02)  # a poll interval; the condition decides
+
     def pause_replay(self, timeout: float = 30.0) -> None:
         """Stop the replica applying WAL (it keeps receiving it); returns once it has paused."""
         self.replica.query("SELECT pg_wal_replay_pause()")

@@ -267,13 +267,19 @@ def forget_subject(dsn: str, schema: str, keyring: str, subject: str, chunk: int
     return {"request_id": request.id}
 
 
-def reader(dsn: str, schema: str, keyring: str, keys: list[list[str]], stop: str) -> dict[str, Any]:
+def reader(dsn: str, schema: str, keyring: str, keys: list[list[str]], stop: str, ask: str) -> dict[str, Any]:
     """Read every ``[label, scope, key]`` in turn until the ``stop`` file exists; each read as
-    ``[label, start, end, found, error]``."""
+    ``[label, start, end, found, error]``. When the ``ask`` file holds a number not answered yet,
+    the next round that starts says ``round N`` once it has read every key."""
     store = open_store(dsn, schema, keyring)
     say("ready")
     reads: list[list[Any]] = []
+    answered = 0
     while not Path(stop).exists():
+        try:
+            asked = int(Path(ask).read_text())
+        except FileNotFoundError:
+            asked = 0
         for label, scope, key in keys:
             start = now_ns()
             try:
@@ -282,7 +288,10 @@ def reader(dsn: str, schema: str, keyring: str, keys: list[list[str]], stop: str
             except Exception as exc:
                 found, error = False, type(exc).__name__
             reads.append([label, start, now_ns(), found, error])
-        time.sleep(0.002)
+        if asked > answered:
+            say(f"round {asked}")
+            answered = asked
+        time.sleep(0.002)  # pacing: a round every few ms is plenty
     store.close()
     return {"reads": reads}
 

@@ -568,23 +568,20 @@ def test_a_lost_connection_is_translated_and_the_next_transaction_reconnects(
     with backend.read() as txn:
         pid = txn._c.info.backend_pid
     with psycopg.connect(pg_dsn, autocommit=True) as admin:
-        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-    time.sleep(0.2)
+        admin.execute("SELECT pg_terminate_backend(%s, 30000)", (pid,))  # returns once it has ended
     with backend.write() as txn:  # the dead pooled connection is dropped at BEGIN, another used
         txn.set_meta("after", 1)
     with backend.read() as txn:
         pid = txn._c.info.backend_pid
         assert txn.meta("after") == 1
     with psycopg.connect(pg_dsn, autocommit=True) as admin:
-        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-    time.sleep(0.2)
+        admin.execute("SELECT pg_terminate_backend(%s, 30000)", (pid,))  # returns once it has ended
     with backend.read() as txn:  # a read begins with its first statement: dropped there
         assert txn.meta("after") == 1
     with pytest.raises(StorageError, match="cannot reach PostgreSQL"), backend.read() as txn:
         assert txn.meta("after") == 1
         with psycopg.connect(pg_dsn, autocommit=True) as admin:
-            admin.execute("SELECT pg_terminate_backend(%s)", (txn._c.info.backend_pid,))
-        time.sleep(0.2)
+            admin.execute("SELECT pg_terminate_backend(%s, 30000)", (txn._c.info.backend_pid,))
         txn.meta("after")
     with backend.read() as txn:
         assert txn.meta("after") == 1

@@ -4,7 +4,6 @@ paused and resumed, and nothing of the cluster is left afterwards."""
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 from ._cluster import Cluster, lsn_value
@@ -37,7 +36,7 @@ def test_a_row_written_on_the_primary_reaches_the_replica_unless_replay_is_pause
     cluster.pause_replay()
     cluster.primary.query("INSERT INTO seen VALUES (2)")
     written = cluster.current_lsn()
-    time.sleep(0.5)  # ample time to replay one record, were replay running
+    cluster.wait_received(written)  # the record is on the replica: only paused replay keeps it out
     assert _rows(cluster) == [1]
     assert not cluster.replayed(written)
     assert lsn_value(cluster.replay_lsn()) < lsn_value(written)

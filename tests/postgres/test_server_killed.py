@@ -19,7 +19,6 @@ Three processes on one schema, each its own ``Store``:
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +85,13 @@ def _result(child: Child) -> Any:
     return child.result()
 
 
+def _full_round(reader: Child, ask: Path, number: int) -> None:
+    """Wait until the reader has read every key in a round that began after now."""
+    ask.with_suffix(".tmp").write_text(str(number))
+    ask.with_suffix(".tmp").replace(ask)  # whole, or not there: the reader never sees half a number
+    reader.wait_for(f"round {number}")
+
+
 def _stamp(lines: list[str], word: str) -> int | None:
     """The time on the killed server's ``word ... T`` line (None if it never printed one)."""
     found = [line for line in lines if line.startswith(word + " ")]
@@ -100,10 +106,10 @@ def test_a_server_killed_mid_forget_leaves_an_erasure_another_server_finishes(
     alice_ids = _populate(pg_dsn, pg_schema, keyring)
     db: dict[str, Any] = {"dsn": pg_dsn, "schema": pg_schema, "keyring": keyring}
     watched = [["alice", s, k] for s, k in _slots(ALICE, 12)] + [["bob", s, k] for s, k in _slots(BOB, 4)]
-    stop = tmp_path / "stop"
-    with spawn("pg-reader", **db, keys=watched, stop=str(stop)) as reader:
+    stop, ask = tmp_path / "stop", tmp_path / "ask"
+    with spawn("pg-reader", **db, keys=watched, stop=str(stop), ask=str(ask)) as reader:
         reader.wait_for("ready")
-        time.sleep(0.3)  # the reader sees alice before the forget
+        _full_round(reader, ask, 1)  # the reader sees alice before the forget
         with spawn("pg-forget-subject", fault=fault, **db, subject=ALICE, chunk=CHUNK) as server:
             server.finish()
         dead = now_ns()  # the server was SIGKILLed before this
@@ -120,7 +126,7 @@ def test_a_server_killed_mid_forget_leaves_an_erasure_another_server_finishes(
             assert _states(pg_dsn, pg_schema) == [("tombstoned", 3 * CHUNK)] and left == ALICE_RECORDS
         else:
             assert _states(pg_dsn, pg_schema) == [("shredded", None)] and 0 < left < ALICE_RECORDS
-        time.sleep(0.3)  # reads while nobody finishes the erasure
+        _full_round(reader, ask, 2)  # reads while nobody finishes the erasure
         with spawn(
             "pg-finish",
             **db,
@@ -129,7 +135,7 @@ def test_a_server_killed_mid_forget_leaves_an_erasure_another_server_finishes(
             kept=_slots(BOB, BOB_RECORDS),
         ) as finisher:
             finished = _result(finisher)
-        time.sleep(0.2)
+        _full_round(reader, ask, 3)  # and after another server finished it
         stop.touch()
         reads = _result(reader)["reads"]
 

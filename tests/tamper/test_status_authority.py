@@ -33,12 +33,12 @@ def _set_verified(setup: Setup, request_id: str) -> None:
 
 
 def test_a_request_row_set_to_verified_does_not_report_verified(setup: Setup) -> None:
-    with reopened(setup, auto_purge=False) as store:
+    with reopened(setup, auto_purge="off") as store:
         store.write(SCOPE, "k", "the secret value")
         request_id = store.forget(SCOPE, "k").id
         assert store.erasure(request_id).status().state == "shredded"
     _set_verified(setup, request_id)
-    with reopened(setup, auto_purge=False) as store:
+    with reopened(setup, auto_purge="off") as store:
         status = store.erasure(request_id).status()
         assert status.state != "verified" and status.gaps, status
         assert any("audit log" in gap for gap in status.gaps), status.gaps
@@ -47,7 +47,7 @@ def test_a_request_row_set_to_verified_does_not_report_verified(setup: Setup) ->
         with pytest.raises(ErasureNotProvableError) as refused:
             store.erasure(request_id).wait(None)
         assert any("audit log" in gap for gap in refused.value.gaps), refused.value.gaps
-    with reopened(setup, auto_purge=False) as store:  # an honest request still reports verified
+    with reopened(setup, auto_purge="off") as store:  # an honest request still reports verified
         store.write(SCOPE, "k2", "another value")
         honest = store.forget(SCOPE, "k2").id
         assert store.erasure(honest).wait(30).state == "verified"
@@ -59,13 +59,13 @@ def test_over_http_an_edited_request_row_is_not_reported_verified(setup: Setup) 
     ring = ApiKeyRing(setup.data)
     _, secret = ring.create(tenant="acme", role="agent")
     auth = {"Authorization": f"Bearer {secret}"}
-    with reopened(setup, auto_purge=False) as store:
+    with reopened(setup, auto_purge="off") as store:
         api = TestClient(create_app(store, ring))  # no lifespan: no background purge verifies it for real
         store.write(SCOPE, "k", "the secret value")
         r = api.post("/v1/forget", json={"scope": SCOPE, "key": "k"}, headers=auth)
         assert r.status_code == 202
         status_url = r.json()["status_url"]
     _set_verified(setup, r.json()["request_id"])
-    with reopened(setup, auto_purge=False) as store:
+    with reopened(setup, auto_purge="off") as store:
         doc = TestClient(create_app(store, ring)).get(status_url, headers=auth).json()
         assert doc["status"]["state"] != "verified" and doc["status"]["gaps"], doc

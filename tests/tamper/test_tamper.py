@@ -10,11 +10,11 @@ state is faked) and detected (``verify_audit`` raises, ``cenotaph audit verify``
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 from tests.kit.checks import present
+from tests.kit.clock import ManualClock
 
 import cenotaph
 from cenotaph.errors import ErasureNotProvableError, ForgottenError, StorageError
@@ -38,7 +38,7 @@ def _detected(setup: Setup, what: str) -> None:
 
 def _forgotten(setup: Setup, mode: str, *, purge: bool = False) -> tuple[str, str]:
     """A record under SCOPE/k, forgotten; returns (record id, request id). Another record stays."""
-    with reopened(setup, auto_purge=purge) as store:
+    with reopened(setup, auto_purge="sync" if purge else "off") as store:
         rec = store.write(SCOPE, "k", "the secret value")
         store.write(OTHER, "k", "unrelated")
         request = store.forget(SCOPE, "k", mode=mode)
@@ -71,11 +71,11 @@ def test_deleting_tombstones_and_clearing_hidden_marks_resurrects_nothing(setup:
 def test_restoring_destroyed_keys_from_an_older_copy_resurrects_nothing(setup: Setup, tmp_path: Path) -> None:
     """Compliance forget, not yet purged: its wrapped key bytes come back from a copy taken before
     it (the KEK epoch that wrapped them is still live until rotation)."""
-    with reopened(setup, auto_purge=False) as store:
+    with reopened(setup, auto_purge="off") as store:
         rec = store.write(SCOPE, "k", "the secret value")
     old = tmp_path / "old.db"
     old.write_bytes(setup.db.read_bytes())
-    with reopened(setup, auto_purge=False) as store:
+    with reopened(setup, auto_purge="off") as store:
         store.forget(SCOPE, "k")
     edit(
         setup.db,
@@ -151,13 +151,15 @@ def test_a_records_version_is_bound_to_its_ciphertext(setup: Setup) -> None:
 
 
 # -- expiry ----------------------------------------------------------------------------------------
-def test_extending_an_expiry_column_does_not_serve_an_expired_record(setup: Setup) -> None:
-    with reopened(setup) as store:
-        rec = store.write(SCOPE, "k", "short-lived", ttl=0.2)
+def test_extending_an_expiry_column_does_not_serve_an_expired_record(
+    setup: Setup, clock: ManualClock
+) -> None:
+    with reopened(setup, clock=clock) as store:
+        rec = store.write(SCOPE, "k", "short-lived", ttl=60)
         kept = store.write(SCOPE, "k2", "long-lived", ttl=3600)
-    time.sleep(0.3)
+    clock.advance_past(rec)
     edit(setup.db, ["UPDATE records SET expires_at = expires_at + 1000000"])
-    with reopened(setup) as store:
+    with reopened(setup, clock=clock) as store:
         assert store.read(SCOPE, "k") is None
         assert store.get(rec.id) is None
         assert [r.key for r in store.list(SCOPE)] == ["k2"]

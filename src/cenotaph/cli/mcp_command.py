@@ -129,7 +129,7 @@ def _serve(
 
     keyed = ring is not None  # every request needs a key of the store's ring (a PostgreSQL store's too)
     if profile == "knowledge-graph":
-        store.auto_purge = False  # a delete forgets several targets, then purges and verifies once
+        store.auto_purge = "off"  # a delete forgets several targets, then purges and verifies once
         server = knowledge_graph_server(store, confinement, keyed=keyed)
     else:
         server = memory_server(

@@ -31,6 +31,7 @@ from ..audit.chain import verified_requests
 from ..backends import ops
 from ..backends.base import Backend, ErasureRow
 from ..caches import StoreCaches
+from ..clock import Clock
 from ..crypto.keys import KeyChain
 from ..crypto.provider import KeyProvider
 from ..crypto.tokens import TokenMaker
@@ -80,6 +81,7 @@ class Erasure:
         caches: StoreCaches,
         ledger: Ledger,
         auto_purge: object,
+        clock: Clock,
     ) -> None:
         self._mode = purge_mode(auto_purge)  # the purge mode (erasure.purge.worker.PURGE_MODES)
         self._backend = backend
@@ -88,14 +90,14 @@ class Erasure:
         self._sampler = sampler
         self._caches = caches
         self._ledger = ledger
-        self._planner = ForgetPlanner(tokens)
+        self._planner = ForgetPlanner(tokens, clock)
         self.horizons = Horizons(backend, provider)
         self._verifier = Verifier(
             backend, provider, keys, lambda row: self.horizons.horizon(row, retention=())
         )
         self.audit = AuditCheck(backend, provider, caches, ledger)
         self.requests = RequestStatus(backend, self.horizons, self.audit, caches, self.advance)
-        self.purger = Purger(backend, provider, self._verifier, caches)
+        self.purger = Purger(backend, provider, self._verifier, caches, clock)
         self.attestor = Attestor(backend, provider, self.requests, self.horizons, self.audit)
         self.rotation = Rotation(backend, provider, keys, self.horizons, caches)
         self.backups = Backups(backend, provider, keys, caches)

@@ -7,13 +7,13 @@ transaction, calls :meth:`RecordWriter.write_batch` inside it, and updates its c
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..backends import ops
 from ..backends.base import ScopeKeyRow, Txn
+from ..clock import Clock
 from ..crypto.keys import KeyChain, group_part
 from ..crypto.tokens import TokenMaker
 from ..dominance import Reauth, WriteTargets, decide
@@ -74,7 +74,8 @@ class Prepared:
 
 
 class RecordWriter:
-    def __init__(self, tokens: TokenMaker, keys: KeyChain, crypto: RecordCrypto) -> None:
+    def __init__(self, tokens: TokenMaker, keys: KeyChain, crypto: RecordCrypto, clock: Clock) -> None:
+        self._clock = clock
         self._tokens = tokens
         self._keys = keys
         self._crypto = crypto
@@ -119,7 +120,7 @@ class RecordWriter:
                 f"base_version {future} is newer than anything this store has written (its clock is "
                 f"at {version}); pass the version of a record you read from this store"
             )
-        now = time.time()
+        now = self._clock.now()
         source_ids = sorted({s for p in prepared for s in p.derived_from})
         sources = self._open_sources(txn, source_ids, view)
         plans: list[tuple[Prepared, WriteTargets, list[str], list[tuple[str, bytes]]]] = []

@@ -20,7 +20,7 @@ import cenotaph
 from cenotaph.ledger import journal as ledger
 
 
-def crash_writer(directory: str, prefix: str, seed: int, auto_purge: bool) -> None:
+def crash_writer(directory: str, prefix: str, seed: int, auto_purge: str) -> None:
     """Write (single and batched, two threads) and forget until killed; print what returned.
 
     Lines: ``w SCOPE KEY VERSION VALUE`` after a write returned, ``f SCOPE KEY VERSION`` after a

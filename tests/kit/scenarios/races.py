@@ -124,7 +124,7 @@ def race_writer(
     trials: int,
     threads: int,
     seed: int,
-    auto_purge: bool,
+    auto_purge: str,
     chunk: int = 0,
 ) -> dict[str, Any]:
     """Each trial: ATTEMPTS writes of its key (see :func:`write_key`), ``threads`` trials at once.
@@ -150,12 +150,12 @@ def race_forgetter(
     trials: int,
     threads: int,
     seed: int,
-    auto_purge: bool,
+    auto_purge: str,
     chunk: int = 0,
 ) -> dict[str, Any]:
     """Forget each trial's key once the writers' progress (read through the store) reaches a
     random point, so the forget lands anywhere from before the first write to after the last.
-    With ``auto_purge`` every compliance forget also purges and scans before it returns. With
+    With ``auto_purge="sync"`` every compliance forget also purges and scans before it returns. With
     ``chunk``, forgets of more than ``chunk`` records commit their head first and their records
     ``chunk`` at a time (``erasure.purge.chunks``), racing the writers between chunks."""
     if chunk:

@@ -16,7 +16,7 @@ def forget(
     scope: str,
     key: str | None = None,
     mode: str = "compliance",
-    auto_purge: bool | str = False,
+    auto_purge: str = "off",
     close: bool = True,
 ) -> dict[str, Any]:
     """``store.forget(scope, key, mode=mode)`` (``key`` None: the whole scope). ``close=False``
@@ -30,13 +30,13 @@ def forget(
 
 
 def forget_subject(location: Any, subject: str) -> dict[str, Any]:
-    with open_location(location, auto_purge=False) as store:
+    with open_location(location, auto_purge="off") as store:
         request = store.forget_subject(subject)
         return {"id": request.id, "version": request.version, "state": request.status().state}
 
 
 def write(location: Any, scope: str, key: str, value: Any) -> dict[str, Any]:
-    with open_location(location, auto_purge=False) as store:
+    with open_location(location, auto_purge="off") as store:
         record = store.write(scope, key, value)
         return {"id": record.id, "version": record.version}
 
@@ -44,7 +44,7 @@ def write(location: Any, scope: str, key: str, value: Any) -> dict[str, Any]:
 def churn(location: Any, scope: str, seconds: float) -> int:
     """Write, forget (compliance) and every 5th time purge in ``scope`` for ``seconds``: an honest
     neighbour process at work. How many rounds it did."""
-    store = open_location(location, auto_purge=False)
+    store = open_location(location, auto_purge="off")
     end, i = time.time() + seconds, 0
     while time.time() < end:
         i += 1

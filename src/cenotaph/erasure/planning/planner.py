@@ -20,7 +20,6 @@ through to it), the forget fails closed with ScopeClosureError unless ``include_
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from datetime import UTC, datetime
 
 from ...backends import ops
 from ...backends.base import LineageRow, Txn
+from ...clock import Clock
 from ...crypto.tokens import TokenMaker
 from ...errors import ErasureNotProvableError, ScopeClosureError
 from ...ledger.exclusive_keys import split_tokens
@@ -89,8 +89,9 @@ class Survey:
 
 
 class ForgetPlanner:
-    def __init__(self, tokens: TokenMaker) -> None:
+    def __init__(self, tokens: TokenMaker, clock: Clock) -> None:
         self._tokens = tokens
+        self._clock = clock
 
     # -- targets ---------------------------------------------------------------------
     def scope_or_key(
@@ -184,7 +185,7 @@ class ForgetPlanner:
             r.scope_token: r
             for r in txn.run(ops.RecordsInSlots([(t, target.key_token) for _, t in ancestors]))
         }
-        now = time.time()
+        now = self._clock.now()
         holders = [(a, t) for a, t in ancestors if t in rows and is_visible(rows[t], now)]
         if holders and not target.include_ancestors:
             raise ScopeClosureError(

@@ -16,10 +16,6 @@ or keys, and wrapped keys): a forget that found nothing -- a repeated erasure, a
 never held, a replay on a copy that never held it -- has nothing to probe, and verifies on a clean
 scan and an empty target (``plan.remains``); one that found something must have probes. Sealed
 with the probes, so editing the database cannot turn one kind into the other.
-
-Requests from before probe keys (schema 4) sealed probes under a key derived from the erasure
-secret, which is never destroyed; :func:`legacy_probe_key` still opens them. Blobs sealed before
-the tally existed hold a bare list (``found`` is then unknown).
 """
 
 from __future__ import annotations
@@ -33,7 +29,7 @@ import numpy as np
 
 from ...backends import ops
 from ...backends.base import Txn
-from ...crypto.aead import derive, open_sealed, seal
+from ...crypto.aead import open_sealed, seal
 from ...index.atrest import sealed_part
 from ...ledger.plan import ForgetPlan
 from ...model import Record
@@ -42,7 +38,6 @@ from ..proof.scanner import PROBE_MIN, probe_windows
 __all__ = [
     "ProbeSample",
     "RecordSample",
-    "legacy_probe_key",
     "open_probes",
     "sample_probes",
     "sample_records",
@@ -212,28 +207,19 @@ def _text_windows(text: str) -> list[bytes]:
     return probes
 
 
-def legacy_probe_key(secret: bytes, request_id: str) -> bytes:
-    """The key of a request sealed before probe keys existed (no ``probe_keys`` row)."""
-    return derive(secret, b"probes", request_id.encode())
-
-
 def seal_probes(key: bytes, request_id: str, sample: ProbeSample) -> bytes:
     body = json.dumps({"probes": [p.hex() for p in sample.probes], "found": sample.found}).encode()
     return seal(key, body, _AAD + request_id.encode())
 
 
-def open_probes(
-    key: bytes | None, request_id: str, blob: bytes | None, *, legacy: bool = False
-) -> ProbeSample | None:
+def open_probes(key: bytes | None, request_id: str, blob: bytes | None) -> ProbeSample | None:
     """The probes and tally, or ``None`` if there are none or their key is gone (its epoch
     destroyed) or they do not open under it."""
     if blob is None or key is None:
         return None
-    body = open_sealed(key, blob, _AAD if legacy else _AAD + request_id.encode())
+    body = open_sealed(key, blob, _AAD + request_id.encode())
     if body is None:
         return None
     doc = json.loads(body)
-    if isinstance(doc, list):  # sealed before the tally was recorded
-        return ProbeSample([bytes.fromhex(p) for p in doc], None)
     found = {str(k): int(v) for k, v in doc["found"].items()} if doc.get("found") is not None else None
     return ProbeSample([bytes.fromhex(p) for p in doc["probes"]], found)

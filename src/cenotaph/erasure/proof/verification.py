@@ -21,7 +21,7 @@ from ...ledger.journal import anchor_audit_many
 from ...ledger.plan import ForgetPlan
 from ...model import ErasureState, Layer, Mode
 from ..planning.planner import remains
-from ..planning.probes import ProbeSample, legacy_probe_key, open_probes
+from ..planning.probes import ProbeSample, open_probes
 from .scan_worker import scan_in_child
 from .scanner import ScanResult
 from .verdicts import judge_scan
@@ -165,10 +165,8 @@ class Verifier:
 
     def _open_probes(self, txn: Txn, row: ErasureRow) -> ProbeSample | None:
         wrapped = txn.run(ops.ProbeKey(row.id))
-        if wrapped is None:  # sealed before probe keys existed
-            key = legacy_probe_key(self._provider.erasure_secret(), row.id)
-            return open_probes(key, row.id, row.probes, legacy=True)
-        return open_probes(self._keys.unwrap(*wrapped), row.id, row.probes)
+        key = None if wrapped is None else self._keys.unwrap(*wrapped)
+        return open_probes(key, row.id, row.probes)
 
     def _earlier_unverified(self, txn: Txn, row: ErasureRow) -> list[str]:
         """Earlier compliance requests for the same target that are not verified: a request that

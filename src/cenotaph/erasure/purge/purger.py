@@ -6,7 +6,6 @@ on the next purge."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 from ...backends import ops
 from ...backends.base import Backend, LayerEntry, Txn, dump_layers, parse_layers
 from ...caches import StoreCaches
+from ...clock import Clock
 from ...crypto.provider import KeyProvider
 from ...faults import fault_point
 from ...ledger.exclusive_keys import dead_key_rows
@@ -45,7 +45,9 @@ class Purger:
         provider: KeyProvider,
         verifier: Verifier,
         caches: StoreCaches,
+        clock: Clock,
     ) -> None:
+        self._clock = clock  # what a sweep of expired records counts as now
         self._backend = backend
         self._provider = provider
         self._verifier = verifier
@@ -160,7 +162,7 @@ class Purger:
                 pause_between_chunks()
         while True:
             with self._backend.write() as txn:
-                swept = txn.run(ops.SweepExpired(time.time(), chunk_records()))
+                swept = txn.run(ops.SweepExpired(self._clock.now(), chunk_records()))
             reclaimed += swept
             if swept < chunk_records():
                 return reclaimed, cleared

@@ -42,17 +42,14 @@ _log = logging.getLogger("cenotaph")
 
 
 def purge_mode(value: object) -> str:
-    """``auto_purge`` as one of :data:`PURGE_MODES` (``True`` is ``"sync"``, ``False`` ``"off"``:
-    what the booleans meant before the background mode existed)."""
-    if value is True:
-        return "sync"
-    if value is False:
-        return "off"
+    """``auto_purge`` as one of :data:`PURGE_MODES`, named: a boolean is refused (which of the
+    two purging modes ``True`` would mean is not for the store to guess)."""
     if isinstance(value, str) and value in PURGE_MODES:
         return value
+    named = "auto_purge takes a mode by name, not True or False: " if isinstance(value, bool) else ""
     raise InvalidValueError(
-        "auto_purge must be 'background' (the default), 'sync' (purge inside every compliance "
-        "forget) or 'off' (purge yourself); True means 'sync' and False 'off'"
+        f"{named}auto_purge must be 'background' (the default), 'sync' (purge inside every "
+        "compliance forget) or 'off' (purge yourself with store.purge())"
     )
 
 
@@ -127,6 +124,19 @@ class ErasureWorker:
             if error is not None and error is self._failure:
                 self._failure_told = True  # the waiter raises it: nobody else needs telling
             return error
+
+    def wait_until_ended(self, number: int, timeout: float) -> bool:
+        """Wait until pass ``number`` (a :meth:`nudge`'s ticket) or a later one has ended, for
+        at most ``timeout`` seconds; whether it has. Returns at once if the worker is closed."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._completed >= number or self._closing, timeout)
+            return self._completed >= number
+
+    @property
+    def passes_ended(self) -> int:
+        """How many passes have ended, successfully or not: the ticket of the newest."""
+        with self._cond:
+            return self._completed
 
     def take_failure(self) -> BaseException | None:
         """The newest error of the current run of failed passes, if no caller has been given it
