@@ -58,6 +58,16 @@ def test_the_imports_are_read_as_written() -> None:
     assert _sqlite_imports(PACKAGE / "backends" / "__init__.py")
 
 
+def test_the_backends_share_only_through_the_contract_and_the_sql_layer() -> None:
+    """Neither backend's package imports the other's, nor a private name of any module: what
+    both use lives in ``backends.base``, ``backends.physical`` or ``backends.sql``."""
+    for name, other in (("postgres", "sqlite"), ("sqlite", "postgres")):
+        for path in sorted((PACKAGE / "backends" / name).glob("*.py")):
+            found = _imports(path)
+            assert not [n for n in found if n.startswith(f"cenotaph.backends.{other}")], path.name
+            assert not [n for n in found if n.rsplit(".", 1)[-1].startswith("_")], path.name
+
+
 def test_nothing_in_erasure_imports_the_store() -> None:
     offenders = {
         str(path.relative_to(PACKAGE)): sorted(

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 import cenotaph
+from cenotaph.backends.sql import SQLITE
+from cenotaph.backends.sql.handlers import by_ids
 from cenotaph.backends.sqlite import backend
 from cenotaph.backends.sqlite.backend import DB_NAME
 
@@ -43,9 +45,9 @@ def test_reads_and_purges_find_rows_through_indexes_only(tmp_path: Path, scopes:
     ids = tuple(f"id{i}" for i in range(3))
     statements = [
         (backend._SLOT_SQL[scopes], (b"k", *[b"s"] * scopes)),
-        (f"SELECT * FROM records WHERE {backend._by_ids(3)}", ids),
-        (f"DELETE FROM records WHERE {backend._by_ids(3)}", ids),
-        (f"UPDATE records SET wrapped=NULL WHERE {backend._by_ids(3)}", ids),
+        (f"SELECT * FROM records WHERE {by_ids(SQLITE, 3)}", ids),
+        (f"DELETE FROM records WHERE {by_ids(SQLITE, 3)}", ids),
+        (f"UPDATE records SET wrapped=NULL WHERE {by_ids(SQLITE, 3)}", ids),
     ]
     with sqlite3.connect(tmp_path / DB_NAME) as db:
         for sql, args in statements:

@@ -16,8 +16,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import errors, limits, operations, wire
+from .audit.tree_head import check_consistency as verify_consistency
 from .crypto.provider import KeyProvider, LocalKeyring
 from .erasure.certify.certificate import verify_certificate
+from .erasure.certify.pdf import certificate_pdf
 from .erasure.entrance import Progress
 from .errors import (
     AccessDeniedError,
@@ -89,12 +91,14 @@ __all__ = [
     "StorageError",
     "Store",
     "StoreSession",
+    "certificate_pdf",
     "errors",
     "limits",
     "open",
     "operations",
     "restore",
     "verify_certificate",
+    "verify_consistency",
     "wire",
 ]
 

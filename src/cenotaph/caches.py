@@ -171,7 +171,7 @@ class StoreCaches:
         if self._ledger.take_replayed() or check:
             self.invalidate_resolved()  # someone committed: a read may now resolve differently
             with self._backend.read() as txn:
-                epoch = txn.run(ops.ForgetEpoch())
+                epoch = txn.run(ops.Count("forget_epoch"))
             if epoch != self.forget_epoch:
                 self.forget(None)
                 self.forget_epoch = epoch

@@ -363,6 +363,20 @@ class Client:
             retained_epochs=tuple(doc["retained_epochs"]),
         )
 
+    def tree_head(self) -> dict[str, Any]:
+        """A signed tree head over the server store's audit log (see :meth:`cenotaph.Store.tree_head`)."""
+        head: dict[str, Any] = self._call("GET", "/v1/log/head")
+        return head
+
+    def consistency_proof(self, old_size: int) -> dict[str, Any]:
+        """``{"tree_head", "proof"}`` from ``old_size`` (see :meth:`cenotaph.Store.consistency_proof`)."""
+        if isinstance(old_size, bool) or not isinstance(old_size, int) or old_size < 0:
+            raise InvalidValueError(
+                "old_size must be the tree_size of an earlier tree head (an integer >= 0)"
+            )
+        answer: dict[str, Any] = self._call("GET", "/v1/log/consistency", params={"from": old_size})
+        return answer
+
     @property
     def public_key(self) -> str:
         """The Ed25519 public key that signs the server store's certificates (64 hex characters)."""

@@ -72,6 +72,9 @@ class LockedBackend:
     def location(self) -> Path | None:
         return self.inner.location
 
+    def describe(self) -> dict[str, str]:
+        return self.inner.describe()
+
     @property
     def physical(self) -> Physical:
         return self.inner.physical

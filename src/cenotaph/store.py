@@ -12,16 +12,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from .audit.log import TransparencyLog
 from .backends import (
     POSTGRES_DEFAULT_SCHEMA,
     Found,
     Location,
     discard_created,
+    holds_database_snapshot,
     is_postgres_url,
+    load_snapshot,
     locate,
     open_backend,
     ops,
-    postgres_dump,
 )
 from .backends.base import Backend, LineageRow, RecordRow, Txn
 from .caches import RECORD_CACHE_LIMIT, StoreCaches
@@ -126,6 +128,7 @@ class Store:
         # the caches and how fresh they are: shared with the erasure side, which syncs and
         # drops what memory holds through it (it never calls back into the store)
         self._caches = StoreCaches(self._backend, provider, self._keys, self._search, self._ledger)
+        self._log = TransparencyLog(self._backend, lambda: self._erasure.signer().sign)
         self._erasure = Erasure(
             self._backend,
             provider,
@@ -165,7 +168,7 @@ class Store:
                 # forgets logged but never committed happen now (W7); a restore replays every
                 # forget its copy's audit log does not hold, whatever its request rows say
                 self._ledger.reconcile(txn, audited if restored else None)
-                self._caches.forget_epoch = txn.run(ops.ForgetEpoch())
+                self._caches.forget_epoch = txn.run(ops.Count("forget_epoch"))
             self._erasure.resume()
         except BaseException:
             self._erasure.close()
@@ -371,10 +374,10 @@ class Store:
             self._ledger.reconcile_if_changed(txn)  # a token must postdate every logged forget
             if owner_token is not None:  # under the write lock: no forget lands between check and issue
                 self._check_own_forgets(parsed, key, subject_token, owner_token, through)
-            version = max(txn.run(ops.Clock()), self._ledger.view.max_version) + 1
+            version = max(txn.run(ops.Count("clock")), self._ledger.view.max_version) + 1
             digest = self._tokens.reauth(token)
             txn.run(ops.InsertReauth(digest, kind, target, version, subject_token))
-            txn.run(ops.SetClock(version))
+            txn.run(ops.Advance("clock", version))
             self._ledger.grant(digest, kind, target, version, subject_token)  # a row alone is no token
         return token
 
@@ -762,9 +765,13 @@ class Store:
         background purge's failure, if no caller has been told of it yet)."""
         return self._erasure.confirm(request_id)
 
-    def attest(self, request_id: str) -> Certificate:
-        """A signed, content-free certificate of a verified compliance erasure (S6)."""
-        return self._erasure.attest(request_id)
+    def attest(
+        self, request_id: str, *, requester_key_id: str | None = None, requester_name: str | None = None
+    ) -> Certificate:
+        """A signed, content-free certificate of a verified compliance erasure (S6), with the NIST
+        SP 800-88 Rev. 2 fields: ``requester_key_id`` is the API key that asked for the erasure, and
+        a name appears only if ``requester_name`` is given."""
+        return self._erasure.attest(request_id, requester_key_id, requester_name)
 
     def purge(self, *, progress: Progress | None = None) -> PurgeReport:
         """Remove erased rows, truncate the WAL, clear caches, then verify by scanning (S3, S4).
@@ -845,6 +852,20 @@ class Store:
         self._erasure.verify_audit()
         return self._erasure.integrity()
 
+    def tree_head(self) -> dict[str, Any]:
+        """A signed RFC 9162 tree head over every audit entry: ``{"tree_size", "root_hash",
+        "timestamp", "signature"}`` (hex; Ed25519 under :attr:`public_key`). Keep it: a later head
+        proves with :meth:`consistency_proof` that it extends this one."""
+        self._caches.check_open()
+        return self._log.head()
+
+    def consistency_proof(self, old_size: int) -> dict[str, Any]:
+        """``{"tree_head", "proof"}``: a signed head now and the RFC 9162 proof that the log of
+        ``old_size`` entries (an earlier head's ``tree_size``) is its prefix; check it with
+        :func:`cenotaph.verify_consistency`."""
+        self._caches.check_open()
+        return self._log.consistency(old_size)
+
     @property
     def public_key(self) -> str:
         """The raw Ed25519 public key that signs this store's certificates, as 64 hex characters."""
@@ -903,7 +924,7 @@ def open_store(
     purge_mode(auto_purge)
     if not isinstance(clock, Clock):
         raise InvalidValueError(
-            "clock must implement cenotaph.clock.Clock (now() -> seconds since the epoch)"
+            "clock must implement cenotaph.clock.Clock: a now method giving seconds since the epoch"
         )
     if key_provider is not None and not isinstance(key_provider, KeyProvider):
         raise InvalidValueError("key_provider must implement cenotaph.KeyProvider (e.g. LocalKeyring)")
@@ -1018,32 +1039,20 @@ def restore(
 def _load_postgres(backup: Path, url: str, key_provider: KeyProvider) -> Store:
     """Load a PostgreSQL store's backup into the (new or empty) schema ``url`` names, then open
     it as :func:`restore` opens a restored copy; a restore refused once loaded drops what it loaded."""
-    dump = postgres_dump()  # refused now if the PostgreSQL driver is missing
-    address, schema = dump.split_target(url)
-    with dump.restore_lock(address, schema):
-        chain, existed = dump.load_dump(address, schema, backup)
+    with load_snapshot(backup, url) as restored:
+        # its first commit puts the source's chain id back, verifies the copy's log, mints its own
+        store = Store(restored, key_provider, restored=True)
         try:
-            # its first commit puts the source's chain id back, verifies the copy's log, mints its own
-            restored = dump.RestoredBackend(address, schema=schema, chain=chain)
-            store = Store(restored, key_provider, restored=True)
-            try:
-                store.verify_audit()  # before its first read: an altered copy is removed, not served
-            except BaseException:
-                store.close()
-                raise
+            store.verify_audit()  # before its first read: an altered copy is removed, not served
         except BaseException:
-            dump.drop_schema(address, schema, recreate=existed)
+            store.close()
             raise
     return store
 
 
 def _refuse_postgres_backup(backup: Path) -> None:
     """A PostgreSQL store's backup (a logical dump) restores into a schema, never a directory."""
-    try:
-        dump = postgres_dump()
-    except (ModuleNotFoundError, InvalidValueError):  # no driver here: it made no dump either
-        return
-    if dump.holds_dump(backup):
+    if holds_database_snapshot(backup):
         raise InvalidValueError(
             "the backup is a PostgreSQL store's (a logical dump); restore it into a schema: "
             "postgresql://...?schema=NEW"

@@ -101,6 +101,12 @@ def test_reauthorization_and_erasure_handles(remote: cenotaph.Client, tenant: Te
     certificate = remote.attest(request.id)
     assert isinstance(certificate, cenotaph.Certificate)
     cenotaph.verify_certificate(certificate, remote.public_key)
+    old = certificate["log"]["tree_head"]
+    answer = remote.consistency_proof(old["tree_size"])
+    head = remote.tree_head()
+    assert cenotaph.verify_consistency(head, head, [], remote.public_key)[0] >= old["tree_size"]
+    sizes = cenotaph.verify_consistency(old, answer["tree_head"], answer["proof"], remote.public_key)
+    assert sizes[0] == old["tree_size"] <= sizes[1]
 
 
 def test_operations(remote: cenotaph.Client) -> None:

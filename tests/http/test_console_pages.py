@@ -103,6 +103,13 @@ def test_a_pending_request_refreshes_itself_until_verified(console: Console) -> 
     assert 'id="state">verified<' in page
     assert REFRESH.search(page) is None and 'id="purge"' not in page
     assert 'id="download-certificate"' in page
+    assert f'href="/console/erasures/{request_id}/certificate.pdf"' in page
+    pdf = console.http.get(f"/console/erasures/{request_id}/certificate.pdf")
+    assert pdf.status_code == 200 and pdf.headers["content-type"] == "application/pdf"
+    assert (
+        pdf.content.startswith(b"%PDF-")
+        and f"certificate-{request_id}.pdf" in pdf.headers["content-disposition"]
+    )
 
 
 def test_purge_now_purges_like_the_api_and_needs_the_csrf_token(console: Console) -> None:

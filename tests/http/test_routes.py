@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from click.testing import CliRunner
 from tests.http._support import Tenant, World, wait_verified
 
 import cenotaph
+from cenotaph.cli.main import cli
 
 
 def _write(
@@ -208,6 +212,8 @@ def test_forget_answers_202_and_the_status_url_polls_to_verified(api: httpx.Clie
     public = api.get("/v1/public-key").json()["public_key"]
     certificate = cenotaph.verify_certificate(cert.text, public)
     assert certificate["request_id"] == body["request_id"]
+    # the requester is the key that made the request (not the operator who fetched the certificate)
+    assert certificate["requester"] == {"key_id": api.get("/v1/key", headers=h).json()["id"]}
     # writes to the forgotten key are refused until reauthorized
     r = api.post("/v1/memories", json={"scope": tenant.alice, "key": "diet", "value": "vegan"}, headers=h)
     assert (
@@ -378,3 +384,36 @@ def test_access_log_holds_no_names(
     text = "\n".join(lines)
     for needle in ("canary", tenant.id, "alice", tenant.agent, tenant.operator, "Bearer"):
         assert needle not in text
+
+
+def test_the_log_head_and_consistency_routes_and_a_witness_of_the_server(
+    api: httpx.Client, tenant: Tenant, world: World, transport: str, tmp_path: Path
+) -> None:
+    h = tenant.auth(tenant.agent)
+    assert api.get("/v1/log/head").status_code == 401
+    public = api.get("/v1/public-key").json()["public_key"]
+    old = api.get("/v1/log/head", headers=h).json()
+    assert cenotaph.verify_consistency(old, old, [], public)[0] == old["tree_size"]
+    _write(api, tenant, tenant.alice, "k", "v")
+    assert api.post("/v1/forget", json={"scope": tenant.alice, "key": "k"}, headers=h).status_code == 202
+    answer = api.get("/v1/log/consistency", params={"from": old["tree_size"]}, headers=h).json()
+    sizes = cenotaph.verify_consistency(old, answer["tree_head"], answer["proof"], public)
+    assert sizes[0] == old["tree_size"] < sizes[1]
+    beyond = api.get("/v1/log/consistency", params={"from": sizes[1] + 1000}, headers=h)
+    assert beyond.status_code == 422 and "fewer than the" in beyond.json()["message"]
+    assert api.get("/v1/log/consistency", params={"from": -1}, headers=h).status_code == 422
+    if transport == "uvicorn":  # the witness command, against the real server
+        state = str(tmp_path / "witness.json")
+        url = world.base_url(transport)
+        for _ in range(2):
+            result = CliRunner().invoke(
+                cli,
+                ["audit", "witness", state, "--url", url, "--api-key", tenant.agent],
+                catch_exceptions=False,
+            )
+            assert result.exit_code == 0, result.stderr
+        assert json.loads(result.stdout)["old_size"] >= sizes[1]
+        wrong = CliRunner().invoke(
+            cli, ["audit", "witness", state, "--url", url, "--api-key", "nope"], catch_exceptions=False
+        )
+        assert wrong.exit_code == 1 and "answered 401" in wrong.stderr

@@ -19,12 +19,20 @@ import psycopg
 import pytest
 
 import cenotaph
-from cenotaph.backends.base import Backend, ErasureRow, LineageRow, RecordRow, ScopeKeyRow, Txn
+from cenotaph.backends.base import (
+    BUSY_TIMEOUT_ENV,
+    Backend,
+    ErasureRow,
+    LineageRow,
+    RecordRow,
+    ScopeKeyRow,
+    Txn,
+)
 from cenotaph.backends.postgres import PostgresBackend, open_postgres
 from cenotaph.backends.postgres.backend import advisory_key
 from cenotaph.backends.postgres.schema import LATEST
 from cenotaph.backends.postgres.txn import PostgresTxn
-from cenotaph.backends.sqlite.backend import BUSY_TIMEOUT_ENV, SQLiteBackend, SQLiteTxn
+from cenotaph.backends.sqlite.backend import SQLiteBackend, SQLiteTxn
 from cenotaph.errors import InvalidValueError, StorageError
 
 from ._cluster import _free_port
@@ -51,13 +59,13 @@ def test_migrations_run_once_and_reopening_keeps_the_rows(
     assert _applied(pg_dsn, pg_schema) == list(range(1, LATEST + 1))
     with first.write() as txn:
         txn.set_meta("kept", 7)
-        txn.set_clock(41)
+        txn.advance("clock", 41)
     first.close()
     again = open_backend()
     assert _applied(pg_dsn, pg_schema) == list(range(1, LATEST + 1))
     with again.read() as txn:
         assert txn.meta("kept") == 7
-        assert txn.clock() == 41
+        assert txn.count("clock") == 41
 
 
 def test_a_schema_newer_than_this_code_is_refused(open_backend: Open, pg_dsn: str, pg_schema: str) -> None:
@@ -176,14 +184,14 @@ def test_a_write_kept_waiting_too_long_is_a_busy_error(
 def test_a_read_sees_one_snapshot(open_backend: Open) -> None:
     reader, writer = open_backend(), open_backend()
     with reader.read() as txn:
-        before = txn.clock()
+        before = txn.count("clock")
         with writer.write() as other:
-            other.set_clock(before + 5)
+            other.advance("clock", before + 5)
             other.set_meta("late", 1)
-        assert txn.clock() == before  # committed meanwhile, not in this snapshot
+        assert txn.count("clock") == before  # committed meanwhile, not in this snapshot
         assert txn.meta("late") is None
     with reader.read() as txn:
-        assert txn.clock() == before + 5
+        assert txn.count("clock") == before + 5
 
 
 def test_the_marker_moves_for_other_backends_commits_not_its_own(open_backend: Open) -> None:
@@ -334,7 +342,7 @@ def _setup(txn: SQLiteTxn | PostgresTxn) -> None:
         [RecordRow("r5", S1, K2, 5, None, None, b"wr5", 1, b"ct5", None)],
         [LineageRow("r5", S1, K2, 5, b"wl5", 1, b"", None, ())],
     )
-    txn.set_clock(5)
+    txn.advance("clock", 5)
     txn.insert_tombstones([(S3, 4, "scope", "er_one"), (S3, 4, "scope", "er_one")])
     txn.insert_lift(S3, 5)
     txn.insert_reauth(b"d" * 32, "scope", S3, 5, SUBJECT)
@@ -365,9 +373,9 @@ def _reads(txn: SQLiteTxn | PostgresTxn) -> dict[str, Any]:
     _, keyed = txn.key_records([S1, S2, S3], K1)
     _, rewritten = txn.key_records([S1, S2], K2)
     return {
-        "clock": txn.clock(),
+        "clock": txn.count("clock"),
         "meta": txn.meta_all(),
-        "forget_epoch": txn.forget_epoch(),
+        "forget_epoch": txn.count("forget_epoch"),
         "tombstones": txn.tombstone_versions([S1, S3]),
         "lifts": txn.lift_versions([S3]),
         "all_lifts": txn.all_lifts(),
@@ -431,9 +439,8 @@ def _changes(txn: SQLiteTxn | PostgresTxn) -> dict[str, Any]:
     out["hidden"] = txn.hide_records(["r3", "nope"], 6, "operational")
     out["hidden_again"] = txn.hide_records(["r3"], 7, "operational")
     txn.destroy_record_keys(["r2"], 8)
-    txn.destroy_scope_keys([S3], 8)
-    txn.destroy_subject_keys([_tok("never")], 8)
-    txn.bump_forget_epoch()
+    txn.destroy_keys([S3], [_tok("never")], 8)
+    txn.advance("forget_epoch")
     txn.set_meta("custom", 3)
     txn.set_meta("custom", 4)
     txn.consume_reauth(b"d" * 32, 8)

@@ -474,3 +474,20 @@ def test_mcp_over_http_on_postgres_requires_its_api_keys(store_url: str, keyring
         assert httpx.post(address, headers=keyed, content=body, timeout=10).status_code != 401
     finally:
         _stop(process)
+
+
+def test_audit_tree_head_and_witness_on_a_postgresql_url(store_url: str, pg_dsn: str, tmp_path: Path) -> None:
+    state = str(tmp_path / "witness.json")
+    first = ok("audit", "witness", state, "--data", store_url)
+    ok("write", USER, "k", "v", "--data", store_url)
+    ok("forget", USER, "k", "--data", store_url)
+    second = ok("audit", "witness", state, "--data", store_url)
+    assert second["old_size"] == first["new_size"] < second["new_size"]
+    assert ok("audit", "tree-head", "--data", store_url)["tree_size"] == second["new_size"]
+    audit = sql.Identifier(_schema_of(store_url), "audit")
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:  # someone with the database rolls it back
+        conn.execute(sql.SQL("DELETE FROM {} WHERE seq = (SELECT max(seq) FROM {})").format(audit, audit))
+    result = run("audit", "witness", state, "--data", store_url)
+    assert result.exit_code == 1
+    size = second["new_size"]
+    assert f"shrank from {size} entries (saved head) to {size - 1}" in " ".join(result.stderr.split())

@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib
 import os
 import re
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -46,12 +47,13 @@ __all__ = [
     "Found",
     "directory_format",
     "discard_created",
+    "holds_database_snapshot",
     "is_postgres_url",
     "locate",
     "looks_like_store",
     "names_a_url",
+    "load_snapshot",
     "open_backend",
-    "postgres_dump",
     "postgres_health",
     "redacted",
 ]
@@ -187,10 +189,11 @@ def _data_directory(directory: Path) -> Path:
     return directory
 
 
-def _postgres() -> ModuleType:
-    """``cenotaph.backends.postgres``, imported; refused clearly if absent or missing its driver."""
+def _postgres(module: str = "") -> ModuleType:
+    """``cenotaph.backends.postgres`` (or its ``module``), imported; refused clearly if absent or
+    missing its driver."""
     try:
-        return importlib.import_module(f"{__name__}.postgres")
+        return importlib.import_module(f"{__name__}.postgres{'.' if module else ''}{module}")
     except ModuleNotFoundError as exc:
         raise _unavailable(exc) from exc
 
@@ -198,10 +201,7 @@ def _postgres() -> ModuleType:
 def postgres_health() -> ModuleType:
     """``backends.postgres.health`` (what a PostgreSQL store's server looks like: the doctor's
     checks), imported; refused clearly if the driver is missing."""
-    try:
-        return importlib.import_module(f"{__name__}.postgres.health")
-    except ModuleNotFoundError as exc:
-        raise _unavailable(exc) from exc
+    return _postgres("health")
 
 
 @runtime_checkable
@@ -217,13 +217,25 @@ def discard_created(backend: Backend) -> None:
         backend.discard_created()
 
 
-def postgres_dump() -> ModuleType:
-    """``backends.postgres.dump`` (a PostgreSQL store's logical backup, and restore's loading of
-    one), imported; refused clearly if the driver is missing."""
+def load_snapshot(backup: Path, url: str) -> AbstractContextManager[Backend]:
+    """Restore's step for a database location: load the snapshot in ``backup`` (a PostgreSQL
+    store's logical dump) into the new or empty schema ``url`` names, and yield the restored
+    backend, whose first write transaction finishes the restore; a body that raises leaves
+    nothing loaded. Refused clearly if the driver is missing. (A data directory's snapshot is
+    files, which :func:`directory_format` installs.)"""
+    loaded: AbstractContextManager[Backend] = _postgres("dump").load_snapshot(backup, url)
+    return loaded
+
+
+def holds_database_snapshot(backup: Path) -> bool:
+    """Is ``backup`` a database store's snapshot (a PostgreSQL logical dump), which restores into
+    a schema, never a data directory? Not where the driver is missing: no dump was made here."""
     try:
-        return importlib.import_module(f"{__name__}.postgres.dump")
-    except ModuleNotFoundError as exc:
-        raise _unavailable(exc) from exc
+        dump = _postgres("dump")
+    except (ModuleNotFoundError, InvalidValueError):
+        return False
+    held: bool = dump.holds_dump(backup)
+    return held
 
 
 def _open_postgres(url: str, options: dict[str, Any]) -> Backend:

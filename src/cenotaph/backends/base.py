@@ -10,6 +10,7 @@ Side effects that must follow a commit are registered with ``Txn.after_commit``.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from .physical import Physical
 
 __all__ = [
+    "BUSY_TIMEOUT_ENV",
     "Backend",
     "ErasureRow",
     "LayerEntry",
@@ -31,6 +33,7 @@ __all__ = [
     "RecordRow",
     "ScopeKeyRow",
     "Txn",
+    "busy_timeout_ms",
     "dump_layers",
     "lineage_values",
     "parse_layers",
@@ -38,6 +41,19 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+# settings every backend shares
+
+BUSY_TIMEOUT_ENV = "CENOTAPH_BUSY_TIMEOUT_MS"
+
+
+def busy_timeout_ms() -> int:
+    """How long a write waits for another process's write transaction (default 30 s): SQLite's
+    busy timeout, PostgreSQL's lock and pool waits, a purge's wait for a blocking reader."""
+    try:
+        return max(0, int(os.environ.get(BUSY_TIMEOUT_ENV, "30000")))
+    except ValueError:
+        return 30_000
 
 
 class RecordRow(NamedTuple):  # a tuple: built per row on every read, so it must be cheap
@@ -196,6 +212,11 @@ class Backend(Protocol):
 
     @property
     def location(self) -> Path | None: ...
+
+    def describe(self) -> dict[str, str]:
+        """``{"backend", "location"}``: the engine and where its database is, for a certificate
+        (never a password)."""
+        ...
 
     def write(self) -> AbstractContextManager[Txn]: ...
     def read(self) -> AbstractContextManager[Txn]: ...

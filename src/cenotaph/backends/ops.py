@@ -19,11 +19,11 @@ import inspect
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, fields
 from operator import attrgetter
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from .base import ErasureRow, LineageRow, RecordRow, ScopeKeyRow
 
-__all__ = ["OPS", "Op", "OpRunner", "handler_name"]  # and every operation class (see OPS)
+__all__ = ["OPS", "Counter", "Op", "OpRunner", "handler_name"]  # and every operation class (see OPS)
 
 R = TypeVar("R", covariant=True)
 
@@ -35,7 +35,7 @@ class Op(Generic[R]):
     writes: ClassVar[bool]
 
 
-# change marker and clock
+# change marker, counters and meta values
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,20 +45,27 @@ class Marker(Op[Hashable]):
     writes: ClassVar[bool] = False
 
 
+# the counters, always present: the write clock (the last version given out) and the forget
+# epoch (moved by every forget, so other processes drop the keys they cached)
+Counter = Literal["clock", "forget_epoch"]
+
+
 @dataclass(frozen=True, slots=True)
-class Clock(Op[int]):
+class Count(Op[int]):
+    """A counter's value."""
+
     writes: ClassVar[bool] = False
+    name: Counter
 
 
 @dataclass(frozen=True, slots=True)
-class SetClock(Op[None]):
+class Advance(Op[None]):
+    """Move a counter forward: to ``to`` if that is past it (a clock never goes back), else
+    (``to`` None) by one."""
+
     writes: ClassVar[bool] = True
-    version: int
-
-
-@dataclass(frozen=True, slots=True)
-class ForgetEpoch(Op[int]):
-    writes: ClassVar[bool] = False
+    name: Counter
+    to: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,11 +84,6 @@ class SetMeta(Op[None]):
     writes: ClassVar[bool] = True
     name: str
     value: int
-
-
-@dataclass(frozen=True, slots=True)
-class BumpForgetEpoch(Op[None]):
-    writes: ClassVar[bool] = True
 
 
 # tombstones, lifts and reauthorization
@@ -389,16 +391,12 @@ class DestroyRecordKeys(Op[None]):
 
 
 @dataclass(frozen=True, slots=True)
-class DestroyScopeKeys(Op[None]):
-    writes: ClassVar[bool] = True
-    tokens: Sequence[bytes]
-    version: int
+class DestroyKeys(Op[None]):
+    """Destroy the keys of these scopes and subjects (a compliance forget shreds both)."""
 
-
-@dataclass(frozen=True, slots=True)
-class DestroySubjectKeys(Op[None]):
     writes: ClassVar[bool] = True
-    tokens: Sequence[bytes]
+    scopes: Sequence[bytes]
+    subjects: Sequence[bytes]
     version: int
 
 

@@ -8,6 +8,7 @@ import click
 
 from .options import DataLocation, data_option, open_existing_store
 from .output import emit, table_option
+from .witness import tree_head, witness
 
 __all__ = ["audit"]
 
@@ -36,3 +37,7 @@ def verify(data: DataLocation, table: bool) -> None:
                 "copy and investigate"
             ) from None
     emit({"ok": True, **result}, table=table)
+
+
+audit.add_command(tree_head)
+audit.add_command(witness)

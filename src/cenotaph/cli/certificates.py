@@ -54,18 +54,39 @@ SUMMARY_FIELDS = (
     metavar="FILE",
     help="Write the certificate to FILE (exactly its canonical JSON) and print where it went.",
 )
+@click.option(
+    "--pdf",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="Also write a one-page PDF for people (NIST SP 800-88 fields, the verification command, the "
+    "public key's fingerprint) to FILE.",
+)
+@click.option("--requester-key-id", metavar="ID", help="The API key id that requested the erasure.")
+@click.option("--requester-name", metavar="NAME", help="A requester's name, shown only when given here.")
 @data_option
 @table_option
-def attest(request_id: str, out: Path | None, data: DataLocation, table: bool) -> None:
+def attest(
+    request_id: str,
+    out: Path | None,
+    pdf: Path | None,
+    requester_key_id: str | None,
+    requester_name: str | None,
+    data: DataLocation,
+    table: bool,
+) -> None:
     """Issue a signed certificate of a verified erasure.
 
     Prints the certificate: canonical JSON, content-free (no scope, key, subject or value),
-    signed with the store's Ed25519 key; check it anywhere with `cenotaph verify-cert`. With
-    --out FILE it is written to FILE instead. Exits 1 naming every gap if the erasure is not
-    verified yet (run `cenotaph purge`), and always for an operational forget.
+    signed with the store's Ed25519 key, with the NIST SP 800-88 Rev. 2 fields (method, tool,
+    verification, media, requester) and the proof its forget is in the audit log's Merkle tree;
+    check it anywhere with `cenotaph verify-cert`. With --out FILE it is written to FILE
+    instead; with --pdf FILE a one-page PDF of it is written too. Exits 1 naming every gap if the
+    erasure is not verified yet (run `cenotaph purge`), and always for an operational forget.
     """
     if out is not None and not out.parent.is_dir():
         raise click.BadParameter("the directory to write FILE into does not exist", param_hint="--out")
+    if pdf is not None and (pdf.is_dir() or not pdf.parent.is_dir()):
+        raise click.BadParameter("name a file in an existing directory", param_hint="--pdf")
     # make room for FILE before attesting: attest appends to the audit log, so it must not run
     # for a certificate that then cannot be written
     staged = None if out is None else _stage(out)
@@ -73,7 +94,9 @@ def attest(request_id: str, out: Path | None, data: DataLocation, table: bool) -
         with open_existing_store(data) as store:
             try:
                 with held():
-                    certificate = store.attest(request_id)
+                    certificate = store.attest(
+                        request_id, requester_key_id=requester_key_id, requester_name=requester_name
+                    )
                     on_interrupt(
                         "interrupted after the certificate was issued (and audited); run "
                         f"`cenotaph attest {request_id}` again to print it"
@@ -86,6 +109,12 @@ def attest(request_id: str, out: Path | None, data: DataLocation, table: bool) -
             staged[1].unlink(missing_ok=True)
         raise
     text = certificate.to_json()
+    if pdf is not None:
+        _write_pdf(
+            pdf, cenotaph.certificate_pdf(certificate, json_name=out.name if out else f"{request_id}.json")
+        )
+        if out is None:
+            click.echo(f"wrote the PDF to {pdf.resolve()}", err=True)
     if staged is None or out is None:
         if table:
             emit(certificate_summary(certificate.to_dict()), table=True, render=certificate_table)
@@ -104,11 +133,28 @@ def attest(request_id: str, out: Path | None, data: DataLocation, table: bool) -
     doc = {
         "request_id": certificate["request_id"],
         "out": str(out.resolve()),
+        **({"pdf": str(pdf.resolve())} if pdf is not None else {}),
         "public_key": certificate["public_key"],
         "horizon": certificate["horizon"],
         "verify": f"cenotaph verify-cert {out} --public-key {certificate['public_key']}",
     }
     emit(doc, table=table)
+
+
+def _write_pdf(path: Path, content: bytes) -> None:
+    """Replace FILE with the whole PDF, or leave it as it was."""
+    try:
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise click.BadParameter(f"cannot write FILE ({exc.strerror})", param_hint="--pdf") from None
+    try:
+        write_all(fd, content)
+        os.fsync(fd)
+        os.close(fd)
+        os.replace(name, path)
+    except OSError as exc:
+        Path(name).unlink(missing_ok=True)
+        raise click.BadParameter(f"cannot write FILE ({exc.strerror})", param_hint="--pdf") from None
 
 
 def _stage(out: Path) -> tuple[int, Path]:
@@ -235,6 +281,17 @@ def certificate_claims(fields: Mapping[str, Any]) -> dict[str, list[str]]:
         )
     else:
         not_proven.append(f"more than its root of trust ({root!r}) is worth: whoever controls it can sign")
+    log = fields.get("log")
+    if isinstance(log, Mapping) and isinstance(log.get("tree_head"), Mapping):
+        head = log["tree_head"]
+        proves.append(
+            f"the forget's audit entry is leaf {log.get('leaf_index')} of the audit log's Merkle tree of "
+            f"{head.get('tree_size')} entries whose root the same key signed at {head.get('timestamp')}"
+        )
+        not_proven.append(
+            "that the log was never rewritten: a head signed by the store proves consistency only to "
+            "someone who kept an earlier head (`cenotaph audit witness`)"
+        )
     not_proven += [
         f"which data it was: the target is a keyed token ({target[:16]}…) that only the keyring's holder "
         "can match to a scope, key or subject",

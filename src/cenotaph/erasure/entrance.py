@@ -52,6 +52,7 @@ from ..records import RecordCrypto
 from ..scope import Scope
 from .certify.attest import Attestor
 from .certify.certificate import Signer
+from .certify.sanitization import Requester
 from .lifecycle.backup import BACKUP_MANIFEST, Backups
 from .lifecycle.horizon import Horizons
 from .lifecycle.rotation import Rotation
@@ -191,14 +192,15 @@ class Erasure:
             self._ledger.reconcile_if_changed(txn)
             # another process forgot since our last sync: its records are not in our plan
             others = (
-                txn.run(ops.ForgetEpoch()) != self._caches.forget_epoch or self._ledger.view.refresh() > 0
+                txn.run(ops.Count("forget_epoch")) != self._caches.forget_epoch
+                or self._ledger.view.refresh() > 0
             )
             request_id = "er_" + os.urandom(12).hex()
-            version = max(txn.run(ops.Clock()), self._ledger.view.max_version) + 1
+            version = max(txn.run(ops.Count("clock")), self._ledger.view.max_version) + 1
             plan = self._planner.plan(txn, request_id, version, target, survey)
             fault_point("forget.planned")
             whole = self._ledger.commit_plan(txn, plan, check_postcondition, sample)
-            epoch = txn.run(ops.ForgetEpoch())
+            epoch = txn.run(ops.Count("forget_epoch"))
 
             def forgotten() -> None:
                 # under the backend lock, right after COMMIT: no other thread may see the forget
@@ -295,8 +297,10 @@ class Erasure:
     def signer(self) -> Signer:
         return self.attestor.signer()
 
-    def attest(self, request_id: str) -> Certificate:
-        return self.attestor.attest(request_id)
+    def attest(
+        self, request_id: str, requester_key_id: str | None, requester_name: str | None
+    ) -> Certificate:
+        return self.attestor.attest(request_id, Requester(requester_key_id, requester_name))
 
     def verify_audit(self) -> dict[str, Any]:
         return self.audit.summary()

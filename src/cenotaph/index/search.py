@@ -170,7 +170,7 @@ class SearchIndex:
         A record's vector is read back from its sealed cell when it has one from this embedder; the others
         are decrypted and embedded here, in memory, and their sealed cells queued for :meth:`flush`."""
         with self._lock:
-            clock = txn.run(ops.Clock())
+            clock = txn.run(ops.Count("clock"))
             if self.ready and clock <= self.indexed_version:
                 return
             after = self.indexed_version if self.ready else 0

@@ -184,8 +184,12 @@ class Ledger:
                 applied += 1
             elif audited is not None:
                 reapply_to_records(txn, ForgetPlan.from_entry(entry))
-        if txn.run(ops.Clock()) < self.view.max_version:  # a clock set back would reuse forgotten versions
-            txn.run(ops.SetClock(self.view.max_version))  # (checked first: a read-only store cannot UPDATE)
+        if (
+            txn.run(ops.Count("clock")) < self.view.max_version
+        ):  # a clock set back would reuse forgotten versions
+            txn.run(
+                ops.Advance("clock", self.view.max_version)
+            )  # (checked first: a read-only store cannot UPDATE)
         # Seen: the ledger as it was read above, not as it is now (an entry appended since, by a
         # process that does not share this database's lock, is still unseen; our own appends
         # cost one extra `missing` check). And only once the replay is committed: a caller's

@@ -144,13 +144,12 @@ class ForgetPlan:
 def apply_head(txn: Txn, plan: ForgetPlan, *, whole: bool = False) -> None:
     """Tombstones and the scope and subject keys that shred the target (``whole``: every key the
     plan destroys, see :meth:`ForgetPlan.keys_to_destroy`). Idempotent."""
-    txn.run(ops.SetClock(plan.version))
+    txn.run(ops.Advance("clock", plan.version))
     txn.run(ops.InsertTombstones((t, plan.version, kind, plan.request_id) for t, kind in plan.tombstones))
     if plan.compliance:
         scopes, subjects = plan.keys_to_destroy(txn) if whole else plan.target_keys(txn)
-        txn.run(ops.DestroyScopeKeys(scopes, plan.version))
-        txn.run(ops.DestroySubjectKeys(subjects, plan.version))
-    txn.run(ops.BumpForgetEpoch())
+        txn.run(ops.DestroyKeys(scopes, subjects, plan.version))
+    txn.run(ops.Advance("forget_epoch"))
 
 
 def apply_records(txn: Txn, plan: ForgetPlan, ids: Sequence[str]) -> None:

@@ -198,7 +198,7 @@ class RecordWriter:
             )
         txn.run(ops.DeleteRecords(replaced))
         txn.run(ops.InsertRecords([s.row for s in sealed.values()], [s.lineage for s in sealed.values()]))
-        txn.run(ops.SetClock(version))
+        txn.run(ops.Advance("clock", version))
         for s in sealed.values():
             self._keys.remember_lineage(s.opened.id, s.lineage_key)
         return [sealed[(w.scope_token, w.key_token)] for _, w, _, _ in plans], replaced, uses

@@ -27,8 +27,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ...errors import InvalidValueError, StorageError
-from ..base import run_after_commit
-from ..sqlite.backend import busy_timeout_ms
+from ..base import busy_timeout_ms, run_after_commit
 from .errors import Endpoint, endpoint, translate, translate_connect
 from .marker import OwnCommits
 from .schema import (
@@ -138,6 +137,13 @@ class PostgresBackend:
     @property
     def location(self) -> Path | None:
         return None  # no file of the store's: the server keeps its files
+
+    def describe(self) -> dict[str, str]:
+        where = self.endpoint
+        return {
+            "backend": "postgresql",
+            "location": f"PostgreSQL schema {where.schema} of database {where.dbname} on {where.server}",
+        }
 
     # -- connections -------------------------------------------------------------------
     def _configure(self, conn: Connection) -> None:

@@ -29,11 +29,12 @@ from psycopg import sql
 from ...durable import fsync, write_atomically
 from ...errors import InvalidValueError, StorageError
 from ...faults import fault_point
+from ..sql import epochs_in_use
 from .address import split_url
 from .backend import PostgresBackend, advisory_key
 from .errors import endpoint, translate, translate_connect
 from .schema import LATEST, MIGRATIONS, MIGRATIONS_TABLE, create_schema, set_search_path
-from .txn import Connection, PostgresTxn, _epochs_in_use
+from .txn import Connection, PostgresTxn
 
 __all__ = [
     "DUMP_FORMAT",
@@ -44,6 +45,7 @@ __all__ = [
     "dump_files",
     "holds_dump",
     "load_dump",
+    "load_snapshot",
     "restore_key",
     "split_target",
     "restore_lock",
@@ -135,7 +137,7 @@ def write_dump(conn: Connection, schema: str, directory: Path) -> set[int]:
             with open(path, "wb", opener=_private) as out, conn.cursor().copy(query) as copy:
                 for data in copy:
                     out.write(data)
-        epochs = _epochs_in_use(conn)
+        epochs = epochs_in_use(conn.execute)
         conn.execute("COMMIT")
     except BaseException:
         _rollback(conn)
@@ -289,6 +291,21 @@ def drop_schema(dsn: str, schema: str, *, recreate: bool) -> None:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
         if recreate:
             conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+
+
+@contextlib.contextmanager
+def load_snapshot(backup: Path, url: str) -> Iterator[PostgresBackend]:
+    """Restore's step for a PostgreSQL location: under the schema's restore lock, load the dump
+    in ``backup`` into the new or empty schema ``url`` names and yield its backend (whose first
+    write finishes the restore); a body that raises drops what was loaded."""
+    address, schema = split_target(url)
+    with restore_lock(address, schema):
+        chain, existed = load_dump(address, schema, backup)
+        try:
+            yield RestoredBackend(address, schema=schema, chain=chain)
+        except BaseException:
+            drop_schema(address, schema, recreate=existed)
+            raise
 
 
 class RestoredBackend(PostgresBackend):

@@ -15,7 +15,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import PoolTimeout
 
 from ...errors import StorageError
-from ..sqlite.backend import BUSY_TIMEOUT_ENV
+from ..base import BUSY_TIMEOUT_ENV
 
 __all__ = ["Endpoint", "connect_reason", "endpoint", "translate", "translate_connect"]
 

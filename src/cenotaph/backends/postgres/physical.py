@@ -25,9 +25,8 @@ import psycopg
 
 from ...errors import StorageError
 from ...model import Layer, LayerState
-from ..base import LayerEntry
+from ..base import LayerEntry, busy_timeout_ms
 from ..physical import Check, LayerProof, Reclaimed, ScanGap, ScanSources
-from ..sqlite.backend import busy_timeout_ms
 from .dump import dump_files, holds_dump, write_dump
 from .errors import connect_reason, endpoint, translate, translate_connect
 

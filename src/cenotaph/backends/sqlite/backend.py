@@ -1,10 +1,10 @@
-"""SQLite backend: every SQL statement of the embedded store. Every ``sqlite3`` error it meets
+"""SQLite backend: the embedded store's connection, transactions and the statements only SQLite
+runs (the rest are ``backends.sql``'s, shared with PostgreSQL). Every ``sqlite3`` error it meets
 becomes a :class:`cenotaph.errors.StorageError` through ``errors.translate``."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sqlite3
 import threading
@@ -15,8 +15,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import StorageError
-from ..base import ErasureRow, LineageRow, RecordRow, ScopeKeyRow, lineage_values, run_after_commit
+from ..base import LineageRow, RecordRow, busy_timeout_ms, lineage_values, run_after_commit
 from ..ops import OpRunner
+from ..sql import SQLITE, SQLHandlers
+from ..sql.columns import (
+    L_COLS,
+    LINEAGE_COLS,
+    PLAIN_COLUMNS,
+    R_COLS,
+    RECORD_COLS,
+    WRAPPED_TABLES,
+    lineage_row,
+    record_row,
+)
 from .errors import busy_error, is_busy, translate
 from .schema import MIGRATIONS, statements
 
@@ -26,17 +37,6 @@ if TYPE_CHECKING:
 __all__ = ["SQLiteBackend", "SQLITE_SETTINGS", "DB_NAME", "read_only", "unwritable"]
 
 DB_NAME = "cenotaph.db"
-
-BUSY_TIMEOUT_ENV = "CENOTAPH_BUSY_TIMEOUT_MS"
-
-
-def busy_timeout_ms() -> int:
-    """How long a write waits for another process's write transaction (default 30 s)."""
-    try:
-        return max(0, int(os.environ.get(BUSY_TIMEOUT_ENV, "30000")))
-    except ValueError:
-        return 30_000
-
 
 # Every connection setting, with why. Applied (and secure_delete read back) on each connection.
 SQLITE_SETTINGS: tuple[tuple[str, str], ...] = (
@@ -99,18 +99,6 @@ def _read_only_uri(path: Path) -> str:
     return f"{path.as_uri()}?mode=ro" + ("&immutable=1" if immutable else "")
 
 
-_RECORD_COLS = (
-    "id, scope_token, key_token, version, expires_at, hidden_version, wrapped, epoch, ciphertext, vector"
-)
-if RecordRow._fields != tuple(c.strip() for c in _RECORD_COLS.split(",")):
-    raise RuntimeError("RecordRow's fields must follow _RECORD_COLS (rows are inserted as they are)")
-_R_COLS = ", ".join(f"r.{c.strip()}" for c in _RECORD_COLS.split(","))
-_LINEAGE_COLS = (
-    "record_id, scope_token, key_token, version, wrapped, epoch, subject_tokens, subjects, sources, "
-    "destroyed_version, forgotten_version"
-)
-
-
 # a key's rows in a few scopes with their lineage rows, and the snapshot's data version (one row
 # of NULLs when no scope holds the key): a read learns whether another connection committed from
 # the statement that reads its rows
@@ -122,94 +110,24 @@ def _newest(n: int) -> str:
     )
 
 
-_SLOT_SELECT = (
-    "SELECT d.data_version, "
-    + ", ".join(f"r.{c.strip()}" for c in _RECORD_COLS.split(","))
-    + ", "
-    + ", ".join(f"l.{c.strip()}" for c in _LINEAGE_COLS.split(","))
-    + " FROM pragma_data_version d LEFT JOIN records r ON r.version IN "
-)
+_SLOT_SELECT = f"SELECT d.data_version, {R_COLS}, {L_COLS} FROM pragma_data_version d LEFT JOIN records r ON r.version IN "
 _SLOT_SQL = {
     n: f"{_SLOT_SELECT}({','.join(_newest(i) for i in range(2, n + 2))}) LEFT JOIN lineage l ON l.version = r.version"
     for n in range(1, 65)
 }
-_ERASURE_COLS = (
-    "id, mode, target_kind, target, version, requested_at, state, layers, plan, probes, horizon, "
-    "horizon_reason, verified_at, scan"
-)
-# a request row with its apply cursor, which lives apart (erasure_progress: see schema 6)
-_ERASURE_SELECT = (
-    "SELECT "
-    + ", ".join(f"e.{c.strip()}" for c in _ERASURE_COLS.split(","))
-    + ", p.applied FROM erasures e LEFT JOIN erasure_progress p ON p.request_id = e.id"
-)
-_WRAPPED_TABLES = (
-    ("records", "version"),
-    ("lineage", "record_id"),
-    ("scopes", "token"),
-    ("subjects", "token"),
-)
-_CHUNK = 500  # bound on host parameters per statement
 _POLL_FIRST_S = 0.0005  # a writer waiting for the write lock tries again after this,
 _POLL_MAX_S = 0.002  # doubling up to this (see SQLiteBackend._begin)
-
-
-# every column the store writes in plain: ids, states, content-free JSON (tokens as hex, counts,
-# versions, timestamps) and the schema; every other column is an HMAC token or AES-GCM ciphertext
-_PLAIN_COLUMNS = (
-    ("audit", "entry"),
-    *(("erasures", c) for c in ("id", "mode", "target_kind", "requested_at", "state", "layers", "plan")),
-    *(("erasures", c) for c in ("horizon", "horizon_reason", "verified_at", "scan")),
-    ("tombstones", "request_id"),
-    ("tombstones", "kind"),
-    ("records", "id"),
-    ("lineage", "record_id"),
-    ("lineage", "sources"),
-    ("derivations", "source_id"),
-    ("derivations", "derived_id"),
-    ("erased_records", "record_id"),
-    ("probe_keys", "request_id"),
-    ("reauth_tokens", "kind"),
-    ("meta", "name"),
-    ("sqlite_master", "sql"),
-)
-
-
-def _by_ids(n: int) -> str:
-    """The records rows of ``n`` record ids, found through their lineage rows (schema 8: records
-    are keyed by version alone, the id is indexed once, in lineage)."""
-    return f"version IN (SELECT version FROM lineage WHERE record_id IN ({_marks(n)}))"
-
-
-def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
-    for start in range(0, len(items), _CHUNK):
-        yield items[start : start + _CHUNK]
 
 
 def _marks(n: int) -> str:
     return ",".join("?" * n)
 
 
-def _record(row: Sequence[Any]) -> RecordRow:
-    return RecordRow(*row)
+class SQLiteTxn(SQLHandlers, OpRunner):
+    """A transaction on one connection: the shared handlers (``backends.sql``) in SQLite's
+    dialect, and the few whose SQL is SQLite's own."""
 
-
-def _lineage(row: Sequence[Any]) -> LineageRow:
-    values = list(row)
-    values[8] = () if values[8] == "[]" else tuple(json.loads(values[8]))
-    return LineageRow(*values)
-
-
-def _epochs_in_use(conn: sqlite3.Connection) -> set[int]:
-    found: set[int] = set()
-    for table, _ in (*_WRAPPED_TABLES, ("probe_keys", "request_id")):
-        sql = f"SELECT DISTINCT epoch FROM {table} WHERE epoch IS NOT NULL AND wrapped IS NOT NULL"
-        found.update(int(r[0]) for r in conn.execute(sql))  # a destroyed key needs no epoch
-    return found
-
-
-class SQLiteTxn(OpRunner):
-    """A transaction on one connection. Every handler is plain SQL over tokens and ciphertext."""
+    _d = SQLITE
 
     def __init__(self, conn: sqlite3.Connection, *, commits: bool = True) -> None:
         self._c = conn
@@ -217,181 +135,39 @@ class SQLiteTxn(OpRunner):
         self._accept_writes(commits)
         self._after: list[Callable[[], None]] = []
 
-    def after_commit(self, action: Callable[[], None]) -> None:
-        if not self._commits:  # a read never commits: the action would silently never run
-            raise RuntimeError("after_commit needs a write transaction (backend.write())")
-        self._after.append(action)
+    def _x(self, sql: str, args: Sequence[Any] = ()) -> sqlite3.Cursor:
+        return self._c.execute(sql, args)
 
-    # -- savepoints (a group commit undoes one refused write, keeping the rest) ------
-    def savepoint(self) -> None:
-        self._c.execute("SAVEPOINT cenotaph_write")
+    def _many(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
+        return self._c.executemany(sql, rows).rowcount
 
-    def release_savepoint(self) -> None:
-        self._c.execute("RELEASE cenotaph_write")
+    def _insert_rows(
+        self, table: str, columns: str, types: tuple[str, ...], rows: Iterable[Sequence[Any]]
+    ) -> None:
+        sql = f"INSERT INTO {table} ({columns}) VALUES ({_marks(len(types))}) ON CONFLICT DO NOTHING"
+        self._c.executemany(sql, rows)
 
-    def rollback_to_savepoint(self) -> None:
-        self._c.execute("ROLLBACK TO cenotaph_write")
-        self._c.execute("RELEASE cenotaph_write")
+    def _delete_pairs(
+        self, table: str, first: tuple[str, str], second: str, pairs: Sequence[tuple[Any, str]]
+    ) -> int:
+        sql = f"DELETE FROM {table} WHERE {first[0]}=? AND {second}=?"
+        before = self._c.total_changes
+        self._c.executemany(sql, pairs)
+        return self._c.total_changes - before
 
-    def _one(self, sql: str, args: Sequence[Any] = ()) -> Any:
-        row = self._c.execute(sql, args).fetchone()
-        return None if row is None else row[0]
-
-    # -- change marker and clock -------------------------------------------------------
     def marker(self) -> int:
         """``data_version`` as of this snapshot (the statement begins it, if nothing did yet)."""
-        return int(self._one("PRAGMA data_version"))
-
-    def clock(self) -> int:
-        return int(self._one("SELECT value FROM meta WHERE name='clock'"))
-
-    def set_clock(self, version: int) -> None:
-        self._c.execute("UPDATE meta SET value=? WHERE name='clock' AND value<?", (version, version))
-
-    def meta(self, name: str) -> int | None:
-        value = self._one("SELECT value FROM meta WHERE name=?", (name,))
-        return None if value is None else int(value)
-
-    def set_meta(self, name: str, value: int) -> None:
-        self._c.execute("INSERT OR REPLACE INTO meta VALUES (?,?)", (name, value))
-
-    def meta_all(self) -> dict[str, int]:
-        return {str(n): int(v) for n, v in self._c.execute("SELECT name, value FROM meta")}
-
-    def forget_epoch(self) -> int:
-        return int(self._one("SELECT value FROM meta WHERE name='forget_epoch'"))
-
-    def bump_forget_epoch(self) -> None:
-        self._c.execute("UPDATE meta SET value=value+1 WHERE name='forget_epoch'")
-
-    # -- tombstones ------------------------------------------------------------------
-    def _max_by_target(self, table: str, targets: Sequence[bytes]) -> dict[bytes, int]:
-        found: dict[bytes, int] = {}
-        for part in _chunks(list(targets)):
-            sql = f"SELECT target, max(version) FROM {table} WHERE target IN ({_marks(len(part))}) GROUP BY target"
-            found.update({bytes(t): int(v) for t, v in self._c.execute(sql, part)})
-        return found
-
-    def tombstone_versions(self, targets: Sequence[bytes]) -> dict[bytes, int]:
-        return self._max_by_target("tombstones", targets)
-
-    def lift_versions(self, targets: Sequence[bytes]) -> dict[bytes, int]:
-        return self._max_by_target("lifts", targets)
-
-    def all_lifts(self) -> list[tuple[bytes, int]]:
-        return [(bytes(t), int(v)) for t, v in self._c.execute("SELECT target, version FROM lifts")]
-
-    def all_reauths(self) -> list[tuple[bytes, str, bytes, int, int | None, bytes | None]]:
-        sql = "SELECT digest, kind, target, issued_version, consumed_version, subject FROM reauth_tokens"
-        return [
-            (
-                bytes(d),
-                str(k),
-                bytes(t),
-                int(v),
-                None if c is None else int(c),
-                None if s is None else bytes(s),
-            )
-            for d, k, t, v, c, s in self._c.execute(sql)
-        ]
-
-    def insert_tombstones(self, rows: Iterable[tuple[bytes, int, str, str]]) -> None:
-        self._c.executemany("INSERT OR IGNORE INTO tombstones VALUES (?,?,?,?)", rows)
-
-    def insert_lift(self, target: bytes, version: int) -> None:
-        self._c.execute("INSERT OR IGNORE INTO lifts VALUES (?,?)", (target, version))
-
-    def insert_reauth(
-        self, digest: bytes, kind: str, target: bytes, version: int, subject: bytes | None = None
-    ) -> None:
-        self._c.execute(
-            "INSERT INTO reauth_tokens (digest, kind, target, issued_version, subject) VALUES (?,?,?,?,?)",
-            (digest, kind, target, version, subject),
-        )
-
-    def reauth(self, digest: bytes) -> tuple[str, bytes, int, int | None, bytes | None] | None:
-        row = self._c.execute(
-            "SELECT kind, target, issued_version, consumed_version, subject FROM reauth_tokens WHERE digest=?",
-            (digest,),
-        ).fetchone()
-        if row is None:
-            return None
-        return row[0], bytes(row[1]), int(row[2]), row[3], None if row[4] is None else bytes(row[4])
-
-    def consume_reauth(self, digest: bytes, version: int) -> None:
-        self._c.execute("UPDATE reauth_tokens SET consumed_version=? WHERE digest=?", (version, digest))
-
-    def unhidden(self, ids: Sequence[str]) -> list[str]:
-        found: list[str] = []
-        for part in _chunks(list(ids)):
-            sql = f"SELECT id FROM records WHERE hidden_version IS NULL AND {_by_ids(len(part))}"
-            found.extend(r[0] for r in self._c.execute(sql, part))
-        return found
-
-    def keyed(self, ids: Sequence[str]) -> list[str]:
-        found: set[str] = set()
-        for part in _chunks(list(ids)):
-            marks = _marks(len(part))
-            for sql in (
-                f"SELECT id FROM records WHERE wrapped IS NOT NULL AND {_by_ids(len(part))}",
-                f"SELECT record_id FROM lineage WHERE wrapped IS NOT NULL AND record_id IN ({marks})",
-            ):
-                found.update(r[0] for r in self._c.execute(sql, part))
-        return sorted(found)
-
-    # -- keys ------------------------------------------------------------------------
-    def scope_rows(self, tokens: Sequence[bytes]) -> dict[bytes, ScopeKeyRow]:
-        found: dict[bytes, ScopeKeyRow] = {}
-        for part in _chunks(list(tokens)):
-            sql = f"SELECT token, parent, wrapped, epoch FROM scopes WHERE token IN ({_marks(len(part))})"
-            for row in self._c.execute(sql, part):
-                found[bytes(row[0])] = ScopeKeyRow(*row)
-        return found
-
-    def insert_scopes(self, rows: Iterable[ScopeKeyRow]) -> None:
-        self._c.executemany(
-            "INSERT OR IGNORE INTO scopes (token, parent, wrapped, epoch) VALUES (?,?,?,?)",
-            ((r.token, r.parent, r.wrapped, r.epoch) for r in rows),
-        )
-
-    def subject_rows(self, tokens: Sequence[bytes]) -> dict[bytes, tuple[bytes | None, int | None]]:
-        found: dict[bytes, tuple[bytes | None, int | None]] = {}
-        for part in _chunks(list(tokens)):
-            sql = f"SELECT token, wrapped, epoch FROM subjects WHERE token IN ({_marks(len(part))})"
-            found.update({bytes(t): (w, e) for t, w, e in self._c.execute(sql, part)})
-        return found
-
-    def insert_subjects(self, rows: Iterable[tuple[bytes, bytes, int]]) -> None:
-        self._c.executemany("INSERT OR IGNORE INTO subjects (token, wrapped, epoch) VALUES (?,?,?)", rows)
-
-    def replace_scope_key(self, token: bytes, wrapped: bytes, epoch: int) -> None:
-        self._c.execute(
-            "UPDATE scopes SET wrapped=?, epoch=?, destroyed_version=NULL WHERE token=?",
-            (wrapped, epoch, token),
-        )
-
-    def replace_subject_key(self, token: bytes, wrapped: bytes, epoch: int) -> None:
-        self._c.execute(
-            "UPDATE subjects SET wrapped=?, epoch=?, destroyed_version=NULL WHERE token=?",
-            (wrapped, epoch, token),
-        )
-
-    def subtree_tokens(self, token: bytes) -> list[bytes]:
-        sql = (
-            "WITH RECURSIVE sub(t) AS (SELECT ? UNION SELECT s.token FROM scopes s JOIN sub ON s.parent = sub.t) "
-            "SELECT t FROM sub"
-        )
-        return [bytes(r[0]) for r in self._c.execute(sql, (token,))]
+        return int(self._c.execute("PRAGMA data_version").fetchone()[0])
 
     # -- records ---------------------------------------------------------------------
     def records_in_slots(self, slots: Sequence[tuple[bytes, bytes]]) -> list[RecordRow]:
         if len(slots) == 1:
             sql = (
-                f"SELECT {_RECORD_COLS} FROM records WHERE version = (SELECT version FROM lineage "
+                f"SELECT {RECORD_COLS} FROM records WHERE version = (SELECT version FROM lineage "
                 "WHERE scope_token=? AND key_token=? ORDER BY version DESC LIMIT 1)"
             )
             row = self._c.execute(sql, slots[0]).fetchone()
-            return [] if row is None else [_record(row)]
+            return [] if row is None else [record_row(row)]
         # one statement per scope, its keys in an IN list: one index probe per slot (an IN list of
         # scopes times one of keys probes every pair, 500 x 500 for a batch over many scopes)
         by_scope: dict[bytes, set[bytes]] = {}
@@ -399,12 +175,12 @@ class SQLiteTxn(OpRunner):
             by_scope.setdefault(scope_token, set()).add(key_token)
         rows: list[RecordRow] = []
         for scope_token, keys in by_scope.items():
-            for part in _chunks(sorted(keys)):
+            for part in SQLITE.chunks(sorted(keys)):
                 sql = (
-                    f"SELECT {_RECORD_COLS} FROM records WHERE version IN (SELECT max(version) FROM "
+                    f"SELECT {RECORD_COLS} FROM records WHERE version IN (SELECT max(version) FROM "
                     f"lineage WHERE scope_token=? AND key_token IN ({_marks(len(part))}) GROUP BY key_token)"
                 )
-                rows.extend(_record(row) for row in self._c.execute(sql, (scope_token, *part)))
+                rows.extend(record_row(row) for row in self._c.execute(sql, (scope_token, *part)))
         return rows
 
     def key_records(
@@ -416,38 +192,14 @@ class SQLiteTxn(OpRunner):
         rows = self._c.execute(_SLOT_SQL[len(scope_tokens)], (key_token, *scope_tokens)).fetchall()
         for row in rows:
             if row[1] is not None:
-                found.append((RecordRow(*row[1:11]), None if row[11] is None else _lineage(row[11:])))
+                found.append((RecordRow(*row[1:11]), None if row[11] is None else lineage_row(row[11:])))
         return int(rows[0][0]), found
 
-    def record(self, record_id: str) -> RecordRow | None:
-        row = self._c.execute(
-            f"SELECT {_RECORD_COLS} FROM records WHERE {_by_ids(1)}", (record_id,)
-        ).fetchone()
-        return None if row is None else _record(row)
-
-    def records_in_scopes(self, scope_tokens: Sequence[bytes]) -> list[RecordRow]:
-        rows: list[RecordRow] = []
-        for part in _chunks(list(scope_tokens)):
-            sql = (
-                f"SELECT {_R_COLS} FROM lineage l JOIN records r ON r.version = l.version "
-                f"WHERE l.scope_token IN ({_marks(len(part))})"
-            )
-            rows.extend(_record(r) for r in self._c.execute(sql, part))
-        return rows
-
-    def live_records(self, after_version: int = 0) -> Iterator[RecordRow]:
-        sql = (
-            f"SELECT {_RECORD_COLS} FROM records WHERE version > ? AND hidden_version IS NULL "
-            "AND wrapped IS NOT NULL"
-        )
-        for row in self._c.execute(sql, (after_version,)).fetchall():
-            yield _record(row)
-
     def insert_records(self, rows: Sequence[RecordRow], lineage: Sequence[LineageRow]) -> None:
-        # a RecordRow is a tuple in _RECORD_COLS order (checked at import): no copy per row
-        self._c.executemany(f"INSERT INTO records ({_RECORD_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
+        # a RecordRow is a tuple in RECORD_COLS order (checked at import): no copy per row
+        self._c.executemany(f"INSERT INTO records ({RECORD_COLS}) VALUES ({_marks(10)})", rows)
         self._c.executemany(
-            f"INSERT INTO lineage ({_LINEAGE_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            f"INSERT INTO lineage ({LINEAGE_COLS}) VALUES ({_marks(11)})",
             [lineage_values(x) for x in lineage],
         )
         self._c.executemany(
@@ -462,423 +214,21 @@ class SQLiteTxn(OpRunner):
         if derived:
             self._c.executemany("INSERT OR IGNORE INTO derivations VALUES (?,?)", derived)
 
-    def store_vectors(self, cells: Sequence[tuple[bytes, str, int]]) -> int:
-        """Keep ``(cell, id, version)`` sealed vectors of rows still live at that version; returns how many."""
-        cursor = self._c.executemany(
-            "INSERT OR REPLACE INTO vectors (version, cell) SELECT version, ?1 FROM records "
-            "WHERE version=?3 AND id=?2 AND wrapped IS NOT NULL AND hidden_version IS NULL",
-            cells,
-        )
-        return cursor.rowcount
-
-    def live_vectors(self, after_version: int = 0) -> list[tuple[str, int, bytes, bytes, int, bytes | None]]:
-        sql = (
-            "SELECT r.id, r.version, r.scope_token, r.wrapped, r.epoch, v.cell FROM records r "
-            "LEFT JOIN vectors v ON v.version = r.version "
-            "WHERE r.version > ? AND r.hidden_version IS NULL AND r.wrapped IS NOT NULL"
-        )
-        return self._c.execute(sql, (after_version,)).fetchall()
-
-    def vector_cell(self, version: int) -> bytes | None:
-        row = self._c.execute("SELECT cell FROM vectors WHERE version=?", (version,)).fetchone()
-        return None if row is None else bytes(row[0])
-
-    def delete_records(self, ids: Sequence[str]) -> None:
-        if ids:
-            self._c.executemany(f"DELETE FROM records WHERE {_by_ids(1)}", [(i,) for i in ids])
-
-    def lineage(self, ids: Sequence[str]) -> dict[str, LineageRow]:
-        found: dict[str, LineageRow] = {}
-        for part in _chunks(list(ids)):
-            sql = f"SELECT {_LINEAGE_COLS} FROM lineage WHERE record_id IN ({_marks(len(part))})"
-            for row in self._c.execute(sql, part):
-                found[row[0]] = _lineage(row)
-        return found
-
-    def lineage_tokens(self, ids: Sequence[str]) -> list[tuple[bytes, bytes]]:
-        found: list[tuple[bytes, bytes]] = []
-        for part in _chunks(list(ids)):
-            sql = f"SELECT scope_token, subject_tokens FROM lineage WHERE record_id IN ({_marks(len(part))})"
-            found.extend((bytes(s), bytes(t)) for s, t in self._c.execute(sql, part))
-        return found
-
-    def lineage_keyed(self, ids: Sequence[str]) -> set[str]:
-        found: set[str] = set()
-        for part in _chunks(list(ids)):
-            sql = f"SELECT record_id FROM lineage WHERE wrapped IS NOT NULL AND record_id IN ({_marks(len(part))})"
-            found.update(r[0] for r in self._c.execute(sql, part))
-        return found
-
-    def lineage_ids(
-        self, scope_tokens: Sequence[bytes], key_token: bytes | None, *, unforgotten: bool = False
-    ) -> list[str]:
-        ids: list[str] = []
-        for part in _chunks(list(scope_tokens)):
-            sql = f"SELECT record_id FROM lineage WHERE scope_token IN ({_marks(len(part))})"
-            args: list[Any] = list(part)
-            if key_token is not None:
-                sql += " AND key_token=?"
-                args.append(key_token)
-            if unforgotten:
-                sql += " AND forgotten_version IS NULL"
-            ids.extend(r[0] for r in self._c.execute(sql + " AND destroyed_version IS NULL", args))
-        return ids
-
-    def lineage_ids_for_subject(self, subject_token: bytes) -> list[str]:
-        sql = (
-            "SELECT rs.record_id FROM record_subjects rs JOIN lineage l ON l.record_id = rs.record_id "
-            "WHERE rs.subject_token=? AND l.destroyed_version IS NULL"
-        )
-        return [r[0] for r in self._c.execute(sql, (subject_token,))]
-
-    def derived_closure(self, ids: Sequence[str]) -> list[str]:
-        """Every record derived, transitively, from any of ``ids`` (not including them)."""
-        seen = set(ids)
-        frontier = list(ids)
-        while frontier:
-            nxt: list[str] = []
-            for part in _chunks(frontier):
-                sql = f"SELECT derived_id FROM derivations WHERE source_id IN ({_marks(len(part))})"
-                for (derived,) in self._c.execute(sql, part):
-                    if derived not in seen:
-                        seen.add(derived)
-                        nxt.append(derived)
-            frontier = nxt
-        return sorted(seen - set(ids))
-
-    def written_since(self, version: int) -> list[LineageRow]:
-        # every write inserts a records row at a fresh version (the table's key, so this is a
-        # range), and a replaced version's lineage stays under the same slot
-        sql = (
-            f"SELECT {_LINEAGE_COLS} FROM lineage WHERE version > ?1 AND (scope_token, key_token) IN "
-            "(SELECT scope_token, key_token FROM records WHERE version > ?1) ORDER BY version"
-        )
-        return [_lineage(row) for row in self._c.execute(sql, (version,))]
-
-    def unforgotten_in_scopes(
-        self, scope_tokens: Sequence[bytes], key_token: bytes | None, before: int, *, compliance: bool
-    ) -> list[str]:
-        found: set[str] = set()
-        kept = "l.destroyed_version IS NULL" if compliance else "l.forgotten_version IS NULL"
-        shown = (
-            "(r.hidden_version IS NULL OR r.wrapped IS NOT NULL)"
-            if compliance
-            else "r.hidden_version IS NULL"
-        )
-        for part in _chunks(list(scope_tokens)):
-            marks = _marks(len(part))
-            key_sql, args = (
-                ("", [*part, before])
-                if key_token is None
-                else (" AND l.key_token=?", [*part, key_token, before])
-            )
-            where = f"l.scope_token IN ({marks}){key_sql} AND l.version < ?"
-            for sql in (
-                f"SELECT l.record_id FROM lineage l WHERE {where} AND {kept}",
-                f"SELECT r.id FROM lineage l JOIN records r ON r.version = l.version WHERE {where} AND {shown}",
-            ):
-                found.update(r[0] for r in self._c.execute(sql, args))
-        return sorted(found)
-
-    def unforgotten_for_subject(self, subject_token: bytes, before: int, *, compliance: bool) -> list[str]:
-        kept = "l.destroyed_version IS NULL" if compliance else "l.forgotten_version IS NULL"
-        shown = (
-            "(r.hidden_version IS NULL OR r.wrapped IS NOT NULL)"
-            if compliance
-            else "r.hidden_version IS NULL"
-        )
-        found = {
-            r[0]
-            for sql in (
-                "SELECT l.record_id FROM record_subjects rs JOIN lineage l ON l.record_id = rs.record_id "
-                f"WHERE rs.subject_token=? AND l.version < ? AND {kept}",
-                "SELECT r.id FROM record_subjects rs JOIN lineage l ON l.record_id = rs.record_id "
-                "JOIN records r ON r.version = l.version "
-                f"WHERE rs.subject_token=? AND r.version < ? AND {shown}",
-            )
-            for r in self._c.execute(sql, (subject_token, before))
-        }
-        return sorted(found)
-
-    # -- forgetting ------------------------------------------------------------------
-    def hide_records(self, ids: Sequence[str], version: int, mode: str) -> int:
-        # one statement per chunk of ids (an UPDATE per id was 1.1 s of a 100k-record forget)
-        hidden = 0
-        for part in _chunks(list(ids)):
-            marks = _marks(len(part))
-            self._c.execute(
-                f"UPDATE lineage SET forgotten_version=coalesce(forgotten_version, ?) WHERE record_id IN ({marks})",
-                (version, *part),
-            )
-            hidden += self._c.execute(
-                f"UPDATE records SET hidden_version=?, hidden_mode=? WHERE hidden_version IS NULL AND {_by_ids(len(part))}",
-                (version, mode, *part),
-            ).rowcount
-        return hidden
-
-    def destroy_record_keys(self, ids: Sequence[str], version: int) -> None:
-        for part in _chunks(list(ids)):
-            marks = _marks(len(part))
-            self._c.execute(
-                "UPDATE records SET wrapped=NULL, epoch=NULL, hidden_version=coalesce(hidden_version, ?), "
-                f"hidden_mode='compliance' WHERE {_by_ids(len(part))}",
-                (version, *part),
-            )
-            self._c.execute(
-                "UPDATE lineage SET wrapped=NULL, subjects=NULL, destroyed_version=coalesce(destroyed_version, ?), "
-                f"forgotten_version=coalesce(forgotten_version, ?) WHERE record_id IN ({marks})",
-                (version, version, *part),
-            )
-
-    def destroy_scope_keys(self, tokens: Sequence[bytes], version: int) -> None:
-        self._c.executemany(
-            "UPDATE scopes SET wrapped=NULL, epoch=NULL, destroyed_version=coalesce(destroyed_version, ?) "
-            "WHERE token=?",
-            [(version, t) for t in tokens],
-        )
-
-    def destroy_subject_keys(self, tokens: Sequence[bytes], version: int) -> None:
-        # an UPDATE only: a subject the store never held (or whose row an earlier purge removed)
-        # gets no row, so a repeated erasure leaves nothing behind to remove or to prove
-        self._c.executemany(
-            "UPDATE subjects SET wrapped=NULL, epoch=NULL, destroyed_version=coalesce(destroyed_version, ?) "
-            "WHERE token=?",
-            [(version, t) for t in tokens],
-        )
-
-    # -- what only a forget's records use, what of a target remains ---------------------
-    def child_scopes(self, token: bytes) -> Iterator[bytes]:
-        """The scopes whose parent is ``token``, lazily (a caller may stop at the first)."""
-        for (child,) in self._c.execute("SELECT token FROM scopes WHERE parent=?", (token,)):
-            yield bytes(child)
-
-    def scope_lineage(self, token: bytes) -> Iterator[tuple[str, int, bool]]:
-        """(record id, version, keys live) of every record ever written in exactly this scope."""
-        sql = "SELECT record_id, version, destroyed_version IS NULL FROM lineage WHERE scope_token=?"
-        for record_id, version, live in self._c.execute(sql, (token,)):
-            yield str(record_id), int(version), bool(live)
-
-    def subject_lineage(self, token: bytes) -> Iterator[tuple[str, int, bool]]:
-        """(record id, version, keys live) of every record ever written carrying the subject."""
-        sql = (
-            "SELECT l.record_id, l.version, l.destroyed_version IS NULL FROM record_subjects rs "
-            "JOIN lineage l ON l.record_id = rs.record_id WHERE rs.subject_token=?"
-        )
-        for record_id, version, live in self._c.execute(sql, (token,)):
-            yield str(record_id), int(version), bool(live)
-
     def plaintext_holds(self, needle: bytes) -> bool:
         """Does ``needle`` occur in a column the store keeps in plain (ids, request rows, the audit
         log, the schema)? Such bytes are content-free bookkeeping by construction (W4)."""
-        for table, column in _PLAIN_COLUMNS:
+        for table, column in PLAIN_COLUMNS:
             sql = f"SELECT 1 FROM {table} WHERE instr(CAST({column} AS BLOB), ?) > 0 LIMIT 1"
             if self._c.execute(sql, (needle,)).fetchone() is not None:
                 return True
         return False
 
-    def existing_records(self, ids: Sequence[str]) -> set[str]:
-        """Which of ``ids`` still have a row in ``records`` (ciphertext)."""
-        found: set[str] = set()
-        for part in _chunks(list(ids)):
-            sql = f"SELECT id FROM records WHERE {_by_ids(len(part))}"
-            found.update(str(r[0]) for r in self._c.execute(sql, part))
-        return found
-
-    # -- purge -----------------------------------------------------------------------
-    def purge_erased(
-        self, ids: Sequence[str], scopes: Sequence[bytes], subjects: Sequence[bytes], version: int
-    ) -> int:
-        """Delete every row of compliance-erased records, scopes and subjects; returns rows removed."""
-        removed = 0
-        for part in _chunks(list(ids)):
-            marks = _marks(len(part))
-            # record_subjects and derivations are keyed by (subject, record) and (source,
-            # derived): deleting by the second column alone scans the whole table, so the pairs
-            # come from the records' own lineage rows (their subject tokens and sources)
-            pairs: list[tuple[bytes, str]] = []
-            sources: list[tuple[str, str]] = []
-            sql = f"SELECT record_id, subject_tokens, sources FROM lineage WHERE record_id IN ({marks})"
-            for record_id, tokens, listed in self._c.execute(sql, part):
-                pairs.extend((tokens[i : i + 32], record_id) for i in range(0, len(tokens), 32))
-                if listed != "[]":
-                    sources.extend((source, record_id) for source in json.loads(listed))
-            removed += self._deleted(
-                "DELETE FROM record_subjects WHERE subject_token=? AND record_id=?", pairs
-            )
-            removed += self._deleted("DELETE FROM derivations WHERE source_id=? AND derived_id=?", sources)
-            for sql in (
-                f"DELETE FROM records WHERE {_by_ids(len(part))}",  # before their lineage rows
-                f"DELETE FROM lineage WHERE record_id IN ({marks})",
-                f"DELETE FROM derivations WHERE source_id IN ({marks})",
-            ):
-                removed += self._c.execute(sql, part).rowcount
-        self._c.executemany("INSERT OR IGNORE INTO erased_records VALUES (?,?)", [(i, version) for i in ids])
-        for table, tokens in (("scopes", scopes), ("subjects", subjects)):
-            for part in _chunks(list(tokens)):
-                sql = f"DELETE FROM {table} WHERE wrapped IS NULL AND token IN ({_marks(len(part))})"
-                removed += self._c.execute(sql, part).rowcount
-        return removed
-
-    def _deleted(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> int:
-        """Rows removed by one parameterised DELETE run for each of ``rows``."""
-        before = self._c.total_changes
-        self._c.executemany(sql, rows)
-        return self._c.total_changes - before
-
-    def erased_version(self, record_id: str) -> int | None:
-        value = self._one("SELECT version FROM erased_records WHERE record_id=?", (record_id,))
-        return None if value is None else int(value)
-
-    def delete_hidden(self, ids: Sequence[str]) -> int:
-        """Reclaim rows hidden by an operational forget (their lineage stays, W3)."""
-        removed = 0
-        for part in _chunks(list(ids)):
-            sql = f"DELETE FROM records WHERE hidden_version IS NOT NULL AND {_by_ids(len(part))}"
-            removed += self._c.execute(sql, part).rowcount
-        return removed
-
-    def sweep_expired(self, now: float, limit: int) -> int:
-        """Delete up to ``limit`` expired rows (content key and ciphertext); lineage is kept
-        (expiry is operational)."""
-        sql = (
-            "DELETE FROM records WHERE version IN "
-            "(SELECT version FROM records WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)"
-        )
-        return self._c.execute(sql, (now, limit)).rowcount
-
-    # -- key rotation and backups -------------------------------------------------------
-    def wrapped_keys(self) -> list[tuple[str, Any, bytes, int]]:
-        """Every live wrapped key: (table, primary key, wrapped, epoch)."""
-        rows: list[tuple[str, Any, bytes, int]] = []
-        for table, pk in _WRAPPED_TABLES:
-            sql = f"SELECT {pk}, wrapped, epoch FROM {table} WHERE wrapped IS NOT NULL"
-            rows.extend((table, k, bytes(w), int(e)) for k, w, e in self._c.execute(sql))
-        return rows
-
     def rewrap(self, rows: Iterable[tuple[str, Any, bytes, int]]) -> None:
-        for table, pk in _WRAPPED_TABLES:
+        for table, pk in WRAPPED_TABLES:
             self._c.executemany(
                 f"UPDATE {table} SET wrapped=?, epoch=? WHERE {pk}=?",
                 [(w, e, k) for t, k, w, e in rows if t == table],
             )
-
-    def epochs_in_use(self) -> set[int]:
-        return _epochs_in_use(self._c)
-
-    def insert_probe_key(self, request_id: str, wrapped: bytes, epoch: int) -> None:
-        self._c.execute(
-            "INSERT OR REPLACE INTO probe_keys (request_id, wrapped, epoch) VALUES (?,?,?)",
-            (request_id, wrapped, epoch),
-        )
-
-    def probe_key(self, request_id: str) -> tuple[bytes, int] | None:
-        row = self._c.execute(
-            "SELECT wrapped, epoch FROM probe_keys WHERE request_id=?", (request_id,)
-        ).fetchone()
-        return None if row is None else (bytes(row[0]), int(row[1]))
-
-    def delete_probe_key(self, request_id: str) -> None:
-        self._c.execute("DELETE FROM probe_keys WHERE request_id=?", (request_id,))
-
-    def probe_key_epochs(self) -> set[int]:
-        return {int(r[0]) for r in self._c.execute("SELECT DISTINCT epoch FROM probe_keys")}
-
-    # -- erasure requests and audit ----------------------------------------------------
-    def insert_erasure(self, row: ErasureRow, *, replace: bool = False) -> None:
-        self._c.execute(
-            f"INSERT OR {'REPLACE' if replace else 'IGNORE'} INTO erasures ({_ERASURE_COLS}) VALUES ({_marks(14)})",
-            (
-                row.id,
-                row.mode,
-                row.target_kind,
-                row.target,
-                row.version,
-                row.requested_at,
-                row.state,
-                row.layers,
-                row.plan,
-                row.probes,
-                row.horizon,
-                row.horizon_reason,
-                row.verified_at,
-                row.scan,
-            ),
-        )
-        if row.applied is not None or replace:
-            self.set_applied(row.id, row.applied)
-
-    def erasure(self, request_id: str) -> ErasureRow | None:
-        row = self._c.execute(f"{_ERASURE_SELECT} WHERE e.id=?", (request_id,)).fetchone()
-        return None if row is None else ErasureRow(*row)
-
-    def erasure_layers(self, request_id: str) -> str | None:
-        value = self._one("SELECT layers FROM erasures WHERE id=?", (request_id,))
-        return None if value is None else str(value)
-
-    def erasures(self, states: Sequence[str] | None = None) -> list[ErasureRow]:
-        sql = _ERASURE_SELECT
-        args: list[Any] = []
-        if states is not None:
-            sql += f" WHERE e.state IN ({_marks(len(states))})"
-            args = list(states)
-        return [ErasureRow(*r) for r in self._c.execute(sql + " ORDER BY e.version", args)]
-
-    def update_erasure(self, request_id: str, **fields: Any) -> None:
-        """Rewrites the whole row (its plan too): a large request's cursors are not kept here."""
-        allowed = set(_ERASURE_COLS.replace(" ", "").split(","))
-        if not fields or not set(fields) <= allowed:
-            raise ValueError(f"unknown erasure fields: {sorted(set(fields) - allowed)}")
-        assignments = ", ".join(f"{name}=?" for name in fields)
-        self._c.execute(f"UPDATE erasures SET {assignments} WHERE id=?", (*fields.values(), request_id))
-
-    def erasure_ids(self) -> set[str]:
-        return {r[0] for r in self._c.execute("SELECT id FROM erasures")}
-
-    def unapplied_erasures(self) -> list[ErasureRow]:
-        sql = f"{_ERASURE_SELECT} WHERE p.applied IS NOT NULL ORDER BY e.version"
-        return [ErasureRow(*r) for r in self._c.execute(sql)]
-
-    def apply_cursor(self, request_id: str) -> int | None:
-        value = self._one("SELECT applied FROM erasure_progress WHERE request_id=?", (request_id,))
-        return None if value is None else int(value)
-
-    def set_applied(self, request_id: str, applied: int | None) -> None:
-        self._c.execute(
-            "INSERT INTO erasure_progress (request_id, applied) VALUES (?,?) "
-            "ON CONFLICT(request_id) DO UPDATE SET applied=excluded.applied",
-            (request_id, applied),
-        )
-        self._drop_finished_progress(request_id)
-
-    def purge_progress(self, request_id: str) -> tuple[int, int]:
-        row = self._c.execute(
-            "SELECT purged, rows_removed FROM erasure_progress WHERE request_id=?", (request_id,)
-        ).fetchone()
-        return (0, 0) if row is None else (int(row[0]), int(row[1]))
-
-    def set_purge_progress(self, request_id: str, done: int | None, removed: int = 0) -> None:
-        self._c.execute(
-            "INSERT INTO erasure_progress (request_id, purged, rows_removed) VALUES (?,?,?) "
-            "ON CONFLICT(request_id) DO UPDATE SET purged=excluded.purged, rows_removed=excluded.rows_removed",
-            (request_id, done or 0, removed if done is not None else 0),
-        )
-        self._drop_finished_progress(request_id)
-
-    def _drop_finished_progress(self, request_id: str) -> None:
-        self._c.execute(
-            "DELETE FROM erasure_progress WHERE request_id=? AND applied IS NULL AND purged=0 AND rows_removed=0",
-            (request_id,),
-        )
-
-    def audit_tail(self) -> tuple[int, str] | None:
-        row = self._c.execute("SELECT seq, entry FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
-        return None if row is None else (int(row[0]), str(row[1]))
-
-    def append_audit(self, seq: int, entry: str) -> None:
-        self._c.execute("INSERT INTO audit VALUES (?,?)", (seq, entry))
-
-    def audit_entries(self) -> list[str]:
-        return [r[0] for r in self._c.execute("SELECT entry FROM audit ORDER BY seq")]
 
 
 class SQLiteBackend:
@@ -912,6 +262,9 @@ class SQLiteBackend:
     @property
     def location(self) -> Path:
         return self.directory
+
+    def describe(self) -> dict[str, str]:
+        return {"backend": "sqlite", "location": f"SQLite database in the data directory {self.directory}"}
 
     @staticmethod
     def connect(path: Path) -> sqlite3.Connection:
@@ -983,15 +336,8 @@ class SQLiteBackend:
                     self._begin(begin, deadline, timeout_ms)
                 except sqlite3.Error as exc:
                     raise translate(exc, self.path) from exc
-                try:
+                with self._committed():
                     yield txn
-                    self._conn.execute("COMMIT")
-                except sqlite3.Error as exc:
-                    self._rollback()
-                    raise translate(exc, self.path) from exc
-                except BaseException:
-                    self._rollback()
-                    raise
             finally:
                 self._writers.release()
             # still under the lock (and the store's, held around the whole block): no other
@@ -1022,6 +368,20 @@ class SQLiteBackend:
         finally:
             self._conn.execute(f"PRAGMA busy_timeout={timeout_ms}")
 
+    @contextlib.contextmanager
+    def _committed(self) -> Iterator[None]:
+        """The block, then ``COMMIT``; a block or commit that fails rolls back (a ``sqlite3``
+        error raised as the StorageError it means)."""
+        try:
+            yield
+            self._conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback()
+            raise translate(exc, self.path) from exc
+        except BaseException:
+            self._rollback()
+            raise
+
     def _rollback(self) -> None:
         if self._conn.in_transaction:
             self._conn.execute("ROLLBACK")
@@ -1044,15 +404,8 @@ class SQLiteBackend:
                 self._conn.execute("BEGIN")
             except sqlite3.Error as exc:
                 raise translate(exc, self.path) from exc
-            try:
+            with self._committed():  # ends the snapshot: a reader must not outlive its block
                 yield txn
-                self._conn.execute("COMMIT")  # ends the snapshot: a reader must not outlive its block
-            except sqlite3.Error as exc:
-                self._rollback()
-                raise translate(exc, self.path) from exc
-            except BaseException:
-                self._rollback()
-                raise
 
     def marker(self) -> int:
         """``PRAGMA data_version`` on this backend's connection: it moves when another connection

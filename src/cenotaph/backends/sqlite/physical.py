@@ -21,9 +21,10 @@ from pathlib import Path
 from ...durable import fsync
 from ...errors import CenotaphError
 from ...model import Layer, LayerState
-from ..base import LayerEntry
+from ..base import LayerEntry, busy_timeout_ms
 from ..physical import Check, LayerProof, Reclaimed, ScanSources
-from .backend import DB_NAME, SQLiteBackend, _epochs_in_use, busy_timeout_ms, read_only, unwritable
+from ..sql import epochs_in_use
+from .backend import DB_NAME, SQLiteBackend, read_only, unwritable
 from .errors import translate
 
 __all__ = ["SQLITE_FORMAT", "SQLiteFormat", "SQLitePhysical"]
@@ -202,7 +203,7 @@ class SQLitePhysical:
             try:
                 backend._conn.execute("VACUUM INTO ?", (str(target),))
                 with contextlib.closing(sqlite3.connect(f"{target.as_uri()}?mode=ro", uri=True)) as copy:
-                    return _epochs_in_use(copy)
+                    return epochs_in_use(copy.execute)
             except sqlite3.Error as exc:
                 raise translate(exc, backend.path) from exc
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from ...audit.chain import entry_from_dict
+from ...audit.log import TransparencyLog
 from ...backends import ops
 from ...backends.base import Backend
 from ...crypto.provider import KeyProvider
@@ -18,6 +19,7 @@ from ..proof.audit_check import AuditCheck
 from ..proof.verdicts import OPERATIONAL_GAP
 from ..status import RequestStatus
 from .certificate import Signer
+from .sanitization import Requester, sanitization_fields
 
 __all__ = ["Attestor"]
 
@@ -36,11 +38,12 @@ class Attestor:
         self._requests = requests
         self._horizons = horizons
         self._audit = audit
+        self._log = TransparencyLog(backend, lambda: self.signer().sign)
 
     def signer(self) -> Signer:
         return Signer.from_private_bytes(self._provider.signing_key())
 
-    def attest(self, request_id: str) -> Certificate:
+    def attest(self, request_id: str, requester: Requester | None = None) -> Certificate:
         row = self._requests.row(request_id)
         if row.mode == Mode.OPERATIONAL:
             raise ErasureNotProvableError(OPERATIONAL_GAP, [OPERATIONAL_GAP])
@@ -66,9 +69,17 @@ class Attestor:
             "horizon": horizon.isoformat() if horizon else None,
             "horizon_reason": reason,
             "root_of_trust": self._provider.root_of_trust,
+            **sanitization_fields(
+                self._backend.describe(),
+                verified.get("scan") or dict(row.scan_evidence),
+                requester or Requester(),
+            ),
         }
         with self._backend.write() as txn:
             anchor_audit(self._provider, txn, "attest", {"request_id": row.id})
             tail = txn.run(ops.AuditTail())
         fields["audit_head"] = entry_from_dict(json.loads(tail[1])).head if tail else ""
+        fields["log"] = self._log.inclusion(
+            lambda entry: entry.event == "forget" and entry.fields.get("request_id") == row.id
+        )
         return self.signer().sign_certificate(fields)

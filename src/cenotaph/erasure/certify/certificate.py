@@ -19,6 +19,10 @@ JSON text is parsed and re-serialized canonically before checking. Reformatted w
 therefore still verify, while any changed value, added, removed or renamed field fails. Text with duplicate
 keys, ``NaN`` or ``Infinity`` is rejected outright, since those have no single meaning. The signature itself
 must be exactly 128 lowercase hex characters, so it cannot be re-spelled either.
+
+**The log.** A certificate may carry ``log``: the RFC 9162 leaf hash of its erasure's audit entry, its
+index, its inclusion path and a tree head signed by the same key. It is checked before the signature
+(so an altered path or head is named as such): the path must lead from the leaf to the head's root.
 """
 
 from __future__ import annotations
@@ -32,10 +36,11 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from ...audit.tree_head import check_inclusion, check_tree_head
 from ...errors import CertificateError, InvalidValueError
 from ...model import Certificate, canonical_json
 
-__all__ = ["CERTIFICATE_FORMAT", "REQUIRED_FIELDS", "Signer", "verify_certificate"]
+__all__ = ["CERTIFICATE_FORMAT", "LOG_FIELDS", "REQUIRED_FIELDS", "Signer", "verify_certificate"]
 
 CERTIFICATE_FORMAT = "cenotaph-erasure-certificate/1"
 REQUIRED_FIELDS: tuple[str, ...] = (
@@ -55,6 +60,7 @@ REQUIRED_FIELDS: tuple[str, ...] = (
     "audit_head",
     "public_key",
 )
+LOG_FIELDS = ("leaf_index", "leaf_hash", "inclusion_path", "tree_head")
 _SIGNATURE = "signature"
 _SIGNATURE_HEX = re.compile(r"[0-9a-f]{128}")
 _KEY_HEX = re.compile(r"[0-9a-fA-F]{64}")
@@ -90,6 +96,10 @@ class Signer:
     def public_key_hex(self) -> str:
         """The raw Ed25519 public key as 64 lowercase hex characters."""
         return self._public_hex
+
+    def sign(self, message: bytes) -> bytes:
+        """The raw Ed25519 signature of ``message`` (tree heads use it with their own context string)."""
+        return self._key.sign(message)
 
     def sign_certificate(self, fields: Mapping[str, Any]) -> Certificate:
         """Sign content-free ``fields``; ``format`` and ``public_key`` are set here."""
@@ -127,6 +137,8 @@ def verify_certificate(
             "the certificate was issued by another store (its public_key differs from the key given); "
             "verify it with that store's public key"
         )
+    if "log" in fields:  # before the signature, so an altered path or head is named as such
+        _check_log(fields["log"], key_bytes)
     body = {name: value for name, value in fields.items() if name != _SIGNATURE}
     try:
         Ed25519PublicKey.from_public_bytes(key_bytes).verify(
@@ -138,6 +150,16 @@ def verify_certificate(
             "obtain the original certificate from the store"
         ) from None
     return Certificate(fields)
+
+
+def _check_log(log: object, key_bytes: bytes) -> None:
+    """The certificate's ``log`` field: its leaf is in the tree its signed head commits to."""
+    if not isinstance(log, Mapping) or set(log) != set(LOG_FIELDS):
+        raise CertificateError(
+            f"the certificate's log must be an object with exactly {', '.join(LOG_FIELDS)}"
+        )
+    size, root = check_tree_head(log["tree_head"], key_bytes, label="log's tree_head")
+    check_inclusion(log["leaf_hash"], log["leaf_index"], log["inclusion_path"], size, root)
 
 
 def _certificate_fields(certificate: object) -> dict[str, Any]:

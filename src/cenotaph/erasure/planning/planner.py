@@ -126,7 +126,7 @@ class ForgetPlanner:
         """Enumerate ``target`` in read transactions (each short: other threads of this process
         get the connection between them)."""
         with reading() as txn:
-            since = txn.run(ops.Clock())
+            since = txn.run(ops.Count("clock"))
             ids = _unforgotten(txn, target, ALL_VERSIONS)
         survey = Survey(since, hide=ids)
         if target.compliance:
@@ -254,15 +254,10 @@ def with_derived(txn: Txn, ids: Sequence[str], *, known: Sequence[str] = ()) -> 
 
 
 def with_derived_reading(reading: Reading, ids: Sequence[str]) -> list[str]:
-    """:func:`with_derived` a level at a time, each level in its own read transaction."""
-    seen = set(ids)
-    frontier = list(ids)
-    while frontier:
-        with reading() as txn:
-            level = [d for d in txn.run(ops.DerivedClosure(frontier)) if d not in seen]
-        seen.update(level)
-        frontier = level
-    return sorted(seen)
+    """:func:`with_derived` in a read transaction of its own (``DerivedClosure`` returns the whole
+    closure: one snapshot, one operation)."""
+    with reading() as txn:
+        return with_derived(txn, ids)
 
 
 def sweep(txn: Txn, plan: ForgetPlan) -> list[str]:

@@ -109,7 +109,7 @@ def _requests(txn: Txn, view: LedgerView, verified: set[str]) -> list[str]:
 def _clock(txn: Txn, view: LedgerView) -> list[str]:
     return (
         ["the clock was set back behind the key provider's ledger"]
-        if txn.run(ops.Clock()) < view.max_version
+        if txn.run(ops.Count("clock")) < view.max_version
         else []
     )
 

@@ -78,7 +78,7 @@ class PlanApplier:
             fault_point("forget.chunk")
             pause_between_chunks()
         with self._backend.read() as txn:  # reading the whole target: outside the lock
-            seen = txn.run(ops.Clock())
+            seen = txn.run(ops.Count("clock"))
             missed = sweep(txn, plan)
             unshared = plan.keys_to_destroy(txn) if plan.compliance else ([], [])
         with self._backend.write() as txn:
@@ -86,8 +86,7 @@ class PlanApplier:
                 return False
             if plan.compliance:
                 scopes, subjects = _still_unshared(txn, unshared, txn.run(ops.WrittenSince(seen)))
-                txn.run(ops.DestroyScopeKeys(scopes, plan.version))
-                txn.run(ops.DestroySubjectKeys(subjects, plan.version))
+                txn.run(ops.DestroyKeys(scopes, subjects, plan.version))
             if missed:
                 # under the lock again: what derives from a missed record may have been written
                 # since the sweep read it (its source is in no plan the ledger holds)
@@ -102,7 +101,9 @@ class PlanApplier:
                 )
             )
             txn.run(ops.SetApplied(plan.request_id, None))
-            txn.run(ops.BumpForgetEpoch())  # other processes drop cached keys of what was just destroyed
+            txn.run(
+                ops.Advance("forget_epoch")
+            )  # other processes drop cached keys of what was just destroyed
             txn.after_commit(self._caches.forget_all)
         fault_point("forget.chunk")
         return True

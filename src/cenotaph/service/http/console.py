@@ -33,7 +33,7 @@ from markupsafe import Markup, escape
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from cenotaph import verify_certificate
+from cenotaph import certificate_pdf, verify_certificate
 
 from ...errors import CenotaphError
 from ..apikeys import ApiKey, Role
@@ -314,10 +314,20 @@ def purge(op: OperatorDep, form: FormDep, request_id: str) -> Response:
 @router.get("/erasures/{request_id}/certificate")
 def certificate(op: OperatorDep, request_id: str) -> Response:
     handle = visible_erasure(op.svc, op.key, request_id)
-    certificate = op.svc.store.attest(handle.id)
+    certificate = op.svc.store.attest(handle.id, requester_key_id=op.svc.owners.owner("erasure", handle.id))
     body = certificate.to_json() + "\n"
     headers = {**HEADERS, "Content-Disposition": f'attachment; filename="certificate-{handle.id}.json"'}
     return Response(body, media_type="application/json", headers=headers)
+
+
+@router.get("/erasures/{request_id}/certificate.pdf")
+def certificate_as_pdf(op: OperatorDep, request_id: str) -> Response:
+    """The certificate as a one-page PDF for people to file (the JSON is what verifies)."""
+    handle = visible_erasure(op.svc, op.key, request_id)
+    certificate = op.svc.store.attest(handle.id, requester_key_id=op.svc.owners.owner("erasure", handle.id))
+    body = certificate_pdf(certificate, json_name=f"certificate-{handle.id}.json")
+    headers = {**HEADERS, "Content-Disposition": f'attachment; filename="certificate-{handle.id}.pdf"'}
+    return Response(body, media_type="application/pdf", headers=headers)
 
 
 # -- subjects -----------------------------------------------------------------------------------

@@ -383,7 +383,8 @@ def certificate(
     request_id: Annotated[str, Path(max_length=64)], svc: SvcDep, key: Operator
 ) -> dict[str, Any]:
     """The signed certificate once the request is verified; 409 with the gaps until then."""
-    return svc.store.attest(visible_erasure(svc, key, request_id).id).to_dict()
+    handle = visible_erasure(svc, key, request_id)
+    return svc.store.attest(handle.id, requester_key_id=svc.owners.owner("erasure", handle.id)).to_dict()
 
 
 @router.get(
@@ -419,6 +420,22 @@ def export_subject(
 def public_key(svc: SvcDep) -> dict[str, Any]:
     """The Ed25519 key that signs this store's certificates (no API key needed)."""
     return {"public_key": svc.store.public_key}
+
+
+@router.get("/log/head", response_model=s.TreeHead, responses=READ, tags=["erasure"])
+def tree_head(svc: SvcDep, key: Agent) -> dict[str, Any]:
+    """A signed tree head over the audit log: keep it, and later ask for a consistency proof."""
+    return svc.store.tree_head()
+
+
+@router.get("/log/consistency", response_model=s.ConsistencyOut, responses=READ, tags=["erasure"])
+def consistency(
+    svc: SvcDep,
+    key: Agent,
+    old_size: Annotated[int, Query(alias="from", ge=0, description="the tree_size of the head you kept")],
+) -> dict[str, Any]:
+    """A signed head now and the proof that the log of ``from`` entries is its prefix."""
+    return svc.store.consistency_proof(old_size)
 
 
 # -- operations ---------------------------------------------------------------------------------

@@ -223,6 +223,20 @@ class ExportOut(BaseModel):
     next_cursor: str | None
 
 
+class TreeHead(BaseModel):
+    """A signed RFC 9162 tree head over the audit log (verify with GET /v1/public-key)."""
+
+    tree_size: int = Field(description="how many audit entries the tree holds")
+    root_hash: str = Field(description="the RFC 9162 root, 64 hex characters")
+    timestamp: str = Field(description="when it was signed, ISO-8601 UTC")
+    signature: str = Field(description="Ed25519 over the head, 128 hex characters")
+
+
+class ConsistencyOut(BaseModel):
+    tree_head: TreeHead
+    proof: list[str] = Field(description="RFC 9162 consistency proof from the older size, hex hashes")
+
+
 class PublicKey(BaseModel):
     public_key: str = Field(description="raw Ed25519 public key, 64 hex characters")
 
