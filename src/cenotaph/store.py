@@ -507,7 +507,8 @@ class Store:
             self._caches.check_open()
             # the ledger now; whether another connection committed comes with the rows, read in
             # the same snapshot (no statement of its own)
-            self._caches.sync_locked(changed=False)
+            if not self._caches.quiet():
+                self._caches.sync_locked(changed=False)
             with self._backend.read() as txn:
                 marker, found = txn.run(ops.KeyRecords(tokens, key_token))
                 if self._caches.saw(marker):

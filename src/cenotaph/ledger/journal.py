@@ -136,6 +136,11 @@ class Ledger:
     def changed(self, mark: int | None = None) -> bool:
         return (self._provider.ledger_mark() if mark is None else mark) != self._mark
 
+    def settled(self) -> bool:
+        """Is all of the ledger this process has read known to be in the database, with no
+        replay left for the caches to act on? (Memory only: no ``stat``.)"""
+        return self.view.mark == self._mark and not self._replayed
+
     def missing(self, txn: Txn) -> bool:
         """Cheap check (a read): does the ledger hold forgets the database lacks? Marks the ledger
         as seen when it does not."""
