@@ -223,6 +223,10 @@ BAD_VALUES: dict[str, Any] = {
     "contains itself": _self_containing(),
     "a dict that contains itself": _dict_containing_itself(),
     "an integer too long to read back": [CANARY, 10**4300],
+    # a flat dict of atoms takes a short path through the checks: it refuses the same
+    "an integer too long, alone": 10**4300,
+    "a flat dict with an integer too long": {"note": CANARY, "n": 10**4300},
+    "a flat dict with a key that is not a string": {"note": CANARY, 1: "one"},
 }
 
 

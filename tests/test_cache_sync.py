@@ -1,7 +1,7 @@
 """Cross-connection cache invalidation under threads (R2, W1).
 
 A store learns that another process committed from SQLite's ``data_version``, which it reads
-once per operation. The race suite once caught a read that started after another process's
+once per operation, and that a forget was logged from the keyring's ledger hint (in memory). The race suite once caught a read that started after another process's
 forget had returned and still answered from the resolution cache: one thread had consumed the
 change and was still dropping the caches when a second thread, seeing no change, served from
 them. These tests hold the first thread inside its invalidation and check what the second sees.
@@ -293,3 +293,66 @@ def test_a_callback_that_writes_inside_a_transaction_gets_a_clear_error(tmp_path
         assert store.read(SCOPE, "from-callback") is None
         assert present(store.read(SCOPE, "k1")).value == 1
         store.rotate_keys()  # the store is usable afterwards
+
+
+def test_a_cache_hit_reads_data_version_once_and_no_ledger_file_while_nobody_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hot read: a dict lookup, ``data_version`` and the ledger hint in memory, no ``stat``."""
+    with cenotaph.open(tmp_path) as store, cenotaph.open(tmp_path) as other:
+        store.write(SCOPE, "k", "v")
+        assert present(store.read(SCOPE, "k")).value == "v"  # resolved and cached
+        assert present(store.read(SCOPE, "k")).value == "v"  # the sync after our own commit
+        statements: list[str] = []
+        store._backend.inner._conn.set_trace_callback(statements.append)  # type: ignore[attr-defined]
+        marks = {"n": 0}
+        real_mark = store._provider.ledger_mark
+
+        def counted() -> int:
+            marks["n"] += 1
+            return real_mark()
+
+        monkeypatch.setattr(store._provider, "ledger_mark", counted)
+        for _ in range(5):
+            assert present(store.read(SCOPE, "k")).value == "v"
+        assert statements == ["PRAGMA data_version"] * 5 and marks["n"] == 0
+        other.forget(SCOPE, "k", mode="operational")  # a commit elsewhere: the full check again
+        assert store.read(SCOPE, "k") is None
+        assert statements and marks["n"] > 0
+
+
+def test_a_forget_logged_by_a_process_that_died_before_its_commit_applies_at_the_next_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ledger entry with no commit behind it is a forget still under way: the next write (here
+    another store's, on an unrelated key) replays it, and its commit reaches every reader's cache."""
+    with (
+        cenotaph.open(tmp_path) as crashed,
+        cenotaph.open(tmp_path) as reader,
+        cenotaph.open(tmp_path) as writer,
+    ):
+        crashed.write(SCOPE, "k", "secret")
+        assert present(reader.read(SCOPE, "k")).value == "secret"  # cached
+        _crash_after_ledger(monkeypatch)
+        with pytest.raises(RuntimeError):
+            crashed.forget(SCOPE, "k", mode="operational")  # in the ledger, not in the database
+        writer.write(SCOPE, "unrelated", 1)
+        assert reader.read(SCOPE, "k") is None
+        assert writer.read(SCOPE, "k") is None
+
+
+def test_a_cached_read_after_a_write_that_replayed_a_logged_forget_and_rolled_back_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that meets another process's logged forget, replays it and is then refused by it
+    rolls back (nothing committed, so nothing tells the caches): this store's own next read must
+    still not answer from the cache."""
+    with cenotaph.open(tmp_path) as crashed, cenotaph.open(tmp_path) as store:
+        store.write(SCOPE, "k", "secret")
+        assert present(store.read(SCOPE, "k")).value == "secret"  # cached
+        _crash_after_ledger(monkeypatch)
+        with pytest.raises(RuntimeError):
+            crashed.forget(SCOPE, "k", mode="operational")  # in the ledger, not in the database
+        with pytest.raises(cenotaph.ForgottenError):
+            store.write(SCOPE, "k", "again")  # replays the forget, is refused by it, rolls back
+        assert store.read(SCOPE, "k") is None

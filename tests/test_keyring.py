@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import cenotaph
+from cenotaph.crypto.ledger_hint import LedgerHint, begin_append
 from cenotaph.crypto.provider import KEYRING_ENV, MASTER_KEY_ENV, LocalKeyring
 from cenotaph.errors import KeyProviderError
 
@@ -265,3 +266,26 @@ def test_a_keyring_directory_holding_only_its_own_files_is_accepted(
     with cenotaph.open(tmp_path / "d") as store:
         store.write(SCOPE, "k", "v")
     assert (keyring / "keyring.json").exists()
+
+
+def test_the_ledger_hint_moves_with_every_append_and_a_dead_append_keeps_it_unsettled(tmp_path: Path) -> None:
+    """Another instance (another process's view) sees each append in its hint; an append that
+    died between its counters leaves the hint unsettled (every check the full one) until the
+    next append completes."""
+    ring, other = LocalKeyring(tmp_path / "keys"), LocalKeyring(tmp_path / "keys")
+    before = other.ledger_hint()
+    assert before is not None and LedgerHint.settled(before)
+    ring.append_ledger({"entry": 1})
+    after = other.ledger_hint()
+    assert after is not None and after != before and LedgerHint.settled(after)
+    fd = os.open(tmp_path / "keys" / ".lock", os.O_RDWR)
+    try:
+        begin_append(fd)  # a process killed right after it began its append
+    finally:
+        os.close(fd)
+    dead = other.ledger_hint()
+    assert dead is not None and not LedgerHint.settled(dead)
+    ring.append_ledger({"entry": 2})
+    done = other.ledger_hint()
+    assert done is not None and LedgerHint.settled(done) and done != after
+    assert [e["entry"] for e in other.ledger()] == [1, 2]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import errors, limits, operations, wire
 from .audit.tree_head import check_consistency as verify_consistency
+from .consumers import Consumer, ConsumerEvent
 from .crypto.provider import KeyProvider, LocalKeyring
 from .erasure.certify.certificate import verify_certificate
 from .erasure.certify.pdf import certificate_pdf
@@ -65,6 +66,8 @@ __all__ = [
     "Certificate",
     "CertificateError",
     "Client",
+    "Consumer",
+    "ConsumerEvent",
     "DerivedFromForgottenError",
     "Embedder",
     "ErasureNotProvableError",

@@ -15,6 +15,7 @@ from collections.abc import Callable, Hashable, Iterable
 
 from .backends import ops
 from .crypto.keys import KeyChain
+from .crypto.ledger_hint import LedgerHint
 from .crypto.provider import KeyProvider
 from .errors import InvalidValueError
 from .index.search import SearchIndex
@@ -25,6 +26,10 @@ from .records import OpenedRecord
 __all__ = ["RECORD_CACHE_LIMIT", "StoreCaches"]
 
 RECORD_CACHE_LIMIT = 65_536
+
+
+def _no_hint() -> bytes | None:
+    return None
 
 
 class StoreCaches:
@@ -52,6 +57,11 @@ class StoreCaches:
         self.sync_pending = False
         self.closed = False
         self._marker: Hashable | None = None  # the backend's change marker when last looked at
+        # the backend's change marker and the ledger's hint when the last complete sync began:
+        # while both are unchanged nobody else committed and nobody logged a forget since, and
+        # memory is as fresh as that sync left it. A provider without a hint: always None
+        self._quiet: tuple[Hashable, bytes] | None = None
+        self._ledger_hint: Callable[[], bytes | None] = getattr(provider, "ledger_hint", _no_hint)
         # called after a sync replayed a forget whose chunks are left (the erasure worker's wake)
         self.on_replayed_chunks: Callable[[], None] = lambda: None
 
@@ -108,20 +118,40 @@ class StoreCaches:
         return changed
 
     def sync(self) -> None:
-        """Before serving anything: apply forgets another process logged, drop stale caches."""
+        """Before serving anything: apply forgets another process logged, drop stale caches.
+
+        When nobody committed and nobody appended to the ledger since the last complete sync
+        (:meth:`quiet`), there is nothing to apply: one ``data_version`` and a compare of the
+        ledger hint in memory, no ``stat``."""
         self.check_open()
+        if self.quiet():
+            return
         # One thread at a time: a thread that sees the change must finish dropping the caches
         # before any other thread, which no longer sees it, may answer from them. The lock is the
         # store's own (re-entrant, see locking.py), so a thread inside a transaction can sync too.
         with self._backend.serial():
             self.sync_locked()
 
+    def quiet(self) -> bool:
+        """Has no other connection committed and nobody appended to the ledger since the last
+        complete sync began (the backend's change marker and the provider's ledger hint are the
+        ones it began at), and is all this process read of the ledger in the database? Then a
+        sync has nothing to do. (Our own commits leave the marker alone: each one drops what it
+        makes stale itself.)"""
+        if self._quiet is None or self.sync_pending or not self._ledger.settled():
+            return False  # settled: a transaction of ours may have replayed a logged forget, then rolled back
+        return (self._backend.marker(), self._ledger_hint()) == self._quiet
+
     def sync_locked(self, changed: bool | None = None) -> None:
         # the marker moves only on other connections' commits; a replay is our own commit.
         # Until this sync completes, the next one acts as if something changed: a failure half
         # way (a busy ledger replay, say) must not leave the change consumed and the caches kept.
         # ``changed``: the caller read the marker itself (with its rows), else it is read here
-        check = (self.saw(self._backend.marker()) if changed is None else changed) or self.sync_pending
+        # taken before anything is read; an append under way (or dead half way) gives no quiet,
+        # nor does a caller that read the marker itself (it is not known here then)
+        hint, self._quiet = self._ledger_hint(), None
+        marker = self._backend.marker() if changed is None else None
+        check = (self.saw(marker) if changed is None else changed) or self.sync_pending
         self.sync_pending = True
         if check:
             self.invalidate_resolved()
@@ -146,3 +176,11 @@ class StoreCaches:
                 self.forget(None)
                 self.forget_epoch = epoch
         self.sync_pending = False
+        # inside a transaction the ledger's replay waited for its owner: no quiet then
+        if (
+            marker is not None
+            and hint is not None
+            and LedgerHint.settled(hint)
+            and not self._backend.in_transaction()
+        ):
+            self._quiet = (marker, hint)

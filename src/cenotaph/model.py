@@ -72,6 +72,7 @@ class Layer(StrEnum):
     PAGES = "pages"  # PostgreSQL: the server's pages (dead tuples, index entries) scanned
     RECLAIM = "reclaim"  # operational: the hidden rows removed
     HORIZON = "horizon"  # in a status only, while a KEK epoch of the forget lives
+    CONSUMERS = "consumers"  # in a status only, when a consumer took records the forget touches
 
 
 ERASURE_STATES = tuple(ErasureState)

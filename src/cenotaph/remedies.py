@@ -50,6 +50,8 @@ REMEDIES: frozenset[str] = frozenset(
         "store.erasures()",
         "store.backups()",
         "store.backup()",
+        "store.consumers()",
+        "store.register_consumer()",
         "cenotaph.restore()",
         # writing and forgetting
         "store.write()",

@@ -28,6 +28,8 @@ from .backends import (
 from .backends.base import Backend, LineageRow, RecordRow, Txn
 from .caches import RECORD_CACHE_LIMIT, StoreCaches
 from .clock import SYSTEM_CLOCK, Clock
+from .consumers import DEFAULT_ACK_DAYS, Consumer
+from .consumers.registry import Registry
 from .crypto.aead import derive
 from .crypto.keys import KeyChain
 from .crypto.provider import KeyProvider, keyring_env_location, keyring_from_env, keyring_from_env_only
@@ -141,6 +143,7 @@ class Store:
             auto_purge,
             clock,
         )
+        self._consumers = Registry(self._backend, provider, clock.now)
         atexit.register(self._ledger.flush_anchors)  # a process that exits without close() too
         try:
             with self._backend.write() as txn:
@@ -504,7 +507,8 @@ class Store:
             self._caches.check_open()
             # the ledger now; whether another connection committed comes with the rows, read in
             # the same snapshot (no statement of its own)
-            self._caches.sync_locked(changed=False)
+            if not self._caches.quiet():
+                self._caches.sync_locked(changed=False)
             with self._backend.read() as txn:
                 marker, found = txn.run(ops.KeyRecords(tokens, key_token))
                 if self._caches.saw(marker):
@@ -688,6 +692,22 @@ class Store:
                 for r in requests
             ],
         }
+
+    # -- downstream consumers (cenotaph.consumers) ----------------------------------------
+    def register_consumer(self, name: str, *, ack_days: int = DEFAULT_ACK_DAYS) -> Consumer:
+        """Register a downstream consumer (a summarizer, a dataset builder, a cache): what it takes
+        through the returned handle is recorded (ids and versions), and every compliance forget of
+        a record it took asks it to delete it and acknowledge within ``ack_days`` days."""
+        self._caches.check_open()
+        return Consumer(self, self._consumers, self._consumers.register(name, ack_days))
+
+    def consumer(self, consumer_id: str) -> Consumer:
+        """The handle of a registered consumer."""
+        return Consumer(self, self._consumers, self._consumers.find(consumer_id))
+
+    def consumers(self) -> builtins.list[Consumer]:
+        """Every registered consumer, oldest first."""
+        return [Consumer(self, self._consumers, info) for info in self._consumers.all()]
 
     # -- sessions ------------------------------------------------------------------------
     def session(self, scope: str, *, owner: str | None = None) -> StoreSession:

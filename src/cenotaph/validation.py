@@ -99,11 +99,37 @@ def encode_json(value: object, what: str = "value", limit: int = MAX_VALUE_BYTES
     return data
 
 
+_FLAT_ATOMS = frozenset({str, float, bool, type(None)})
+
+
+def _flat(value: object) -> bool:
+    """Is ``value`` an atom, or a plain dict of atoms under plain string keys (most values)?
+    Then :func:`_check_tree` has nothing to refuse: one pass, no stack."""
+    if type(value) in _FLAT_ATOMS:
+        return True
+    if type(value) is int:
+        return value.bit_length() <= MAX_INT_BITS
+    if type(value) is not dict:
+        return False
+    for k, v in value.items():
+        if type(k) is not str:
+            return False
+        item = type(v)
+        if item is int:
+            if v.bit_length() > MAX_INT_BITS:
+                return False
+        elif item not in _FLAT_ATOMS:
+            return False
+    return True
+
+
 def _check_tree(value: object, what: str) -> None:
     """What the encoder would not refuse, or not safely: nesting deeper than ``MAX_JSON_DEPTH``
     (a value that contains itself never ends; the C encoder would exhaust the C stack when the
     recursion limit is raised), object keys that are not strings (the encoder silently turns
     them into strings), and integers too long for a default Python to read back."""
+    if _flat(value):
+        return
     stack: list[tuple[object, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()

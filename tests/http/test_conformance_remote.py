@@ -1,8 +1,9 @@
 """The backend-neutral conformance suite, run again against ``cenotaph.Client`` over HTTP.
 
-Every conformance test that needs only a fresh ``store`` runs here with ``store`` a remote client
-(an operator key for ``tenant:t``, the suite's tenant) of a fresh server over a fresh data
-directory. Tests that restart, twin or inspect the store's files need the library in-process and
+Every conformance test that needs only a fresh ``store`` (or a ``clocked`` one and its ``clock``)
+runs here with that store a remote client (an operator key for ``tenant:t``, the suite's tenant) of
+a fresh server over a fresh data directory; a clocked server's store keeps its TTLs on the test's
+``ManualClock``. Tests that restart, twin or inspect the store's files need the library in-process and
 stay in ``tests/conformance``. Where the server answers differently by design, the test is marked
 ``xfail(strict=True)`` with the reason (``DEVIATIONS``): if it ever passes, the mark must go.
 """
@@ -18,8 +19,10 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 from tests.conformance import test_dominance, test_modes, test_read_path, test_scope_closure, test_session
+from tests.kit.clock import ManualClock
 
 import cenotaph
+from cenotaph.clock import SYSTEM_CLOCK, Clock
 from cenotaph.service.apikeys import ApiKeyRing
 from cenotaph.service.http import create_app
 
@@ -55,13 +58,14 @@ SKIPPED = {"test_a_compliance_forget_is_not_reported_erased_before_evidence"}
 
 def _only_needs_a_store(func: Callable[..., Any]) -> bool:
     params = set(inspect.signature(func).parameters)
+    stores = {"store"} if "store" in params else {"clocked", "clock"}
     marks = {
         a
         for m in getattr(func, "pytestmark", [])
         if m.name == "parametrize"
         for a in str(m.args[0]).split(",")
     }
-    return "store" in params and params - {"store"} <= {a.strip() for a in marks}
+    return stores <= params and params - stores <= {a.strip() for a in marks}
 
 
 def _collect() -> dict[str, Callable[..., Any]]:
@@ -82,13 +86,12 @@ def _collect() -> dict[str, Callable[..., Any]]:
 globals().update(_collect())
 
 
-@pytest.fixture
-def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[cenotaph.Client]:
-    """A fresh server over a fresh store, reached with an operator key for the whole tenant:t."""
+def _remote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: Clock) -> Iterator[cenotaph.Client]:
+    """A fresh server over a fresh store on ``clock``, reached with an operator key for the whole tenant:t."""
     monkeypatch.delenv("CENOTAPH_KEYRING", raising=False)
     monkeypatch.delenv("CENOTAPH_MASTER_KEY", raising=False)
     data = tmp_path / "data"
-    backing = cenotaph.open(data)
+    backing = cenotaph.open(data, clock=clock)
     keys = ApiKeyRing(data)
     secret = keys.create(tenant="t", role="operator")[1]
     app = create_app(backing, keys, console=False)
@@ -101,6 +104,16 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[cenotaph.
             yield client
     finally:
         backing.close()
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[cenotaph.Client]:
+    yield from _remote(tmp_path, monkeypatch, SYSTEM_CLOCK)
+
+
+@pytest.fixture
+def clocked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: ManualClock) -> Iterator[cenotaph.Client]:
+    yield from _remote(tmp_path, monkeypatch, clock)
 
 
 def test_the_remote_suite_is_not_empty() -> None:

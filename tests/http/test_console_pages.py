@@ -237,3 +237,21 @@ def test_messages_set_routes_as_code_and_escape_everything_else() -> None:
     assert str(prose("held by 'tenant:<b>`x`'")) == "held by &#39;tenant:&lt;b&gt;<code>x</code>&#39;"
     assert str(prose("a lone ` <i>")) == "a lone ` &lt;i&gt;"
     assert str(prose("`<script>`")) == "<code>&lt;script&gt;</code>"
+
+
+def test_the_consumers_page_lists_pending_and_overdue_erasures(console: Console) -> None:
+    made = console.api("POST", "/v1/consumers", json={"name": "summarizer", "ack_days": 1})
+    consumer_key = {"Authorization": f"Bearer {made['api_key']}"}
+    console.api("POST", "/v1/memories", json={"scope": ALICE, "key": "diet", "value": "vegetarian"})
+    assert console.http.get(
+        "/v1/memories", params={"scope": ALICE, "key": "diet"}, headers=consumer_key
+    ).is_success
+    request_id = console.api("POST", "/v1/forget", json={"scope": ALICE, "key": "diet"})["request_id"]
+    console.sign_in()
+    page = console.http.get("/console/consumers").text
+    _speaks_console(page)
+    text = _visible_text(page)
+    assert "summarizer" in text and str(made["id"]) in text and str(request_id) in text
+    assert 'class="overdue"' not in page  # due in a day
+    erasure_page = _visible_text(console.http.get(f"/console/erasures/{request_id}").text)
+    assert "summarizer" in erasure_page and "acknowledge" in erasure_page

@@ -50,6 +50,7 @@ def keys(data: Path) -> dict[str, str]:
         "tenant": ring.create(tenant="acme", prefix=None, role="operator"),
         "globex": ring.create(tenant="globex", prefix="tenant:globex/user:alice", role="agent"),
         "revoked": ring.create(tenant="acme", prefix=USER, role="agent"),
+        "consumer": ring.create(tenant="acme", prefix=USER, role="consumer", consumer="cn_summarizer"),
     }
     ring.revoke(made["revoked"][0].id)
     return {name: secret for name, (_, secret) in made.items()}
@@ -90,6 +91,7 @@ async def test_requests_without_a_live_key_are_refused(cli_data: Path, secrets: 
             assert await status(f"Bearer {alice}{'x' * 300}") == 401
             assert await status(f"Bearer {secrets['revoked']}") == 401
             assert await status(f"Bearer {secrets['globex']}") == 403  # another tenant: nothing here for it
+            assert await status(f"Bearer {secrets['consumer']}") == 403  # it only reads, over HTTP
             assert await status(f"Bearer {alice}") != 401
 
 

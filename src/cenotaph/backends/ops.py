@@ -625,6 +625,70 @@ class AuditEntries(Op[list[str]]):
     writes: ClassVar[bool] = False
 
 
+# downstream consumers (cenotaph.consumers): content-free (ids, versions, times, their own JSON)
+
+
+@dataclass(frozen=True, slots=True)
+class InsertConsumer(Op[None]):
+    writes: ClassVar[bool] = True
+    consumer_id: str
+    name: str
+    ack_days: int
+    registered_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class Consumers(Op[list[tuple[str, str, int, str]]]):
+    """(id, name, ack_days, registered_at) of every consumer, oldest first."""
+
+    writes: ClassVar[bool] = False
+
+
+@dataclass(frozen=True, slots=True)
+class InsertTakes(Op[None]):
+    """What a consumer took: (record id, version) pairs; a record taken again keeps its first row."""
+
+    writes: ClassVar[bool] = True
+    consumer_id: str
+    taken: Sequence[tuple[str, int]]
+    taken_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class TakersOf(Op[list[tuple[str, str, int]]]):
+    """(consumer id, record id, version) of every take of one of ``record_ids``."""
+
+    writes: ClassVar[bool] = False
+    record_ids: Sequence[str]
+
+
+@dataclass(frozen=True, slots=True)
+class InsertConsumerEvents(Op[None]):
+    """(consumer id, request id, records JSON, created_at, deadline) rows."""
+
+    writes: ClassVar[bool] = True
+    rows: Sequence[tuple[str, str, str, str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerEvents(Op[list[tuple[str, str, str, str, str, str | None, str | None]]]):
+    """(consumer id, request id, records JSON, created_at, deadline, acknowledged_at, evidence JSON)
+    of the events of one consumer and/or one request (None: any), oldest first."""
+
+    writes: ClassVar[bool] = False
+    consumer_id: str | None
+    request_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AcknowledgeConsumerEvent(Op[None]):
+    writes: ClassVar[bool] = True
+    consumer_id: str
+    request_id: str
+    acknowledged_at: str
+    evidence: str
+
+
 # every operation defined above, in the order defined
 OPS: tuple[type[Op[Any]], ...] = tuple(
     v for v in list(globals().values()) if isinstance(v, type) and issubclass(v, Op) and v is not Op

@@ -10,10 +10,10 @@ from cenotaph.service.apikeys import ApiKeyRing
 from .options import DataLocation, api_key_ring, data_option, open_existing_store
 from .output import emit, table_option
 
-__all__ = ["api_keys"]
+__all__ = ["api_keys", "key_ring"]
 
 
-def _ring(data: DataLocation) -> ApiKeyRing:
+def key_ring(data: DataLocation) -> ApiKeyRing:
     """The store's key ring; a mistyped --data must not grow a key file of its own."""
     if data.url is not None:
         with open_existing_store(data):  # the schema holds a store, and the keyring is its own
@@ -50,7 +50,7 @@ def api_keys() -> None:
 @table_option
 def create(data: DataLocation, tenant: str, prefix: str | None, role: str, table: bool) -> None:
     """Create a key. Prints {"id", "key", ...}: store "key" now, it is never shown again."""
-    ring = _ring(data)
+    ring = key_ring(data)
     key, secret = ring.create(tenant=tenant, prefix=prefix, role=role)
     emit({"id": key.id, "key": secret, **{k: v for k, v in key.to_dict().items() if k != "id"}}, table=table)
 
@@ -60,7 +60,7 @@ def create(data: DataLocation, tenant: str, prefix: str | None, role: str, table
 @table_option
 def list_keys(data: DataLocation, table: bool) -> None:
     """List every key (never its secret), revoked ones included."""
-    ring = _ring(data)
+    ring = key_ring(data)
     emit([k.to_dict() for k in ring.list()], table=table)
 
 
@@ -69,6 +69,6 @@ def list_keys(data: DataLocation, table: bool) -> None:
 @data_option
 def revoke(key_id: str, data: DataLocation) -> None:
     """Revoke KEY_ID: the server refuses it from its next request on."""
-    ring = _ring(data)
+    ring = key_ring(data)
     ring.revoke(key_id)
     emit({"id": key_id, "revoked": True}, table=False)

@@ -23,6 +23,7 @@ from .api_keys import api_keys
 from .audit import audit
 from .backups import backup, release_backup, restore
 from .certificates import attest, verify_cert
+from .consumers import consumers
 from .demo import demo
 from .doctor import doctor
 from .export import export
@@ -180,6 +181,7 @@ COMMANDS: tuple[click.Command, ...] = (
     keyring,
     serve,
     api_keys,
+    consumers,
     mcp,
     kg,
 )

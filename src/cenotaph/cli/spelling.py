@@ -32,6 +32,8 @@ API_TO_CLI: dict[str, str] = {
     "store.erasures()": "`cenotaph status`",
     "store.backups()": "`cenotaph status`",
     "store.backup()": "`cenotaph backup`",
+    "store.consumers()": "`cenotaph consumers list`",
+    "store.register_consumer()": "`cenotaph consumers add`",
     "store.forget()": "`cenotaph forget`",
     "store.write()": "`cenotaph write`",
     "store.attest()": "`cenotaph attest`",

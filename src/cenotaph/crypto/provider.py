@@ -26,6 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 from ..durable import write_all, write_atomically
 from ..errors import InvalidValueError, KeyProviderError
 from .aead import KEY_BYTES, new_key, open_sealed, seal
+from .ledger_hint import LedgerHint, begin_append, end_append
 
 __all__ = [
     "KeyProvider",
@@ -99,6 +100,7 @@ class LocalKeyring:
         self._ledger_path = str(self.path / self.LEDGER_FILE)
         self._state: dict[str, Any] = {}
         self._stamp: tuple[int, int, int] | None = None
+        self._hint = LedgerHint(self.path / ".lock")
         self._open()
 
     # -- file handling ---------------------------------------------------------------
@@ -118,7 +120,8 @@ class LocalKeyring:
         )
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
+    def _locked(self) -> Iterator[int]:
+        """Hold the keyring's lock; yields the lock file's descriptor."""
         lock = self.path / ".lock"
         try:
             fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
@@ -127,7 +130,7 @@ class LocalKeyring:
         with os.fdopen(fd, "r+b") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
-                yield
+                yield handle.fileno()
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
@@ -275,9 +278,11 @@ class LocalKeyring:
         """Whether keyring.json is sealed under a master key (this instance was opened with it)."""
         return self._master is not None
 
-    def exclusive(self) -> contextlib.AbstractContextManager[None]:
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
         """Hold the keyring's lock: no process changes its files until the block ends."""
-        return self._locked()
+        with self._locked():
+            yield
 
     def reseal(self, master_key: bytes) -> None:
         """Rewrite keyring.json sealed under ``master_key``: one atomic replace (a crash leaves the
@@ -349,8 +354,9 @@ class LocalKeyring:
 
     def append_ledger(self, entry: Mapping[str, Any]) -> None:
         line = (json.dumps(entry, sort_keys=True, separators=(",", ":")) + "\n").encode()
-        with self._locked():
+        with self._locked() as lock_fd:
             try:
+                begun = begin_append(lock_fd)  # every process's ledger_hint() moves from here on
                 fd = os.open(self._ledger_file, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
                 try:
                     size = os.fstat(fd).st_size
@@ -360,6 +366,7 @@ class LocalKeyring:
                     os.fsync(fd)
                 finally:
                     os.close(fd)
+                end_append(lock_fd, begun)
             except OSError as exc:
                 raise KeyProviderError(
                     f"cannot append to the forget ledger {self._ledger_file} ({exc.strerror}); the "
@@ -400,6 +407,11 @@ class LocalKeyring:
             except ValueError:
                 continue  # a line torn by a crash mid-append (as in ledger())
         return entries, offset + len(whole)
+
+    def ledger_hint(self) -> bytes | None:
+        """Bytes in memory that move whenever an append to the ledger begins or ends, in any
+        process (see ``ledger_hint``); ``None`` when there are none to read."""
+        return self._hint.stamp()
 
     def ledger_mark(self) -> int:
         try:

@@ -29,9 +29,10 @@ from typing import Any
 
 from ..audit.chain import verified_requests
 from ..backends import ops
-from ..backends.base import Backend, ErasureRow
+from ..backends.base import Backend, ErasureRow, Txn
 from ..caches import StoreCaches
 from ..clock import Clock
+from ..consumers import feed as consumer_feed
 from ..crypto.keys import KeyChain
 from ..crypto.provider import KeyProvider
 from ..crypto.tokens import TokenMaker
@@ -105,6 +106,7 @@ class Erasure:
         self.applier = PlanApplier(backend, ledger.view, caches)
         self.worker = ErasureWorker(self._background_pass)
         caches.on_replayed_chunks = self.worker.wake
+        ledger.on_replay = self._ask_consumers  # a forget replayed from the ledger asks them too
 
     # -- the purge mode and the worker ---------------------------------------------------
     @property
@@ -200,6 +202,7 @@ class Erasure:
             plan = self._planner.plan(txn, request_id, version, target, survey)
             fault_point("forget.planned")
             whole = self._ledger.commit_plan(txn, plan, check_postcondition, sample)
+            self._ask_consumers(txn, plan)
             epoch = txn.run(ops.Count("forget_epoch"))
 
             def forgotten() -> None:
@@ -218,6 +221,13 @@ class Erasure:
         elif self._mode == "background":  # an operational forget's rows are reclaimed too
             self.worker.nudge()
         return self.handle(plan.request_id, plan.version, plan.mode, plan.target_kind, plan.requested_at)
+
+    @staticmethod
+    def _ask_consumers(txn: Txn, plan: ForgetPlan) -> None:
+        """In a compliance forget's transaction (first commit or replay): each consumer that took
+        a record of it is asked to delete it (``consumers.feed``; never twice)."""
+        if plan.compliance:
+            consumer_feed.notify(txn, plan.request_id, plan.record_ids, plan.requested_at)
 
     def _finish_chunked(self, plan: ForgetPlan) -> None:
         try:

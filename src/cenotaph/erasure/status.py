@@ -20,6 +20,7 @@ from collections.abc import Callable
 from ..backends import ops
 from ..backends.base import Backend, ErasureRow
 from ..caches import StoreCaches
+from ..consumers import feed as consumer_feed
 from ..errors import ErasureNotProvableError, NotFoundError
 from ..ledger.plan import ForgetPlan
 from ..model import ErasureState, ErasureStatus, Layer, LayerState, LayerStatus, Mode, Retention
@@ -96,6 +97,18 @@ class RequestStatus:
             # the row is a cache: only a verifying scan in the audit log, announced in the
             # ledger, makes a request report verified (an edited row must not); no purge changes that
             state, gaps, stuck, next_step = ErasureState.PURGED, (ALTERED_GAP, *gaps), True, INVESTIGATE
+        if row.mode == Mode.COMPLIANCE:
+            with self._backend.read() as txn:
+                asked = consumer_feed.standing(txn, row.id)
+            if asked:
+                layer, owing = consumer_feed.layer(asked)
+                layers[Layer.CONSUMERS] = layer
+                if owing:
+                    # verified means every layer done: consumers that took its records answered too
+                    if state == ErasureState.VERIFIED:
+                        state, stuck = ErasureState.PURGED, True
+                    gaps = (*gaps, *owing)
+                    next_step = next_step or consumer_feed.ACKNOWLEDGE
         return ErasureStatus(state, layers, horizon, gaps, stuck=stuck, next_step=next_step, retained_by=held)
 
     def confirm(self, request_id: str) -> ErasureStatus:

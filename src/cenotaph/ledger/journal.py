@@ -136,9 +136,17 @@ class Ledger:
         self._anchor: dict[str, Any] | None = None  # a forget's audit anchor, appended later
         self._anchor_lock = threading.Lock()
         self.view = LedgerView(provider)  # what decides; the database's rows only cache it (S9)
+        # what else a replayed forget does in its transaction, as its first commit would have
+        # (set by the erasure side: the consumers it asks); the ledger knows nothing of it
+        self.on_replay: Callable[[Txn, ForgetPlan], None] = lambda txn, plan: None
 
     def changed(self, mark: int | None = None) -> bool:
         return (self._provider.ledger_mark() if mark is None else mark) != self._mark
+
+    def settled(self) -> bool:
+        """Is all of the ledger this process has read known to be in the database, with no
+        replay left for the caches to act on? (Memory only: no ``stat``.)"""
+        return self.view.mark == self._mark and not self._replayed
 
     def missing(self, txn: Txn) -> bool:
         """Cheap check (a read): does the ledger hold forgets the database lacks? Marks the ledger
@@ -183,6 +191,7 @@ class Ledger:
                 plan = ForgetPlan.from_entry(entry)
                 whole = True if audited is not None else None
                 self._record(txn, plan, replayed=True, replace=audited is not None, whole=whole)
+                self.on_replay(txn, plan)
                 applied += 1
             elif audited is not None:
                 reapply_to_records(txn, ForgetPlan.from_entry(entry))

@@ -82,11 +82,14 @@ _CLEAR_FIELDS = ("id", "created_at", "revoked_at", "erased_at", "hash")
 
 
 class Role(StrEnum):
-    """What a key may do: ``agent`` (read/write/search/forget inside its prefix) or ``operator``
-    (also subject erasure, certificates, exports, backups and key rotation)."""
+    """What a key may do: ``agent`` (read/write/search/forget inside its prefix), ``operator``
+    (also subject erasure, certificates, exports, backups, key rotation and consumers) or
+    ``consumer`` (a downstream consumer's key: read and export inside its prefix, recorded as
+    what that consumer took, and fetch and acknowledge its own erasure events; nothing else)."""
 
     AGENT = "agent"
     OPERATOR = "operator"
+    CONSUMER = "consumer"
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +106,7 @@ class ApiKey:
     created_at: datetime
     revoked_at: datetime | None = None
     erased_at: datetime | None = None
+    consumer: str | None = None  # a consumer key's consumer id (store.register_consumer)
 
     @property
     def scope(self) -> Scope:
@@ -121,6 +125,7 @@ class ApiKey:
             "created_at": self.created_at.isoformat(),
             "revoked_at": self.revoked_at.isoformat() if self.revoked_at else None,
             "erased_at": self.erased_at.isoformat() if self.erased_at else None,
+            "consumer": self.consumer,
         }
 
 
@@ -141,7 +146,7 @@ def check_binding(tenant: object, prefix: object, role: object) -> tuple[str, Sc
     if not scope.is_within(root):
         raise InvalidValueError(f"the prefix must be a scope inside {root.path}, e.g. {root.path}/user:alice")
     if role not in tuple(Role):
-        raise InvalidValueError("role must be 'agent' or 'operator'")
+        raise InvalidValueError("role must be 'agent', 'operator' or 'consumer'")
     return tenant, scope, Role(str(role))
 
 
@@ -293,9 +298,17 @@ class ApiKeyRing:
         return self._derive(purpose)
 
     # -- API -----------------------------------------------------------------------------
-    def create(self, *, tenant: str, prefix: str | None = None, role: str | Role) -> tuple[ApiKey, str]:
-        """A new key and its secret. The secret is returned once and stored only as a keyed hash."""
+    def create(
+        self, *, tenant: str, prefix: str | None = None, role: str | Role, consumer: str | None = None
+    ) -> tuple[ApiKey, str]:
+        """A new key and its secret. The secret is returned once and stored only as a keyed hash.
+        A ``consumer`` key names the consumer it acts for (its id); no other role names one."""
         tenant, scope, checked_role = check_binding(tenant, prefix, role)
+        if (checked_role == Role.CONSUMER) != (consumer is not None):
+            raise InvalidValueError(
+                "a consumer key needs the id of a registered consumer (store.register_consumer), "
+                "and only a consumer key takes one"
+            )
         key_id = secrets.token_hex(8)
         secret = f"cnk_{key_id}_{secrets.token_urlsafe(32)}"
         entry: dict[str, Any] = {
@@ -305,7 +318,9 @@ class ApiKeyRing:
             "erased_at": None,
             "hash": self._hash(secret),
         }
-        binding = {"tenant": tenant, "prefix": scope.path, "role": str(checked_role)}
+        binding: dict[str, Any] = {"tenant": tenant, "prefix": scope.path, "role": str(checked_role)}
+        if consumer is not None:
+            binding["consumer"] = consumer
         entry["binding"] = self._seal(entry, binding)
         with self._locked():
             self._refresh()
@@ -372,6 +387,7 @@ class ApiKeyRing:
                     "tenant": key.tenant if above is not None else "",
                     "prefix": above.path if above is not None else "",
                     "role": str(key.role),
+                    **({"consumer": key.consumer} if key.consumer else {}),
                 }
                 entry["binding"] = self._seal(entry, kept)
                 self._entries[key_id] = entry
@@ -415,7 +431,10 @@ def _parse(raw: bytes) -> dict[str, dict[str, Any]]:
 
 
 def _binding_of(key: ApiKey) -> dict[str, Any]:
-    return {"tenant": key.tenant, "prefix": key.prefix, "role": str(key.role)}
+    binding: dict[str, Any] = {"tenant": key.tenant, "prefix": key.prefix, "role": str(key.role)}
+    if key.consumer:
+        binding["consumer"] = key.consumer
+    return binding
 
 
 def _to_key(entry: dict[str, Any], binding: dict[str, Any]) -> ApiKey:
@@ -428,4 +447,5 @@ def _to_key(entry: dict[str, Any], binding: dict[str, Any]) -> ApiKey:
         created_at=datetime.fromisoformat(entry["created_at"]),
         revoked_at=datetime.fromisoformat(revoked) if revoked else None,
         erased_at=datetime.fromisoformat(erased) if erased else None,
+        consumer=str(binding["consumer"]) if binding.get("consumer") else None,
     )

@@ -58,6 +58,9 @@ DUMP_MANIFEST = "cenotaph-pg-dump.json"
 DUMP_TABLES = (
     "audit",
     "change_marker",
+    "consumer_events",
+    "consumer_takes",
+    "consumers",
     "derivations",
     "erased_records",
     "erasure_progress",

@@ -141,6 +141,26 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             EXECUTE FUNCTION vectors_follow_record();
         """,
     ),
+    (
+        2,
+        """
+        -- downstream consumers (see SQLite schema 9)
+        CREATE TABLE consumers (
+            id TEXT PRIMARY KEY, name TEXT NOT NULL, ack_days BIGINT NOT NULL,
+            registered_at TEXT NOT NULL
+        );
+        CREATE TABLE consumer_takes (
+            record_id TEXT NOT NULL, consumer_id TEXT NOT NULL, version BIGINT NOT NULL,
+            taken_at TEXT NOT NULL, PRIMARY KEY (record_id, consumer_id)
+        );
+        CREATE TABLE consumer_events (
+            consumer_id TEXT NOT NULL, request_id TEXT NOT NULL, records TEXT NOT NULL,
+            created_at TEXT NOT NULL, deadline TEXT NOT NULL, acknowledged_at TEXT, evidence TEXT,
+            PRIMARY KEY (consumer_id, request_id)
+        );
+        CREATE INDEX consumer_events_request ON consumer_events (request_id);
+        """,
+    ),
 )
 
 LATEST = MIGRATIONS[-1][0]

@@ -659,3 +659,56 @@ class SQLHandlers:
 
     def audit_entries(self) -> list[str]:
         return [r[0] for r in self._run("SELECT entry FROM audit ORDER BY seq")]
+
+    # -- downstream consumers (content-free: ids, versions, times, their own JSON) -----------
+    def insert_consumer(self, consumer_id: str, name: str, ack_days: int, registered_at: str) -> None:
+        self._run(
+            "INSERT INTO consumers (id, name, ack_days, registered_at) VALUES (?,?,?,?)",
+            (consumer_id, name, ack_days, registered_at),
+        )
+
+    def consumers(self) -> list[tuple[str, str, int, str]]:
+        rows = self._run("SELECT id, name, ack_days, registered_at FROM consumers ORDER BY registered_at, id")
+        return [(str(r[0]), str(r[1]), int(r[2]), str(r[3])) for r in rows]
+
+    def insert_takes(self, consumer_id: str, taken: Sequence[tuple[str, int]], taken_at: str) -> None:
+        self._insert_rows(
+            "consumer_takes",
+            "record_id, consumer_id, version, taken_at",
+            ("text", "text", "bigint", "text"),
+            [(record_id, consumer_id, version, taken_at) for record_id, version in taken],
+        )
+
+    def takers_of(self, record_ids: Sequence[str]) -> list[tuple[str, str, int]]:
+        sql = "SELECT consumer_id, record_id, version FROM consumer_takes WHERE {In}"
+        return [
+            (str(r[0]), str(r[1]), int(r[2])) for r in self._in_parts(sql, "record_id", "text", record_ids)
+        ]
+
+    def insert_consumer_events(self, rows: Sequence[tuple[str, str, str, str, str]]) -> None:
+        for row in rows:
+            self._run(
+                "INSERT INTO consumer_events (consumer_id, request_id, records, created_at, deadline) "
+                "VALUES (?,?,?,?,?)",
+                row,
+            )
+
+    def consumer_events(
+        self, consumer_id: str | None, request_id: str | None
+    ) -> list[tuple[str, str, str, str, str, str | None, str | None]]:
+        text = self._d.param("text")
+        rows = self._run(
+            "SELECT consumer_id, request_id, records, created_at, deadline, acknowledged_at, evidence "
+            f"FROM consumer_events WHERE ({text} IS NULL OR consumer_id = ?) AND ({text} IS NULL OR request_id = ?) "
+            "ORDER BY created_at, request_id, consumer_id",
+            (consumer_id, consumer_id, request_id, request_id),
+        )
+        return [(r[0], r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows]
+
+    def acknowledge_consumer_event(
+        self, consumer_id: str, request_id: str, acknowledged_at: str, evidence: str
+    ) -> None:
+        self._run(
+            "UPDATE consumer_events SET acknowledged_at=?, evidence=? WHERE consumer_id=? AND request_id=?",
+            (acknowledged_at, evidence, consumer_id, request_id),
+        )

@@ -207,4 +207,26 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         CREATE INDEX lineage_slot ON lineage(scope_token, key_token);
         """,
     ),
+    (
+        9,
+        """
+        -- downstream consumers (cenotaph.consumers): who they are, what each took (record ids and
+        -- versions, never a value), and what each was asked to delete by an erasure, with its own
+        -- acknowledgement (a JSON statement it gave, bounded and validated before it is stored)
+        CREATE TABLE IF NOT EXISTS consumers (
+            id TEXT PRIMARY KEY, name TEXT NOT NULL, ack_days INTEGER NOT NULL,
+            registered_at TEXT NOT NULL
+        ) WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS consumer_takes (
+            record_id TEXT NOT NULL, consumer_id TEXT NOT NULL, version INTEGER NOT NULL,
+            taken_at TEXT NOT NULL, PRIMARY KEY (record_id, consumer_id)
+        ) WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS consumer_events (
+            consumer_id TEXT NOT NULL, request_id TEXT NOT NULL, records TEXT NOT NULL,
+            created_at TEXT NOT NULL, deadline TEXT NOT NULL, acknowledged_at TEXT, evidence TEXT,
+            PRIMARY KEY (consumer_id, request_id)
+        ) WITHOUT ROWID;
+        CREATE INDEX IF NOT EXISTS consumer_events_request ON consumer_events(request_id);
+        """,
+    ),
 )

@@ -10,6 +10,7 @@ from ...audit.chain import entry_from_dict
 from ...audit.log import TransparencyLog
 from ...backends import ops
 from ...backends.base import Backend
+from ...consumers import feed as consumer_feed
 from ...crypto.provider import KeyProvider
 from ...errors import ErasureNotProvableError
 from ...ledger.journal import anchor_audit
@@ -75,6 +76,12 @@ class Attestor:
                 requester or Requester(),
             ),
         }
+        with self._backend.read() as txn:
+            asked = consumer_feed.standing(txn, row.id)
+        # every acknowledgement is in the verified audit log (StorageError: the database was altered)
+        consumer_feed.check_audited(asked, self._audit.verified()[0])
+        # each downstream consumer asked, with its own statement (every one acknowledged: confirm passed)
+        fields["consumers"] = [consumer_feed.statement(info, event) for info, event in asked]
         with self._backend.write() as txn:
             anchor_audit(self._provider, txn, "attest", {"request_id": row.id})
             tail = txn.run(ops.AuditTail())

@@ -29,6 +29,7 @@ from cenotaph.limits import MAX_METADATA_BYTES, MAX_VALUE_BYTES
 from ... import __version__
 from ...errors import CenotaphError
 from ..apikeys import ApiKeyRing
+from .consumer_routes import router as consumer_router
 from .context import Service
 from .problems import ApiError, problem_for
 from .routes import router
@@ -100,6 +101,7 @@ def create_app(
     )
     app.state.service = service
     app.include_router(router)
+    app.include_router(consumer_router)
     if console:
         from .console import install_console
 

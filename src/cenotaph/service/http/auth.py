@@ -23,6 +23,9 @@ from .problems import ApiError, NotVisible
 
 __all__ = [
     "agent_key",
+    "any_key",
+    "consumer_of",
+    "exporter_key",
     "inside",
     "operator_key",
     "owned_by_reach",
@@ -34,10 +37,10 @@ __all__ = [
 _bearer = HTTPBearer(auto_error=False, description="an API key from `cenotaph api-keys create`")
 
 
-async def agent_key(
+async def any_key(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> ApiKey:
-    """The live key of the request (any role), else 401. Async: a dependency that never blocks for
+    """The live key of the request (any role, a consumer's too), else 401. Async: a dependency that never blocks for
     long (one stat, one HMAC) runs on the event loop instead of a trip through the thread pool."""
     key = service_of(request).keys.authenticate(credentials.credentials if credentials else None)
     if key is None:
@@ -48,6 +51,28 @@ async def agent_key(
         )
     request.state.api_key = key
     return key
+
+
+async def agent_key(key: Annotated[ApiKey, Depends(any_key)]) -> ApiKey:
+    """The request's key if it is an agent or operator key, else 403: a consumer key only reads,
+    exports and answers its own erasure events."""
+    if key.role == Role.CONSUMER:
+        raise ApiError(
+            403, "forbidden", "a consumer key may only read, export and fetch or acknowledge its events"
+        )
+    return key
+
+
+async def exporter_key(key: Annotated[ApiKey, Depends(any_key)]) -> ApiKey:
+    """The request's key if it may export a subject (an operator or a consumer key), else 403."""
+    if key.role == Role.AGENT:
+        raise ApiError(403, "forbidden", "this needs an operator key; an agent key may not do it")
+    return key
+
+
+def consumer_of(key: ApiKey) -> str | None:
+    """The consumer a key acts for (a consumer key's), else None: what it reads is recorded as taken."""
+    return key.consumer if key.role == Role.CONSUMER else None
 
 
 async def operator_key(key: Annotated[ApiKey, Depends(agent_key)]) -> ApiKey:

@@ -40,6 +40,7 @@ from ..apikeys import ApiKey, Role
 from .context import Service, service_of
 from .operations import (
     backups_for,
+    consumers_for,
     epochs_for,
     erasure_doc,
     erasures_for,
@@ -470,6 +471,12 @@ def keys(request: Request, op: OperatorDep) -> HTMLResponse:
     return _page(
         request, "keys.html", op=op, backups=backups_for(op.svc, op.key), epochs=epochs_for(op.svc, op.key)
     )
+
+
+# -- downstream consumers -------------------------------------------------------------------------
+@router.get("/consumers")
+def consumers(request: Request, op: OperatorDep) -> HTMLResponse:
+    return _page(request, "consumers.html", op=op, consumers=consumers_for(op.svc, op.key))
 
 
 def install_console(app: FastAPI, *, secure_cookies: bool = True) -> None:

@@ -3,6 +3,7 @@ by the ``/v1`` routes and the console, so both show the same things and refuse t
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from cenotaph import Scope
@@ -21,7 +22,9 @@ __all__ = [
     "epochs_for",
     "erasure_doc",
     "erasures_for",
+    "consumers_for",
     "export_for",
+    "tenant_consumers",
     "forget_subject_for",
     "owner_of",
     "purge_for",
@@ -126,3 +129,26 @@ def epochs_for(svc: Service, key: ApiKey) -> list[dict[str, Any]]:
             }
         )
     return epochs
+
+
+def tenant_consumers(svc: Service, key: ApiKey) -> set[str]:
+    """The ids of the consumers of ``key``'s tenant: those a key of the tenant acts for."""
+    return {k.consumer for k in svc.keys.list() if k.consumer and k.tenant == key.tenant}
+
+
+def consumers_for(svc: Service, key: ApiKey) -> list[dict[str, Any]]:
+    """The tenant's consumers, each with its pending events and how many are overdue (API + console)."""
+    mine = tenant_consumers(svc, key)
+    now = datetime.now(UTC)
+    docs = []
+    for consumer in svc.store.consumers():
+        if consumer.id in mine:
+            pending = consumer.events()
+            docs.append(
+                {
+                    **consumer.info.to_dict(),
+                    "pending": [{**e.to_dict(), "overdue": e.overdue(now)} for e in pending],
+                    "overdue": sum(1 for e in pending if e.overdue(now)),
+                }
+            )
+    return docs

@@ -19,7 +19,18 @@ from ...errors import ForgottenError, ScopeClosureError
 from ...model import ErasureRequest, Record
 from ..apikeys import ApiKey, Role
 from . import schemas as s
-from .auth import agent_key, inside, operator_key, owned_by_reach, subject_inside, subjects_inside, visible
+from .auth import (
+    agent_key,
+    any_key,
+    consumer_of,
+    exporter_key,
+    inside,
+    operator_key,
+    owned_by_reach,
+    subject_inside,
+    subjects_inside,
+    visible,
+)
 from .context import Service, service_dependency
 from .operations import (
     accept_erasure,
@@ -69,6 +80,8 @@ router = APIRouter(prefix="/v1", dependencies=[Depends(_known_query_only)])
 SvcDep = Annotated[Service, Depends(service_dependency)]
 Agent = Annotated[ApiKey, Depends(agent_key)]
 Operator = Annotated[ApiKey, Depends(operator_key)]
+Reader = Annotated[ApiKey, Depends(any_key)]  # agents, operators and consumers (recorded as taken)
+Exporter = Annotated[ApiKey, Depends(exporter_key)]
 SessionHeader = Annotated[
     str | None,
     Header(
@@ -113,12 +126,22 @@ def _taint(session: StoreSession | None, record: Record) -> Record | None:
     return record if session is None else session.get(record.id)
 
 
-def _answer_with(key: ApiKey, session: StoreSession | None, record: Record | None) -> dict[str, Any]:
+def _answer_with(
+    svc: Service, key: ApiKey, session: StoreSession | None, record: Record | None
+) -> dict[str, Any]:
     """A record the key may see, read through the session if there is one; else NotVisible."""
     found = _taint(session, record) if record is not None and visible(key, record) else None
     if found is None:
         raise NotVisible
+    _given(svc, key, [found])
     return _record(found)
+
+
+def _given(svc: Service, key: ApiKey, records: list[Record] | list[dict[str, Any]]) -> None:
+    """Under a consumer's key, what is answered is recorded as what that consumer took."""
+    consumer = consumer_of(key)
+    if consumer is not None and records:
+        svc.store.consumer(consumer).took(records)
 
 
 # -- records ------------------------------------------------------------------------------------
@@ -161,7 +184,7 @@ def _write_item(svc: Service, key: ApiKey, body: s.WriteIn) -> dict[str, Any]:
 @router.get("/memories", response_model=s.RecordOut, responses=READ, tags=["memories"])
 def read(
     svc: SvcDep,
-    key: Agent,
+    key: Reader,
     scope: Annotated[str, Query(description="the scope to read; falls through to its ancestors")],
     record_key: Annotated[str, Query(alias="key")],
     fallthrough: bool = True,
@@ -172,13 +195,13 @@ def read(
     session = _session(svc, key, session_id)
     # the store is asked whatever the scope, so a foreign scope costs what a missing one does
     record = svc.store.read(parsed.path, record_key, fallthrough=fallthrough)
-    return _answer_with(key, session, record if key.covers(parsed) else None)
+    return _answer_with(svc, key, session, record if key.covers(parsed) else None)
 
 
 @router.get("/memories/list", response_model=s.RecordList, responses=READ, tags=["memories"])
 def list_records(
     svc: SvcDep,
-    key: Agent,
+    key: Reader,
     scope: str,
     include_descendants: bool = False,
     limit: Limit = s.LIMIT_DEFAULT,
@@ -197,19 +220,20 @@ def list_records(
     chunk, next_cursor = svc.pager.page(
         records, lambda r: [r.scope, r.key], limit=limit, cursor=cursor, listing=listing, key=key
     )
+    _given(svc, key, chunk)
     return {"records": [_record(r) for r in chunk], "next_cursor": next_cursor}
 
 
 @router.get("/memories/{record_id}", response_model=s.RecordOut, responses=READ, tags=["memories"])
 def get(
     svc: SvcDep,
-    key: Agent,
+    key: Reader,
     record_id: Annotated[str, Path(max_length=64)],
     session_id: SessionHeader = None,
 ) -> dict[str, Any]:
     """The record with this id, under the same checks as a read."""
     session = _session(svc, key, session_id)
-    return _answer_with(key, session, svc.store.get(record_id))
+    return _answer_with(svc, key, session, svc.store.get(record_id))
 
 
 @router.post("/search", response_model=s.SearchOut, responses=SEARCH, tags=["memories"])
@@ -393,7 +417,7 @@ def certificate(
 def export_subject(
     subject: Annotated[str, Path(description="a subject inside this key's prefix")],
     svc: SvcDep,
-    key: Operator,
+    key: Exporter,
     limit: Limit = s.LIMIT_DEFAULT,
     cursor: Cursor = None,
 ) -> dict[str, Any]:
@@ -408,6 +432,7 @@ def export_subject(
         listing=f"export\0{doc['subject']}",
         key=key,
     )
+    _given(svc, key, [r for _, r in chunk])
     return {
         **doc,
         "records": [r for n, r in chunk if n == 0],
@@ -492,9 +517,15 @@ def purge(svc: SvcDep, key: Operator) -> dict[str, Any]:
 
 
 @router.get("/key", response_model=s.KeyInfo, responses=_errors(401), tags=["operations"])
-def whoami(key: Agent) -> dict[str, Any]:
-    """The calling key's binding: tenant, prefix and role."""
-    return {"id": key.id, "tenant": key.tenant, "prefix": key.prefix, "role": str(key.role)}
+def whoami(key: Reader) -> dict[str, Any]:
+    """The calling key's binding: tenant, prefix and role (and a consumer key's consumer)."""
+    return {
+        "id": key.id,
+        "tenant": key.tenant,
+        "prefix": key.prefix,
+        "role": str(key.role),
+        "consumer": key.consumer,
+    }
 
 
 @router.get("/health", response_model=s.Health, tags=["operations"])

@@ -285,8 +285,57 @@ class KeyInfo(BaseModel):
     id: str
     tenant: str
     prefix: str
-    role: Literal["agent", "operator"]
+    role: Literal["agent", "operator", "consumer"]
+    consumer: str | None = None
 
 
 class Health(BaseModel):
     status: Literal["ok"]
+
+
+class ConsumerIn(_In):
+    name: str = Field(min_length=1, max_length=64, description="what the consumer is, e.g. 'summarizer'")
+    ack_days: int = Field(default=30, ge=1, le=365, description="days it has to acknowledge an erasure")
+
+
+class ConsumerOut(BaseModel):
+    id: str
+    name: str
+    ack_days: int
+    registered_at: str
+
+
+class ConsumerCreated(ConsumerOut):
+    api_key: str = Field(description="the consumer's API key (role consumer); shown once")
+    api_key_id: str
+
+
+class ConsumerList(BaseModel):
+    consumers: list[ConsumerOut]
+
+
+class TakenOut(BaseModel):
+    record_id: str
+    version: int
+
+
+class ConsumerEventOut(BaseModel):
+    consumer_id: str
+    request_id: str
+    records: list[TakenOut] = Field(description="what to delete: the records (ids, versions) it was given")
+    created_at: str
+    deadline: str
+    acknowledged_at: str | None
+    evidence: dict[str, Any] | None
+
+
+class ConsumerEventList(BaseModel):
+    events: list[ConsumerEventOut]
+
+
+class AcknowledgementIn(_In):
+    request_id: str = Field(min_length=1, max_length=64)
+    evidence: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the consumer's own statement: a flat JSON object, at most 4096 bytes",
+    )

@@ -32,6 +32,8 @@ API_TO_HTTP: dict[str, str] = {
     "store.erasures()": "`GET /v1/erasures`",
     "store.backups()": "`GET /v1/backups`",
     "store.backup()": "`POST /v1/backups`",
+    "store.consumers()": "`GET /v1/consumers`",
+    "store.register_consumer()": "`POST /v1/consumers`",
     "cenotaph.restore()": "`cenotaph restore` on the server",
     "store.write()": "`POST /v1/memories`",
     "store.forget()": "`POST /v1/forget`",
@@ -69,6 +71,7 @@ API_TO_CONSOLE: dict[str, str] = {
     "store.erasure(request_id)": "the request's page",
     "store.erasures()": "the “Erasure requests” page",
     "store.backups()": "the “Backups & key epochs” page",
+    "store.consumers()": "the “Consumers” page",
 }
 
 speak_http = Spelling(API_TO_HTTP)

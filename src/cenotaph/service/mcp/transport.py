@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cenotaph.errors import InvalidValueError
 
-from ..apikeys import ApiKeyRing
+from ..apikeys import ApiKeyRing, Role
 from .confinement import Confinement
 from .stdio import serve_stdio
 from .toolserver import API_KEY_SCOPE, CenotaphMCPServer
@@ -95,6 +95,12 @@ class ApiKeyGate:
         if key is None:
             await _deny(
                 scope, receive, send, 401, "a valid API key is required: send Authorization: Bearer <key>"
+            )
+        elif key.role == Role.CONSUMER:
+            # a downstream consumer's key reads and answers its erasure events over HTTP (/v1);
+            # MCP's tools write and forget, which it may never do
+            await _deny(
+                scope, receive, send, 403, "a consumer key cannot use the MCP server; use the HTTP API"
             )
         elif self.reach.narrowed(key.scope) is None:
             await _deny(scope, receive, send, 403, "this API key's prefix is outside what this server serves")
