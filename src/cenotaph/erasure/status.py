@@ -68,12 +68,15 @@ class RequestStatus:
 
     def status(self, request_id: str) -> ErasureStatus:
         """Where the request stands, read in one transaction: its row, and (compliance) the
-        pending requests and their probe epochs, the same statements however many are pending."""
+        pending requests and their probe epochs and the consumers asked, the same statements
+        however many requests are pending."""
         checked = check_token_text(request_id, "request_id must be the id returned by store.forget()")
         self._caches.sync()
         with self._backend.read() as txn:
             found = txn.run(ops.Erasure(checked))
-            pending = None if found is None or found.mode != Mode.COMPLIANCE else Horizons.read_pending(txn)
+            compliance = found is not None and found.mode == Mode.COMPLIANCE
+            pending = Horizons.read_pending(txn) if compliance else None
+            asked = consumer_feed.standing(txn, checked) if compliance else []
         if found is None:
             raise NotFoundError(_NO_REQUEST)
         row = found
@@ -97,18 +100,15 @@ class RequestStatus:
             # the row is a cache: only a verifying scan in the audit log, announced in the
             # ledger, makes a request report verified (an edited row must not); no purge changes that
             state, gaps, stuck, next_step = ErasureState.PURGED, (ALTERED_GAP, *gaps), True, INVESTIGATE
-        if row.mode == Mode.COMPLIANCE:
-            with self._backend.read() as txn:
-                asked = consumer_feed.standing(txn, row.id)
-            if asked:
-                layer, owing = consumer_feed.layer(asked)
-                layers[Layer.CONSUMERS] = layer
-                if owing:
-                    # verified means every layer done: consumers that took its records answered too
-                    if state == ErasureState.VERIFIED:
-                        state, stuck = ErasureState.PURGED, True
-                    gaps = (*gaps, *owing)
-                    next_step = next_step or consumer_feed.ACKNOWLEDGE
+        if asked:  # compliance only
+            layer, owing = consumer_feed.layer(asked)
+            layers[Layer.CONSUMERS] = layer
+            if owing:
+                # verified means every layer done: consumers that took its records answered too
+                if state == ErasureState.VERIFIED:
+                    state, stuck = ErasureState.PURGED, True
+                gaps = (*gaps, *owing)
+                next_step = next_step or consumer_feed.ACKNOWLEDGE
         return ErasureStatus(state, layers, horizon, gaps, stuck=stuck, next_step=next_step, retained_by=held)
 
     def confirm(self, request_id: str) -> ErasureStatus:
