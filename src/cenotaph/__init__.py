@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import errors, limits, operations, wire
 from .audit.tree_head import check_consistency as verify_consistency
-from .consumers import Consumer, ConsumerEvent
+from .consumers import Consumer, ConsumerEvent, ConsumerInfo, TakenRecord
 from .crypto.provider import KeyProvider, LocalKeyring
 from .erasure.certify.certificate import verify_certificate
 from .erasure.certify.pdf import certificate_pdf
@@ -68,6 +68,7 @@ __all__ = [
     "Client",
     "Consumer",
     "ConsumerEvent",
+    "ConsumerInfo",
     "DerivedFromForgottenError",
     "Embedder",
     "ErasureNotProvableError",
@@ -94,6 +95,7 @@ __all__ = [
     "StorageError",
     "Store",
     "StoreSession",
+    "TakenRecord",
     "certificate_pdf",
     "errors",
     "limits",

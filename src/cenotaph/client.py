@@ -21,12 +21,14 @@ import json
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
+from . import ConsumerEvent, ConsumerInfo, TakenRecord
 from .errors import CenotaphError, ErasureNotProvableError, InvalidValueError, NotFoundError, StorageError
 from .model import (
     BackupInfo,
@@ -43,11 +45,25 @@ from .model import (
 )
 from .wire import error_for
 
-__all__ = ["Client", "ClientSession"]
+__all__ = ["Client", "ClientSession", "RegisteredConsumer"]
 
 SESSION_HEADER = "Cenotaph-Session"
 _PAGE = 1000
 _MISSING = 404
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredConsumer:
+    """What ``Client.register_consumer`` returns: the consumer and its API key (role ``consumer``),
+    which the server shows this once. The key is left out of the repr."""
+
+    info: ConsumerInfo
+    api_key: str = field(repr=False)
+    api_key_id: str
+
+    @property
+    def id(self) -> str:
+        return self.info.id
 
 
 class Client:
@@ -91,6 +107,7 @@ class Client:
         params: Mapping[str, Any] | None = None,
         session: str | None = None,
         missing_ok: bool = False,
+        timeout: httpx.Timeout | None = None,
     ) -> Any:
         headers = dict(self._headers)
         content = None
@@ -99,9 +116,15 @@ class Client:
             headers["Content-Type"] = "application/json"
         if session is not None:
             headers[SESSION_HEADER] = session
+        held: dict[str, Any] = {} if timeout is None else {"timeout": timeout}  # else the client's own
         try:
             response = self._http.request(
-                method, self.base_url + path, content=content, params=params, headers=headers
+                method,
+                self.base_url + path,
+                content=content,
+                params=params,
+                headers=headers,
+                **held,
             )
         except httpx.HTTPError as exc:
             raise StorageError(
@@ -324,6 +347,47 @@ class Client:
             raise NotFoundError("this key may not export that subject: it lies outside the key's prefix")
         return merged
 
+    # -- downstream consumers -------------------------------------------------------------
+    def register_consumer(self, name: str, *, ack_days: int | None = None) -> RegisteredConsumer:
+        """Register a downstream consumer and mint its key (an operator key; the key is shown once)."""
+        body: dict[str, Any] = {"name": name} | ({} if ack_days is None else {"ack_days": ack_days})
+        doc = self._call("POST", "/v1/consumers", body=body)
+        return RegisteredConsumer(_consumer_info(doc), str(doc["api_key"]), str(doc["api_key_id"]))
+
+    def consumers(self) -> builtins.list[ConsumerInfo]:
+        """The consumers of this key's tenant, oldest first (an operator key)."""
+        return [_consumer_info(c) for c in self._call("GET", "/v1/consumers")["consumers"]]
+
+    def consumer_events(
+        self, consumer_id: str, *, wait: float = 0, pending_only: bool = True
+    ) -> builtins.list[ConsumerEvent]:
+        """The consumer's erasure events (its own key, or an operator of its tenant). With ``wait``
+        (seconds, at most 60) an empty answer is held by the server until an event arrives; the
+        client's own read timeout is stretched to cover it (an ``http_client`` given keeps its own)."""
+        if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait <= 60:
+            raise InvalidValueError("wait must be a number of seconds from 0 to 60")
+        configured = self._http.timeout
+        held = None
+        if wait and self._owned and configured.read is not None and configured.read < wait + 10:
+            held = httpx.Timeout(
+                configured.connect, read=wait + 10, write=configured.write, pool=configured.pool
+            )
+        doc = self._call(
+            "GET",
+            _consumer_path(consumer_id) + "/events",
+            params={"wait": wait, "pending_only": _flag(pending_only, "pending_only")},
+            timeout=held,
+        )
+        return [_consumer_event(e) for e in doc["events"]]
+
+    def acknowledge(
+        self, consumer_id: str, request_id: str, evidence: Mapping[str, Any] | None = None
+    ) -> ConsumerEvent:
+        """The consumer's statement that it deleted what the request's event named (its own key)."""
+        body = {"request_id": request_id} | ({} if evidence is None else {"evidence": dict(evidence)})
+        doc = self._call("POST", _consumer_path(consumer_id) + "/acknowledgements", body=body)
+        return _consumer_event(doc)
+
     # -- operations ----------------------------------------------------------------------
     def purge(self) -> PurgeReport:
         """Purge and verify pending erasures now (an operator key; the server also does it itself)."""
@@ -462,6 +526,17 @@ def _flag(value: object, name: str) -> str:
     return "true" if value else "false"
 
 
+def _consumer_path(consumer_id: object) -> str:
+    if (
+        not isinstance(consumer_id, str)
+        or not consumer_id.isascii()
+        or not consumer_id.replace("_", "").isalnum()
+        or len(consumer_id) > 64
+    ):
+        raise InvalidValueError("consumer_id must be an id returned by register_consumer()")
+    return f"/v1/consumers/{consumer_id}"
+
+
 def _segment(subject: object) -> str:
     if not isinstance(subject, str) or not subject:
         raise InvalidValueError("subject must be a non-empty string")
@@ -556,4 +631,25 @@ def _status(doc: Mapping[str, Any]) -> ErasureStatus:
         layers={n: LayerStatus(v["state"], v.get("evidence") or {}) for n, v in doc["layers"].items()},
         horizon=_time(doc.get("horizon")),
         gaps=tuple(doc.get("gaps") or ()),
+    )
+
+
+def _consumer_info(doc: Mapping[str, Any]) -> ConsumerInfo:
+    return ConsumerInfo(
+        id=str(doc["id"]),
+        name=str(doc["name"]),
+        ack_days=int(doc["ack_days"]),
+        registered_at=datetime.fromisoformat(doc["registered_at"]),
+    )
+
+
+def _consumer_event(doc: Mapping[str, Any]) -> ConsumerEvent:
+    return ConsumerEvent(
+        consumer_id=str(doc["consumer_id"]),
+        request_id=str(doc["request_id"]),
+        records=tuple(TakenRecord(str(r["record_id"]), int(r["version"])) for r in doc["records"]),
+        created_at=datetime.fromisoformat(doc["created_at"]),
+        deadline=datetime.fromisoformat(doc["deadline"]),
+        acknowledged_at=_time(doc.get("acknowledged_at")),
+        evidence=doc.get("evidence"),
     )

@@ -9,7 +9,7 @@ verified until every such consumer acknowledged (``feed.standing``), and its cer
 
 from __future__ import annotations
 
-from .feed import DEFAULT_ACK_DAYS, ConsumerEvent, TakenRecord
+from .feed import DEFAULT_ACK_DAYS, ConsumerEvent, ConsumerInfo, TakenRecord
 from .handle import Consumer
 
-__all__ = ["DEFAULT_ACK_DAYS", "Consumer", "ConsumerEvent", "TakenRecord"]
+__all__ = ["DEFAULT_ACK_DAYS", "Consumer", "ConsumerEvent", "ConsumerInfo", "TakenRecord"]

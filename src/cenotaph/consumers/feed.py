@@ -67,6 +67,9 @@ class TakenRecord:
 
 @dataclass(frozen=True, slots=True)
 class ConsumerInfo:
+    """A registered consumer (``Consumer.info``): its id, name, the days it has to acknowledge an
+    erasure, and when it was registered."""
+
     id: str
     name: str
     ack_days: int
