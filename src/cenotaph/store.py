@@ -36,18 +36,17 @@ from .crypto.provider import KeyProvider, keyring_env_location, keyring_from_env
 from .crypto.tokens import TokenMaker
 from .dominance import WriteTargets, blocking
 from .erasure.entrance import CLOSE_PASS_S, Erasure, Progress, purge_mode
-from .erasure.lifecycle.restoring import audited_forgets, check_not_restoring, check_outside_stores, restoring
+from .erasure.lifecycle.restoring import check_not_restoring, check_outside_stores, restoring
 from .erasure.planning.sampling import ProbeSampler
 from .errors import (
     ForgottenError,
     InvalidValueError,
-    KeyProviderError,
     StaleWriteError,
     StorageError,
 )
 from .index.embedder import Embedder, HashingEmbedder
 from .index.search import SearchIndex, check_filter, check_query, matches_filter
-from .ledger.journal import AUDIT_CHAIN, KEK_EPOCH, Ledger, anchor_audit, start_audit_chain
+from .ledger.journal import KEK_EPOCH, Ledger
 from .locking import LockedBackend
 from .model import (
     BackupInfo,
@@ -87,11 +86,6 @@ def _unexpired(opened: OpenedRecord, now: float) -> bool:
 
 def _now_iso() -> str:
     return datetime.now(UTC).isoformat()
-
-
-def _ledger_has_history(provider: KeyProvider) -> bool:
-    """Has any store on this key provider anchored an audit entry or logged a forget?"""
-    return any(e.get("kind") in ("anchor", "forget") for e in provider.ledger())
 
 
 class Store:
@@ -146,50 +140,12 @@ class Store:
         self._consumers = Registry(self._backend, provider, clock.now)
         atexit.register(self._ledger.flush_anchors)  # a process that exits without close() too
         try:
-            with self._backend.write() as txn:
-                self._check_keyring(txn)
-                audited: set[str] | None = None
-                if restored or txn.run(ops.Meta(AUDIT_CHAIN)) is None:
-                    if not restored and (
-                        txn.run(ops.AuditTail()) is not None or _ledger_has_history(provider)
-                    ):
-                        # a chain id is minted once, for a new store on a new keyring; losing it
-                        # would orphan every anchor in the ledger and let any log verify (S7)
-                        raise StorageError(
-                            "the audit chain id is missing, but this store or its key provider already "
-                            "has history: the database was altered or replaced; restore it from a "
-                            "backup with cenotaph.restore(), or investigate"
-                        )
-                    if restored:  # the copy's log, still under its source's chain id (S9)
-                        self._ledger.view.refresh()
-                        logged = set(self._ledger.view.plans)
-                        audited = audited_forgets(txn, provider.ledger(), logged)
-                    start_audit_chain(provider, txn)
-                if restored:
-                    anchor_audit(provider, txn, "restore", {})
-                self._ledger.import_cache(txn)  # once per keyring: lifts and tokens of an older store
-                # forgets logged but never committed happen now (W7); a restore replays every
-                # forget its copy's audit log does not hold, whatever its request rows say
-                self._ledger.reconcile(txn, audited if restored else None)
-                self._caches.forget_epoch = txn.run(ops.Count("forget_epoch"))
-            self._erasure.resume()
+            self._erasure.open(restored=restored)
         except BaseException:
             self._erasure.close()
             atexit.unregister(self._ledger.flush_anchors)
             self._backend.close()  # a refused open leaves no connection behind
             raise
-
-    def _check_keyring(self, txn: Txn) -> None:
-        """Refuse a key provider that is not this store's (every read would silently miss)."""
-        fingerprint = int.from_bytes(self._tokens.key("\0cenotaph-keyring-check")[:7], "big")
-        stored = txn.run(ops.Meta("keyring_check"))
-        if stored is None:
-            txn.run(ops.SetMeta("keyring_check", fingerprint))
-        elif stored != fingerprint:
-            raise KeyProviderError(
-                "this key provider is not the one this data directory was created with; point "
-                "CENOTAPH_KEYRING (or key_provider=) at the store's own keyring"
-            )
 
     # -- lifecycle -----------------------------------------------------------------------
     def close(self, *, purge_timeout: float = CLOSE_PASS_S) -> None:

@@ -13,7 +13,8 @@ gave and enters here once; nothing here calls back into the store.
   provider's ledger, the database against the ledger (``integrity``)
 - ``erasure.status``: a request's status, ``confirm_erasure`` and ``wait``
 - ``erasure.certify``: certificates
-- ``erasure.lifecycle``: the horizon and what retains KEK epochs, KEK rotation, backups
+- ``erasure.lifecycle``: the horizon and what retains KEK epochs, KEK rotation, backups,
+  restore, and what a store's opening settles (``opening``)
 
 What it shares with the store is :class:`~cenotaph.caches.StoreCaches` (caches and how fresh
 they are) and the :class:`~cenotaph.ledger.journal.Ledger`.
@@ -56,6 +57,7 @@ from .certify.certificate import Signer
 from .certify.sanitization import Requester
 from .lifecycle.backup import BACKUP_MANIFEST, Backups
 from .lifecycle.horizon import Horizons
+from .lifecycle.opening import settle_at_open
 from .lifecycle.rotation import Rotation
 from .planning.planner import ForgetPlanner, ForgetTarget, Survey, check_postcondition
 from .planning.probes import RecordSample
@@ -88,6 +90,7 @@ class Erasure:
         self._mode = purge_mode(auto_purge)  # the purge mode (erasure.purge.worker.PURGE_MODES)
         self._backend = backend
         self._provider = provider
+        self._tokens = tokens
         self._crypto = crypto
         self._sampler = sampler
         self._caches = caches
@@ -116,6 +119,13 @@ class Erasure:
     @mode.setter
     def mode(self, value: object) -> None:
         self._mode = purge_mode(value)
+
+    def open(self, *, restored: bool) -> None:
+        """Open the store: settle its database in one write transaction (keyring, audit chain,
+        a restored copy's audit, the ledger: ``lifecycle.opening``), then resume its work."""
+        with self._backend.write() as txn:
+            settle_at_open(txn, self._provider, self._tokens, self._ledger, self._caches, restored=restored)
+        self.resume()
 
     def resume(self) -> None:
         """A large forget cut short (by a crash) is finished now (W7), and pending requests are
