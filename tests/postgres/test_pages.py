@@ -11,7 +11,9 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg import errors as pg_errors
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
 from cenotaph import LocalKeyring, Store
 from cenotaph.backends import ops
@@ -19,6 +21,7 @@ from cenotaph.backends.base import LayerEntry, dump_layers
 from cenotaph.backends.physical import PageScan
 from cenotaph.backends.postgres import open_postgres
 from cenotaph.backends.postgres.health import server_checks
+from cenotaph.backends.postgres.pages import PAGE_READER, grant_page_scan
 from cenotaph.errors import ErasureNotProvableError
 from cenotaph.model import LayerState
 
@@ -123,6 +126,102 @@ def test_a_role_that_may_not_read_pages_gets_the_gap_named(
     finally:
         store.close()
         drop_schema(pg_dsn, pg_schema)
+
+
+def _role(dsn: str) -> str:
+    return str(conninfo_to_dict(dsn)["user"])
+
+
+def test_a_role_granted_the_page_reader_verifies_with_its_positive_control(
+    pg_dsn: str, pg_schema: str, limited_role: str, tmp_path: Path
+) -> None:
+    store = Store(
+        open_postgres(limited_role, schema=pg_schema), LocalKeyring(tmp_path / "keyring"), auto_purge="off"
+    )
+    try:
+        gone = store.write(SCOPE, "diet", "vegetarian, and a long enough note to seal " * 4)
+        kept = store.write(SCOPE, "city", "Lisbon, with a note of its own to keep " * 4)
+        gone_probe = _ciphertext(pg_dsn, pg_schema, gone.id)[8:40]
+        kept_probe = _ciphertext(pg_dsn, pg_schema, kept.id)[8:40]
+        assert _scan_pages(store, [gone_probe]).gap is not None  # before the grant: the gap, as before
+        with pytest.raises(PermissionError, match="superuser"):  # only a superuser may install it
+            grant_page_scan(limited_role, pg_schema, _role(limited_role))
+
+        grant_page_scan(pg_dsn, pg_schema, _role(limited_role))
+        live = _scan_pages(store, [gone_probe, kept_probe])  # the positive control: a live row
+        assert live.gap is None and live.matched_probes == {gone_probe, kept_probe}
+        assert "records" in live.matched_relations and live.relations > live.tables  # TOAST, indexes
+
+        request = store.forget(SCOPE, "diet")
+        store.purge()
+        status = request.status()
+        assert status.state == "verified", status.gaps
+        pages = status.layers["pages"]
+        assert pages.state == "done" and pages.evidence["matches"] == 0 and pages.evidence["pages"] > 0
+        assert _scan_pages(store, [gone_probe, kept_probe]).matched_probes == {kept_probe}
+        doctor = {c.name: c for c in server_checks(limited_role, pg_schema, [])}["postgresql page scan"]
+        assert doctor.status == "ok" and PAGE_READER in doctor.detail
+    finally:
+        store.close()
+        drop_schema(pg_dsn, pg_schema)
+
+
+def test_the_page_reader_refuses_other_schemas_and_roles_without_execute(
+    pg_dsn: str, pg_schema: str, limited_role: str, tmp_path: Path
+) -> None:
+    other = f"{pg_schema}_other"
+    stranger = f"s_{uuid.uuid4().hex[:12]}"
+    store = Store(
+        open_postgres(limited_role, schema=pg_schema), LocalKeyring(tmp_path / "keyring"), auto_purge="off"
+    )
+    try:
+        store.write(SCOPE, "diet", "vegetarian, and a long enough note to seal " * 4)
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(other)))
+            conn.execute(sql.SQL("CREATE TABLE {} (secret text)").format(sql.Identifier(other, "t")))
+            conn.execute(sql.SQL("INSERT INTO {} VALUES ('x')").format(sql.Identifier(other, "t")))
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(stranger)))
+            conn.execute(
+                sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
+                    sql.Identifier(pg_schema), sql.Identifier(stranger)
+                )
+            )
+            oids = [  # the attack names a relation by its oid: no lookup of a schema it may not use
+                int(str(r[0]))
+                for r in conn.execute(
+                    "SELECT c.oid FROM pg_class c WHERE c.oid IN (%s::regclass, %s::regclass, %s::regclass) "
+                    "UNION SELECT reltoastrelid FROM pg_class WHERE oid = %s::regclass",
+                    (
+                        "pg_catalog.pg_authid",
+                        "pg_catalog.pg_authid_rolname_index",
+                        f"{other}.t",
+                        f"{other}.t",
+                    ),
+                ).fetchall()
+            ]
+            own = int(str(conn.execute("SELECT %s::regclass::oid", (f"{pg_schema}.records",)).fetchone()[0]))  # type: ignore[index]
+        assert len(oids) == 4
+        grant_page_scan(pg_dsn, pg_schema, _role(limited_role))
+        reader = sql.SQL("SELECT length({}(%s::oid::regclass, 0))").format(
+            sql.Identifier(pg_schema, PAGE_READER)
+        )
+        with psycopg.connect(limited_role, autocommit=True) as conn:
+            assert conn.execute(reader, (own,)).fetchone() == (8192,)  # its own schema's page: read
+            for target in oids:
+                with pytest.raises(pg_errors.InsufficientPrivilege, match="reads only the pages of schema"):
+                    conn.execute(reader, (target,))
+        stranger_dsn = psycopg.conninfo.make_conninfo(pg_dsn, user=stranger)
+        with (
+            psycopg.connect(stranger_dsn, autocommit=True) as conn,
+            pytest.raises(pg_errors.InsufficientPrivilege, match="permission denied for function"),
+        ):
+            conn.execute(reader, (own,))
+    finally:
+        store.close()
+        drop_schema(pg_dsn, pg_schema)
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(other)))
+            conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(stranger)))
 
 
 def test_a_request_made_when_the_replica_layer_was_named_wal_still_verifies(

@@ -26,7 +26,7 @@ from ..physical import Check
 from .address import split_schema, split_url
 from .backend import CONNECT_TIMEOUT_S, no_store_message, schema_description
 from .errors import Endpoint, endpoint, translate, translate_connect
-from .pages import PAGE_ACCESS_RELEASE, page_access
+from .pages import PAGE_ACCESS_RELEASE, PAGE_READER, has_page_reader, page_access
 from .physical import POSTGRES_FORMAT, REPLAY_WAIT_S, ReplicaProbe
 from .schema import MIGRATIONS_TABLE, created_objects
 from .txn import Connection
@@ -146,7 +146,7 @@ def server_checks(dsn: str, schema: str, replicas: Sequence[str]) -> list[Check]
     role's privileges, whether it may read raw pages, each replica's replay and when VACUUM is due."""
     where = endpoint(dsn, schema)
     with _connected(dsn, where) as conn:
-        checks = [_privileges(conn, schema, where), _page_scan(conn), _vacuum(conn, schema)]
+        checks = [_privileges(conn, schema, where), _page_scan(conn, schema), _vacuum(conn, schema)]
         in_recovery = bool(_one(conn, "SELECT pg_is_in_recovery()"))
         target = None if in_recovery else str(_one(conn, "SELECT pg_current_wal_lsn()::text"))
     if target is not None:
@@ -154,12 +154,20 @@ def server_checks(dsn: str, schema: str, replicas: Sequence[str]) -> list[Check]
     return checks
 
 
-def _page_scan(conn: Connection) -> Check:
-    """Can the role read the server's pages (the ``pages`` layer of a compliance erasure)?"""
+def _page_scan(conn: Connection, schema: str) -> Check:
+    """Can the role read the server's pages (the ``pages`` layer of a compliance erasure), as a
+    superuser or through the schema's ``SECURITY DEFINER`` page reader?"""
     why = page_access(conn)
     if why is None:
         return Check(
             "postgresql page scan", "ok", "the role reads raw pages (pageinspect): erasures scan dead tuples"
+        )
+    if has_page_reader(conn, schema):
+        return Check(
+            "postgresql page scan",
+            "ok",
+            f"the role reads the schema's raw pages through {PAGE_READER} (granted by a superuser): "
+            "erasures scan dead tuples",
         )
     return Check(
         "postgresql page scan",
