@@ -40,7 +40,7 @@ DB_NAME = "cenotaph.db"
 
 # Every connection setting, with why. Applied (and secure_delete read back) on each connection.
 SQLITE_SETTINGS: tuple[tuple[str, str], ...] = (
-    ("journal_mode", "WAL"),  # never PERSIST: it keeps pre-images after commit (HINTS)
+    ("journal_mode", "WAL"),  # never PERSIST: it keeps pre-images after commit
     ("synchronous", "FULL"),  # W7: a returned write survives power loss
     ("secure_delete", "ON"),  # S3: zero freed pages ourselves, never trust the build default
     # busy_timeout (busy_timeout_ms()): wait for other processes' writes, then StorageError
