@@ -56,7 +56,7 @@ TARGETS = {
     "cold read": ("<=", 1.2),
     "search k=10": ("<=", 2.0),
     "forget (call to return) / delete": ("<=", 4.0),
-    f"{8}-process scaling": (">=", 5.6),
+    "process scaling": (">=", 5.6),  # --procs (8) / 1
 }
 
 
@@ -220,7 +220,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for procs in (1, args.procs):
                 with created(impl, args.dsn) as (name, keyring):
                     rate = scaling(impl, relayed, name, keyring, procs, args.seconds)
-                    result["scaling"].setdefault(impl, {})[procs] = rate
+                    result["scaling"].setdefault(impl, {})[str(procs)] = rate  # str: as JSON has it
     result["sizes"] = {
         k: getattr(args, k) for k in ("single", "reads", "searches", "forgets", "procs", "seconds")
     }
@@ -231,7 +231,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def table(result: dict[str, Any]) -> str:
-    ops, sc, p = result["ops"], result["scaling"], result["sizes"]["procs"]
+    ops, sc, p = result["ops"], result["scaling"], str(result["sizes"]["procs"])
     lines = [
         f"round trip {2 * result['delay_ms']:g} ms; sizes {result['sizes']}; "
         f"1-min load before/after {result['loadavg_1m_before_after']}; {result['date']}",
@@ -243,11 +243,11 @@ def table(result: dict[str, Any]) -> str:
         if op.endswith("scaling"):
             c = g = None
             if "cenotaph" in sc:
-                c = sc["cenotaph"][p] / sc["cenotaph"][1]
+                c = sc["cenotaph"][p] / sc["cenotaph"]["1"]
             if "langgraph" in sc:
-                g = sc["langgraph"][p] / sc["langgraph"][1]
+                g = sc["langgraph"][p] / sc["langgraph"]["1"]
             cells = [
-                f"{sc[i][1]:,.0f} → {sc[i][p]:,.0f} w/s ({v:.1f}x)" if v else "-"
+                f"{sc[i]['1']:,.0f} → {sc[i][p]:,.0f} w/s ({v:.1f}x)" if v else "-"
                 for i, v in (("cenotaph", c), ("langgraph", g))
             ]
             ratio, value, trips = "-", c, ["-", "-"]
@@ -276,12 +276,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--delay-ms", type=float, default=1.0, help="the relay's delay each way (default 1)")
     ap.add_argument("--quick", action="store_true", help="small samples: ~2-3 min")
-    ap.add_argument("--single", type=int, help="N single writes (default 300; --quick 60)")
-    ap.add_argument("--reads", type=int, help="R cold reads (default 300; --quick 60)")
-    ap.add_argument("--searches", type=int, help="Q searches (default 100; --quick 20)")
-    ap.add_argument("--forgets", type=int, help="F forgets / deletes (default 50; --quick 15)")
+    ap.add_argument("--single", type=int, help="N single writes (default 300; --quick 100)")
+    ap.add_argument("--reads", type=int, help="R cold reads (default 300; --quick 100)")
+    ap.add_argument("--searches", type=int, help="Q searches (default 100; --quick 30)")
+    ap.add_argument("--forgets", type=int, help="F forgets / deletes (default 50; --quick 20)")
     ap.add_argument("--procs", type=int, default=8, help="writer processes of the scaling row (default 8)")
-    ap.add_argument("--seconds", type=float, help="each scaling run's duration (default 15; --quick 6)")
+    ap.add_argument("--seconds", type=float, help="each scaling run's duration (default 15; --quick 10)")
     ap.add_argument("--impls", default=",".join(IMPLS), help="comma-separated subset of " + ",".join(IMPLS))
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
     # the workers' side (run by this script in subprocesses)
@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     for key, full, quick in (
-        ("single", 300, 60), ("reads", 300, 60), ("searches", 100, 20), ("forgets", 50, 15), ("seconds", 15, 6)
+        ("single", 300, 100), ("reads", 300, 100), ("searches", 100, 30), ("forgets", 50, 20), ("seconds", 15, 10)
     ):  # fmt: skip
         if getattr(args, key) is None:
             setattr(args, key, quick if args.quick else full)
