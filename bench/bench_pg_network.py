@@ -83,7 +83,11 @@ def created(impl: str, dsn: str) -> Iterator[tuple[str, str]]:
     try:
         obj.open()
         obj.close()
-        yield (obj.schema if isinstance(obj, Cenotaph) else obj.database), str(getattr(obj, "keyring", ""))
+        if isinstance(obj, Cenotaph):
+            yield obj.schema, str(obj.keyring)
+        else:
+            assert isinstance(obj, LangGraph)
+            yield obj.database, ""
     finally:
         obj.drop()
 
@@ -184,20 +188,26 @@ def scaling(impl: str, dsn: str, name: str, keyring: str, procs: int, seconds: f
         )
         for i in range(procs)
     ]  # fmt: skip
-    for w in workers:
-        assert w.stdout is not None
-        if w.stdout.readline().strip() != "ready":
-            raise SystemExit(f"{impl}: a writer did not start")
-    for w in workers:
-        assert w.stdin is not None
-        w.stdin.write("go\n")
-        w.stdin.flush()
-    total = 0
-    for w in workers:
-        out, _ = w.communicate(timeout=seconds + 120)
-        if w.returncode:
-            raise SystemExit(f"{impl}: a writer failed")
-        total += json.loads(out.splitlines()[-1])["writes"]
+    try:
+        for w in workers:
+            assert w.stdout is not None
+            if w.stdout.readline().strip() != "ready":
+                raise SystemExit(f"{impl}: a writer did not start")
+        for w in workers:
+            assert w.stdin is not None
+            w.stdin.write("go\n")
+            w.stdin.flush()
+        total = 0
+        for w in workers:
+            out, _ = w.communicate(timeout=seconds + 120)
+            if w.returncode:
+                raise SystemExit(f"{impl}: a writer failed")
+            total += json.loads(out.splitlines()[-1])["writes"]
+    finally:
+        for w in workers:  # a failed run leaves no writer behind
+            if w.poll() is None:
+                w.kill()
+                w.wait()
     return total / seconds
 
 
@@ -256,7 +266,7 @@ def table(result: dict[str, Any]) -> str:
             got = [ops.get(i, {}).get(op) for i in IMPLS]
             cells = [f"{x['median_ms']:.2f} ms" if x else "-" for x in got]
             trips = [f"{x['round_trips']:.1f}" if x else "-" for x in got]
-            value = got[0]["median_ms"] / got[1]["median_ms"] if all(got) else None  # type: ignore[index]
+            value = got[0]["median_ms"] / got[1]["median_ms"] if all(got) else None
             ratio, label = (f"{value:.2f}x" if value else "-"), op
         met = (
             "-"
