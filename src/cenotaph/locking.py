@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from .backends.base import Backend, Txn
+from .backends.base import Backend, Txn, WriteLocks
+from .backends.ops import Op
 from .backends.physical import Physical
 
 __all__ = ["LockedBackend"]
@@ -30,6 +31,7 @@ class LockedBackend:
 
     def __init__(self, backend: Backend) -> None:
         self.inner = backend
+        self.concurrent_writers = backend.concurrent_writers
         self._lock = threading.RLock()
         self._depth = 0  # transactions the lock's owner is inside (changed only under the lock)
 
@@ -51,8 +53,10 @@ class LockedBackend:
     def read(self) -> contextlib.AbstractContextManager[Txn]:
         return self._inside(self.inner.read)
 
-    def write(self) -> contextlib.AbstractContextManager[Txn]:
-        return self._inside(self.inner.write)
+    def write(
+        self, locks: WriteLocks | None = None, ahead: Sequence[Op[Any]] = ()
+    ) -> contextlib.AbstractContextManager[Txn]:
+        return self._inside(lambda: self.inner.write(locks, ahead))
 
     @contextlib.contextmanager
     def _inside(self, begin: Callable[[], contextlib.AbstractContextManager[Txn]]) -> Iterator[Txn]:

@@ -25,7 +25,7 @@ from .backends import (
     open_backend,
     ops,
 )
-from .backends.base import Backend, LineageRow, RecordRow, Txn
+from .backends.base import Backend, LineageRow, RecordRow, Txn, WriteLocks
 from .caches import RECORD_CACHE_LIMIT, StoreCaches
 from .clock import SYSTEM_CLOCK, Clock
 from .consumers import DEFAULT_ACK_DAYS, Consumer
@@ -75,6 +75,7 @@ from .validation import (
 )
 from .writes.batches import GroupWriter
 from .writes.group_commit import GroupCommit
+from .writes.locks import write_ahead, write_locks
 from .writes.record_writer import Prepared, RecordWriter
 
 __all__ = ["Store", "StoreSession", "open_store", "restore"]
@@ -258,11 +259,20 @@ class Store:
         """Commit a group of write_many calls in one transaction, each checked and refused on its
         own (a refusal rolls back that call's rows only); raises if the transaction fails."""
         self._caches.sync()
+        locks: WriteLocks | None = None
+        ahead: list[ops.Op[Any]] = []
+        if self._backend.concurrent_writers:  # PostgreSQL: only the targets (writes/locks.py)
+            # a ledger this process has not replayed yet: store-wide, where replaying is safe
+            locks = None if self._ledger.changed() else write_locks(self._tokens, group)
+            ahead = write_ahead(self._tokens, group)
         try:
-            with self._backend.write() as txn:
+            with self._backend.write(locks, ahead) as txn:
                 mark: int | None = self._provider.ledger_mark()  # one stat, under the write lock
                 if self._ledger.changed(mark):
-                    self._ledger.reconcile(txn)
+                    # only store-wide: under target locks a forget of other targets may be between
+                    # its ledger append and its COMMIT; the view below decides all the same (S9)
+                    if locks is None:
+                        self._ledger.reconcile(txn)
                     mark = None  # a replay may have appended: the view reads the ledger again
                 view = self._ledger.view
                 if view.refresh(mark):
@@ -274,7 +284,7 @@ class Store:
                     self._keys.refresh_epoch()
                     self._kek_seen = meta.get(KEK_EPOCH)
                 # never behind the ledger: a clock set back in the file would reuse forgotten versions
-                clock = max(meta["clock"], view.max_version)
+                clock = txn.run(ops.Reserve(sum(map(len, group)), max(meta["clock"], view.max_version)))
                 outcomes, replaced, uses = self._batches.write(txn, group, clock, view)
                 for use in uses:  # durable before COMMIT: the ledger decides a token's use (S9)
                     self._ledger.lift(use.digest, use.version, use.lifts)

@@ -1,8 +1,8 @@
 """The backend contract: rows as data, one transaction protocol, no policy.
 
 The store (``cenotaph.store``) decides what to read, write, hide and destroy; a backend only
-moves rows. ``Backend.write()`` opens a serialised write transaction (SQLite ``BEGIN
-IMMEDIATE``); ``Backend.read()`` a consistent read snapshot. Both yield a :class:`Txn`, which
+moves rows. ``Backend.write()`` opens a write transaction (SQLite ``BEGIN IMMEDIATE``: one
+writer; PostgreSQL: the locks its ``WriteLocks`` name); ``Backend.read()`` a consistent read snapshot. Both yield a :class:`Txn`, which
 runs the operations of :mod:`cenotaph.backends.ops` (``txn.run(ops.ScopeRows(tokens))``).
 Side effects that must follow a commit are registered with ``Txn.after_commit``.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -33,6 +33,7 @@ __all__ = [
     "RecordRow",
     "ScopeKeyRow",
     "Txn",
+    "WriteLocks",
     "busy_timeout_ms",
     "dump_layers",
     "lineage_values",
@@ -206,9 +207,30 @@ class Txn(Protocol):
     def rollback_to_savepoint(self) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class WriteLocks:
+    """What a write transaction that is not store-wide locks (``Backend.write(locks)``), on a
+    backend whose writers are not serialised (PostgreSQL; SQLite has one writer and ignores it).
+
+    ``shared`` and ``exclusive`` are tombstone targets (``WriteTargets.tombstone_targets``): a
+    record write holds those covering its records shared, a forget those its tombstones name
+    exclusive, so exactly the transactions that could dominate one another exclude each other.
+    ``serial``: the transaction also excludes every other ``serial`` one (forgets among
+    themselves: the audit chain, the forget epoch). Every such transaction holds the store's
+    lock shared; ``write(None)``, store-wide, holds it exclusive (every other write excluded)."""
+
+    shared: frozenset[bytes] = frozenset()
+    exclusive: frozenset[bytes] = frozenset()
+    serial: bool = False
+
+
 class Backend(Protocol):
     """Transactions over one store's rows. A backend protects only its own connections; the store
     serialises its threads itself (``cenotaph.locking``)."""
+
+    # do write transactions of different targets run at once (then a write names its
+    # ``WriteLocks``, which cost a few HMACs to compute)?
+    concurrent_writers: bool
 
     @property
     def location(self) -> Path | None: ...
@@ -218,7 +240,15 @@ class Backend(Protocol):
         (never a password)."""
         ...
 
-    def write(self) -> AbstractContextManager[Txn]: ...
+    def write(
+        self, locks: WriteLocks | None = None, ahead: Sequence[Op[Any]] = ()
+    ) -> AbstractContextManager[Txn]:
+        """A write transaction: store-wide (``locks`` None: no other write meanwhile) or holding
+        ``locks`` only. ``ahead``: operations the transaction will run first, which a backend
+        may send with its BEGIN (PostgreSQL: one round trip); their results are returned when
+        the transaction runs them (unchanged by nothing it wrote before)."""
+        ...
+
     def read(self) -> AbstractContextManager[Txn]: ...
     def marker(self) -> Hashable:
         """The change marker, read outside any transaction (cheap): it differs from the last one

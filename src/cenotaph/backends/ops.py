@@ -69,6 +69,18 @@ class Advance(Op[None]):
 
 
 @dataclass(frozen=True, slots=True)
+class Reserve(Op[int]):
+    """Versions for one transaction: returns ``last``, and ``last + 1 .. last + count`` are this
+    transaction's, with ``last`` never below ``floor`` (the ledger's newest version). Where
+    writers are serialised it is the clock (moved by ``Advance`` as before); where they are not
+    (PostgreSQL) a block no other transaction gets, whatever order they commit in."""
+
+    writes: ClassVar[bool] = True
+    count: int
+    floor: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Meta(Op[int | None]):
     writes: ClassVar[bool] = False
     name: str

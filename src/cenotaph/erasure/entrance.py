@@ -30,7 +30,7 @@ from typing import Any
 
 from ..audit.chain import verified_requests
 from ..backends import ops
-from ..backends.base import Backend, ErasureRow, Txn
+from ..backends.base import Backend, ErasureRow, Txn, WriteLocks
 from ..caches import StoreCaches
 from ..clock import Clock
 from ..consumers import feed as consumer_feed
@@ -70,7 +70,10 @@ from .purge.purger import Purger
 from .purge.worker import CLOSE_PASS_S, ErasureWorker, failure_for_caller, purge_mode
 from .status import RequestStatus
 
-__all__ = ["BACKUP_MANIFEST", "CLOSE_PASS_S", "Erasure", "Progress", "purge_mode"]
+__all__ = ["BACKUP_MANIFEST", "CLOSE_PASS_S", "ESCAPE_RETRIES", "Erasure", "Progress", "purge_mode"]
+
+# surveys again of a forget whose postcondition found a write that escaped its survey (target locks)
+ESCAPE_RETRIES = 8
 
 
 class Erasure:
@@ -198,17 +201,52 @@ class Erasure:
         head: tombstones and scope/subject keys) with its ledger entry, apply a large plan's
         records in chunks, then purge as the purge mode says."""
         self._caches.sync()
-        survey = self._planner.survey(self._backend.read, target)
-        sample = self._sample_ahead(survey) if target.compliance and survey.size > chunk_records() else None
-        with self._backend.write() as txn:
-            self._ledger.reconcile_if_changed(txn)
+        locks = self._planner.locks(target) if self._backend.concurrent_writers else None
+        for attempt in range(ESCAPE_RETRIES + 1):
+            survey = self._planner.survey(self._backend.read, target)
+            sample = (
+                self._sample_ahead(survey) if target.compliance and survey.size > chunk_records() else None
+            )
+            try:
+                plan, whole = self._commit_forget(target, survey, sample, locks)
+                break
+            except ErasureNotProvableError as exc:
+                # under target locks, a write of the target that took its version before the
+                # survey's clock and committed after the survey read escapes both the survey and
+                # "written since": the postcondition found it and nothing was changed. Surveyed
+                # again, it is seen (ESCAPE_RETRIES bounds a target written without pause)
+                if locks is None or exc.gaps != ("postcondition",) or attempt == ESCAPE_RETRIES:
+                    raise
+        else:  # pragma: no cover - the loop breaks or raises
+            raise AssertionError("unreachable")
+        fault_point("forget.committed")
+        if not whole:
+            self._finish_chunked(plan)
+        if plan.compliance and self._mode == "sync":
+            self.purge_all()
+        elif self._mode == "background":  # an operational forget's rows are reclaimed too
+            self.worker.nudge()
+        return self.handle(plan.request_id, plan.version, plan.mode, plan.target_kind, plan.requested_at)
+
+    def _commit_forget(
+        self, target: ForgetTarget, survey: Survey, sample: RecordSample | None, locks: WriteLocks | None
+    ) -> tuple[ForgetPlan, bool]:
+        """The forget's transaction: plan, postcondition, ledger append, COMMIT; the plan and
+        whether it was applied whole."""
+        if locks is not None and self._ledger.changed():
+            locks = None  # a ledger this process has not replayed: store-wide, where replaying is safe
+        with self._backend.write(locks) as txn:
+            if locks is None:  # under target locks another forget may be between ledger and COMMIT
+                self._ledger.reconcile_if_changed(txn)
             # another process forgot since our last sync: its records are not in our plan
             others = (
                 txn.run(ops.Count("forget_epoch")) != self._caches.forget_epoch
                 or self._ledger.view.refresh() > 0
             )
             request_id = "er_" + os.urandom(12).hex()
-            version = max(txn.run(ops.Count("clock")), self._ledger.view.max_version) + 1
+            # a version of its own: under target locks others take theirs meanwhile
+            floor = max(txn.run(ops.Count("clock")), self._ledger.view.max_version)
+            version = txn.run(ops.Reserve(1, floor)) + 1
             plan = self._planner.plan(txn, request_id, version, target, survey)
             fault_point("forget.planned")
             whole = self._ledger.commit_plan(txn, plan, check_postcondition, sample)
@@ -223,14 +261,7 @@ class Erasure:
                 self._forgotten(plan, epoch, others or fresh > 1)
 
             txn.after_commit(forgotten)
-        fault_point("forget.committed")
-        if not whole:
-            self._finish_chunked(plan)
-        if plan.compliance and self._mode == "sync":
-            self.purge_all()
-        elif self._mode == "background":  # an operational forget's rows are reclaimed too
-            self.worker.nudge()
-        return self.handle(plan.request_id, plan.version, plan.mode, plan.target_kind, plan.requested_at)
+        return plan, whole
 
     @staticmethod
     def _ask_consumers(txn: Txn, plan: ForgetPlan) -> None:

@@ -1,14 +1,21 @@
-"""PostgreSQL backend: a small connection pool, the store's schema, serialised write transactions
-and one-snapshot read transactions. Every statement is :class:`PostgresTxn`'s; every driver error
-becomes a StorageError in ``errors``.
+"""PostgreSQL backend: a small connection pool, the store's schema, write transactions that hold
+advisory locks and one-snapshot read transactions. Every statement is :class:`PostgresTxn`'s;
+every driver error becomes a StorageError in ``errors``.
 
-- A write transaction takes ``pg_advisory_xact_lock(key of the schema)`` first (SQLite's ``BEGIN
-  IMMEDIATE``: writers of every process and server are serialised, which the store's dominance
-  check W1 relies on), then runs READ COMMITTED, so each statement sees every commit before it.
+- A write transaction runs READ COMMITTED (each statement sees every commit before it) and takes
+  its advisory locks first (``lock_statement``): store-wide ones (``write()``: migrations,
+  rotation, purge, restore, consumers, ...) the store's key exclusive, SQLite's ``BEGIN
+  IMMEDIATE``; a record write or a forget (``write(WriteLocks)``) the store's key shared, then
+  one key per tombstone target (shared for a write covered by it, exclusive for a forget naming
+  it), then the forgets' serial key exclusive if it is a forget -- always in that order, targets
+  sorted, so no two transactions wait for each other in a cycle. Two writes of different users
+  run at once; a write and a forget meet exactly where the forget could dominate the write.
+- Versions come from a sequence in blocks (``ops.Reserve``), the change marker is striped
+  (``marker``): no row every writer updates.
+- A record write costs two round trips: BEGIN, the locks and the reads it needs (``ahead``), then
+  its inserts, the marker's bump and COMMIT (``PostgresTxn`` defers statements whose result
+  nobody reads to the next one sent).
 - A read transaction is REPEATABLE READ, READ ONLY: one snapshot for all its statements.
-- Every write transaction bumps ``change_marker``; :meth:`PostgresBackend.marker` reads it (one
-  statement) less this backend's own commits (``marker.OwnCommits``), so it moves when another
-  process or server commits, as SQLite's ``data_version`` does.
 """
 
 from __future__ import annotations
@@ -27,9 +34,10 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ...errors import InvalidValueError, StorageError
-from ..base import busy_timeout_ms, run_after_commit
+from ..base import WriteLocks, busy_timeout_ms, run_after_commit
+from ..ops import Op
 from .errors import Endpoint, endpoint, translate, translate_connect
-from .marker import OwnCommits
+from .marker import SUM, OwnCommits
 from .schema import (
     DEFAULT_SCHEMA,
     LATEST,
@@ -52,6 +60,8 @@ _READ = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 __all__ = [
     "PostgresBackend",
     "advisory_key",
+    "lock_statement",
+    "target_key",
     "no_store_message",
     "schema_description",
     "POOL_MIN",
@@ -68,6 +78,35 @@ def advisory_key(schema: str) -> int:
     """The advisory lock key of a store's schema (a signed 64-bit int, the same in every process)."""
     digest = hashlib.blake2b(f"cenotaph:{schema}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
+
+
+def target_key(schema: str, target: bytes) -> int:
+    """The advisory lock key of one tombstone target of a store (signed 64-bit, every process's)."""
+    digest = hashlib.blake2b(b"cenotaph-target:" + schema.encode() + b"\0" + target, digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def serial_key(schema: str) -> int:
+    """The key every forget of a store holds exclusive: forgets among themselves are sequential
+    (the audit chain's next entry, the forget epoch)."""
+    return advisory_key(f"{schema}\0serial")
+
+
+def lock_statement(schema: str, locks: WriteLocks | None) -> tuple[str, tuple[Any, ...]]:
+    """The statement taking a write transaction's advisory locks, in the one order every
+    transaction uses: the store's key (exclusive when ``locks`` is None, store-wide; else
+    shared), the targets by key (exclusive wins where a target is named both ways), then the
+    serial key. ``lock_targets`` takes them one by one in the array's order."""
+    if locks is None:
+        return "SELECT pg_advisory_xact_lock(%s::bigint)", (advisory_key(schema),)
+    modes: dict[int, bool] = {target_key(schema, t): False for t in locks.shared}
+    modes.update({target_key(schema, t): True for t in locks.exclusive})
+    keys = [advisory_key(schema), *sorted(modes)]
+    exclusive = [False, *(modes[k] for k in keys[1:])]
+    if locks.serial:
+        keys.append(serial_key(schema))
+        exclusive.append(True)
+    return "SELECT lock_targets(%s::bigint[], %s::boolean[])", (keys, exclusive)
 
 
 def schema_description(schema: str, database: str, server: str) -> str:
@@ -93,6 +132,8 @@ class PostgresBackend:
     tables), ``"tables"`` (the tables, in a schema that existed) or None (the store was there);
     :meth:`discard_created` removes it again while no transaction has committed in it.
     """
+
+    concurrent_writers = True  # writers of different targets run at once (``WriteLocks``)
 
     def __init__(
         self,
@@ -209,27 +250,24 @@ class PostgresBackend:
     def _lock_timeout_ms() -> int:
         return max(1, busy_timeout_ms())  # 0 would mean "wait forever" here, "never" to SQLite
 
-    def _begin_write(self) -> tuple[Connection, int]:
-        """A pooled connection inside a new write transaction holding the writers' lock, and the
-        change marker it set. A connection found broken (a server restart) is dropped and the
+    def _begin_write(
+        self, locks: WriteLocks | None, ahead: Sequence[Op[Any]]
+    ) -> tuple[Connection, list[tuple[Op[Any], Any]]]:
+        """A pooled connection inside a new write transaction holding ``locks`` (see
+        :func:`lock_statement`), and the results of the ``ahead`` operations it can send with
+        them: one round trip. A connection found broken (a server restart) is dropped and the
         next one tried: nothing was sent on it yet."""
-        # one round trip: the transaction, the writers' lock, then the marker
-        begin = (
-            "BEGIN ISOLATION LEVEL READ COMMITTED; "
-            f"SET LOCAL lock_timeout = {self._lock_timeout_ms()}; "
-            f"SELECT pg_advisory_xact_lock({self._key}); "
-            "UPDATE change_marker SET value = value + 1 RETURNING value"
-        )
+        lock, args = lock_statement(self.schema, locks)
         attempt = 0
         while True:
             conn = self._getconn()
             try:
-                cursor = conn.execute(begin)
-                while cursor.nextset():
-                    pass
-                row = cursor.fetchone()
-                assert row is not None
-                return conn, int(row[0])
+                with conn.pipeline():
+                    conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+                    conn.execute(f"SET LOCAL lock_timeout = {self._lock_timeout_ms()}")
+                    conn.execute(lock, args)
+                    sent = [(op, PostgresTxn._send_ahead(conn, op)) for op in ahead]
+                return conn, [(op, read(cursor)) for op, (cursor, read) in sent if cursor is not None]
             except BaseException as exc:
                 broken = conn.broken
                 _rollback(conn)
@@ -253,7 +291,9 @@ class PostgresBackend:
 
     # -- transactions --------------------------------------------------------------------
     @contextlib.contextmanager
-    def _transaction(self, write: bool) -> Iterator[PostgresTxn]:
+    def _transaction(
+        self, write: bool, locks: WriteLocks | None = None, ahead: Sequence[Op[Any]] = ()
+    ) -> Iterator[PostgresTxn]:
         with self._lock:
             if write and self.in_transaction():
                 raise StorageError(
@@ -263,13 +303,17 @@ class PostgresBackend:
             if self._open and not write:  # a read inside this thread's transaction reads in it
                 outer = self._open[-1]
                 outer._start()  # its snapshot, begun now if it had not yet
-                yield PostgresTxn(outer.connection, commits=False, marker_of=outer._marker_of)
+                yield PostgresTxn(
+                    outer.connection,
+                    commits=False,
+                    marker_of=outer._marker_of,
+                    repeatable=outer._repeatable,
+                    clock=outer._clock,
+                )
                 return
-            marker: int | None = None
             if write:
-                conn, marker = self._begin_write()
-                bump = marker
-                txn = PostgresTxn(conn, commits=True, marker_of=lambda c: self._own.marker(c, bump))
+                conn, done = self._begin_write(locks, ahead)
+                txn = PostgresTxn(conn, commits=True, marker_of=self._own.marker, ahead=done)
             else:  # begun with its first statement, in the same round trip
                 txn = PostgresTxn(
                     self._getconn(),
@@ -277,13 +321,14 @@ class PostgresBackend:
                     begin=_READ,
                     reconnect=self._reconnect,
                     marker_of=self._own.marker,
+                    repeatable=True,
                 )
             self._open.append(txn)
             try:
                 try:
                     yield txn
                     if txn.begun:
-                        txn.connection.execute("COMMIT")
+                        txn._commit()
                 except psycopg.Error as exc:
                     _rollback(txn.connection)
                     raise translate(exc, self.endpoint) from exc
@@ -293,14 +338,16 @@ class PostgresBackend:
             finally:
                 self._open.pop()
                 self._pool.putconn(txn.connection)
-            if marker is not None:
-                self._own.committed(marker)  # its own commit: not a change by someone else
+            if write:
+                self._own.committed()  # its own commit: not a change by someone else
             # still under the lock: no other thread of this process may see the commit before
             # the caches and marks that depend on it are updated
             run_after_commit(txn._after)
 
-    def write(self) -> contextlib.AbstractContextManager[PostgresTxn]:
-        return self._transaction(write=True)
+    def write(
+        self, locks: WriteLocks | None = None, ahead: Sequence[Op[Any]] = ()
+    ) -> contextlib.AbstractContextManager[PostgresTxn]:
+        return self._transaction(True, locks, ahead)
 
     def read(self) -> contextlib.AbstractContextManager[PostgresTxn]:
         return self._transaction(write=False)
@@ -315,15 +362,12 @@ class PostgresBackend:
         in one statement outside any transaction."""
 
         def counter(conn: Connection) -> int:
-            row = conn.execute("SELECT value FROM change_marker").fetchone()
+            row = conn.execute(SUM).fetchone()
             assert row is not None
             return int(row[0])
 
         with self._lock:
-            value = self._autocommit(counter)
-            if not self._open:
-                self._own.fold(value)
-            return self._own.marker(value)
+            return self._own.marker(self._autocommit(counter))
 
     # -- what the physical part needs ---------------------------------------------------
     @cached_property
@@ -404,7 +448,7 @@ class PostgresBackend:
         conn.execute(f"SET LOCAL lock_timeout = {self._lock_timeout_ms()}")
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._key,))
         marker = conn.execute(
-            sql.SQL("SELECT value FROM {}.change_marker").format(sql.Identifier(self.schema))
+            sql.SQL("SELECT sum(value) FROM {}.change_marker").format(sql.Identifier(self.schema))
         ).fetchone()
         if marker is None or int(marker[0]) != 0:  # a store now: another process opened it since
             conn.execute("ROLLBACK")
@@ -420,7 +464,7 @@ class PostgresBackend:
                 )
             )
             for function in functions:
-                conn.execute(sql.SQL("DROP FUNCTION {}()").format(sql.Identifier(self.schema, function)))
+                conn.execute(sql.SQL("DROP FUNCTION {}").format(sql.Identifier(self.schema, function)))
         conn.execute("COMMIT")
         return True
 

@@ -29,6 +29,8 @@ from psycopg import sql
 from ...durable import fsync, write_atomically
 from ...errors import InvalidValueError, StorageError
 from ...faults import fault_point
+from ..base import WriteLocks
+from ..ops import Op
 from ..sql import epochs_in_use
 from .address import split_url
 from .backend import PostgresBackend, advisory_key
@@ -80,6 +82,7 @@ DUMP_TABLES = (
 _SUFFIX = ".copy"
 _CHAIN = "audit_chain"  # ledger.AUDIT_CHAIN: the meta row a loaded copy keeps out until its first commit
 _INCOMPLETE = "restore_incomplete"
+_SEQUENCED = 3  # the migration that keeps the clock in a sequence
 _READ_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 _CHUNK = 1 << 20
 
@@ -238,6 +241,8 @@ def load_dump(dsn: str, schema: str, src: Path) -> tuple[int, bool]:
                     conn.execute(f"INSERT INTO {MIGRATIONS_TABLE} (version) VALUES (%s)", (number,))
             for table in DUMP_TABLES:
                 _load_table(conn, schema, table, manifest["tables"][table], src / f"{table}{_SUFFIX}")
+            if version >= _SEQUENCED:  # never behind what the copy holds (the dump has no sequence)
+                conn.execute("SELECT setval('clock_seq', clock_floor(), true)")
             chain = conn.execute("DELETE FROM meta WHERE name = %s RETURNING value", (_CHAIN,)).fetchone()
             if chain is None:
                 raise InvalidValueError("the backup holds no audit chain id: it is not a store's backup")
@@ -322,8 +327,8 @@ class RestoredBackend(PostgresBackend):
         self._chain: int | None = chain
 
     @contextlib.contextmanager
-    def _first_write(self) -> Iterator[PostgresTxn]:
-        with super().write() as txn:
+    def _first_write(self, locks: WriteLocks | None, ahead: Sequence[Op[Any]]) -> Iterator[PostgresTxn]:
+        with super().write(None if self._chain is not None else locks, ahead) as txn:
             if self._chain is not None:
                 txn.connection.execute("DELETE FROM meta WHERE name = %s", (_INCOMPLETE,))
                 txn.connection.execute(
@@ -332,8 +337,10 @@ class RestoredBackend(PostgresBackend):
             yield txn
         self._chain = None
 
-    def write(self) -> contextlib.AbstractContextManager[PostgresTxn]:
-        return self._first_write()
+    def write(
+        self, locks: WriteLocks | None = None, ahead: Sequence[Op[Any]] = ()
+    ) -> contextlib.AbstractContextManager[PostgresTxn]:
+        return self._first_write(locks, ahead)
 
 
 def _rollback(conn: Connection) -> None:

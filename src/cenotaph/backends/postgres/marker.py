@@ -1,42 +1,37 @@
 """The change marker as a PostgreSQL backend reports it (``Backend.marker``, ``ops.Marker``).
 
-``change_marker`` counts every committed write transaction of every process: each bumps it by
-one under the writers' lock, so the committed values are 1, 2, 3, ... with no gap (a rolled-back
-bump rolls back). The marker a backend reports is that count less its own commits, so it moves
-when, and only when, another connection commits, as SQLite's ``data_version`` does.
+``change_marker`` holds stripes (schema 3): every committed write transaction of every process
+bumps one of them by one -- its connection's, chosen by backend pid, so writers of different
+targets do not queue on one row -- in the round trip of its COMMIT. Their sum counts every
+committed write transaction, and a snapshot sees a bump exactly when it sees the commit (a
+row, not a sequence: a sequence would show it early). The marker a backend reports is that sum
+less its own commits, so it moves when, and only when, another connection commits, as SQLite's
+``data_version`` does.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
+__all__ = ["BUMP", "OwnCommits", "STRIPES", "SUM"]
 
-__all__ = ["OwnCommits"]
+STRIPES = 64  # rows of change_marker (migration 3 makes 0 .. 63)
+BUMP = f"UPDATE change_marker SET value = value + 1 WHERE stripe = mod(pg_backend_pid(), {STRIPES})"
+SUM = "SELECT coalesce(sum(value), 0)::bigint FROM change_marker"
 
 
 class OwnCommits:
-    """The counter values this backend's own commits produced (used under the backend's lock).
+    """How many write transactions this backend committed (used under the backend's lock).
 
-    A snapshot sees the commits up to its counter value ``c``; the own ones among them are those
-    of value ``<= c``. Values no snapshot can predate any more (read with no transaction open)
-    are folded into a count, so what is kept stays short."""
+    The backend's transactions are serialised by its lock, and each bump is sent with its
+    COMMIT: every snapshot the backend takes, in or out of a transaction, begins after its
+    earlier commits returned and before its next one is sent, so it sees exactly the own
+    commits counted so far."""
 
     def __init__(self) -> None:
-        self._folded = 0
-        self._recent: list[int] = []  # increasing: commits are serialised
+        self._count = 0
 
-    def committed(self, value: int) -> None:
-        self._recent.append(value)
+    def committed(self) -> None:
+        self._count += 1
 
-    def marker(self, counter: int, pending: int | None = None) -> int:
-        """The marker of a snapshot at ``counter``; ``pending``: the bump of the write
-        transaction the snapshot is in (its own, not yet committed)."""
-        own = self._folded + bisect_right(self._recent, counter)
-        if pending is not None and pending <= counter:
-            own += 1
-        return counter - own
-
-    def fold(self, counter: int) -> None:
-        """No transaction of this backend is open: every later snapshot sees ``counter``."""
-        done = bisect_right(self._recent, counter)
-        self._folded += done
-        del self._recent[:done]
+    def marker(self, counter: int) -> int:
+        """The marker of a snapshot whose stripes sum to ``counter``."""
+        return counter - self._count

@@ -161,6 +161,110 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         CREATE INDEX consumer_events_request ON consumer_events (request_id);
         """,
     ),
+    (
+        3,
+        """
+        -- writers of different targets run at once (see backend.py): no row every writer updates.
+        -- Versions come from a sequence (the 'clock' meta row is no longer kept), handed out in
+        -- consecutive blocks by reserve_versions; owned by meta.value, so it goes with the tables
+        CREATE SEQUENCE clock_seq MINVALUE 0 START 0 OWNED BY meta.value;
+
+        -- the newest version anything in the store carries (what the sequence must never be behind)
+        CREATE FUNCTION clock_floor() RETURNS bigint LANGUAGE sql STABLE
+            SET search_path FROM CURRENT AS $$
+            SELECT GREATEST(
+                (SELECT max(value) FROM meta WHERE name = 'clock'),
+                (SELECT max(version) FROM lineage), (SELECT max(version) FROM records),
+                (SELECT max(version) FROM tombstones), (SELECT max(version) FROM erasures),
+                (SELECT max(issued_version) FROM reauth_tokens), 0)
+        $$;
+
+        -- versions last+1 .. last+n for one transaction, never at or below floor; returns last.
+        -- A sequence is not transactional: the block is reserved for good when this returns (a
+        -- rolled-back transaction leaves a gap). The session lock makes the read, the setval and
+        -- the block's transaction lock one step (held for this call only); the transaction lock,
+        -- keyed by the block's first version in the schema's space, says the block may still
+        -- commit until the transaction ends (clock_settled)
+        CREATE FUNCTION reserve_versions(n bigint, floor bigint) RETURNS bigint LANGUAGE plpgsql
+            SET search_path FROM CURRENT AS $$
+        DECLARE
+            lock_id integer := 'clock_seq'::regclass::oid::integer;
+            space bigint := (hashtext(current_schema()) & 4194303)::bigint << 40;
+            current bigint;
+            last bigint;
+        BEGIN
+            PERFORM pg_advisory_lock(1667591012, lock_id);
+            BEGIN
+                SELECT last_value INTO current FROM clock_seq;
+                last := GREATEST(current, floor);
+                IF n > 0 THEN
+                    PERFORM pg_advisory_xact_lock_shared(space | ((last + 1) & 1099511627775));
+                END IF;
+                IF last + n > current THEN
+                    PERFORM setval('clock_seq', last + n, true);
+                END IF;
+            EXCEPTION WHEN OTHERS THEN
+                PERFORM pg_advisory_unlock(1667591012, lock_id);
+                RAISE;
+            END;
+            PERFORM pg_advisory_unlock(1667591012, lock_id);
+            RETURN last;
+        END
+        $$;
+
+        -- the settled clock: the newest version v such that every version up to v is committed or
+        -- never will be (no transaction holding a block at or below it is still open). Versions
+        -- commit out of order here, so this, not the last version handed out, is what a survey
+        -- or an index catching up may take as "everything up to here" for a snapshot begun after
+        CREATE FUNCTION clock_settled() RETURNS bigint LANGUAGE plpgsql
+            SET search_path FROM CURRENT AS $$
+        DECLARE
+            lock_id integer := 'clock_seq'::regclass::oid::integer;
+            space bigint := (hashtext(current_schema()) & 4194303)::bigint;
+            last bigint;
+            pending bigint;
+        BEGIN
+            PERFORM pg_advisory_lock(1667591012, lock_id);
+            BEGIN
+                SELECT last_value INTO last FROM clock_seq;
+                SELECT min(((l.classid::bigint << 32) | l.objid::bigint) & 1099511627775) INTO pending
+                    FROM pg_locks l
+                    WHERE l.locktype = 'advisory' AND l.objsubid = 1
+                      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                      AND (l.classid::bigint >> 8) = space;
+            EXCEPTION WHEN OTHERS THEN
+                PERFORM pg_advisory_unlock(1667591012, lock_id);
+                RAISE;
+            END;
+            PERFORM pg_advisory_unlock(1667591012, lock_id);
+            RETURN LEAST(last, coalesce(pending - 1, last));
+        END
+        $$;
+        SELECT setval('clock_seq', clock_floor(), true);
+
+        -- a write transaction's advisory locks, one at a time in the arrays' order (the caller's
+        -- one order for every transaction: no two wait for each other in a cycle)
+        CREATE FUNCTION lock_targets(keys bigint[], exclusive boolean[]) RETURNS void LANGUAGE plpgsql AS $$
+        BEGIN
+            FOR i IN 1 .. coalesce(array_length(keys, 1), 0) LOOP
+                IF exclusive[i] THEN
+                    PERFORM pg_advisory_xact_lock(keys[i]);
+                ELSE
+                    PERFORM pg_advisory_xact_lock_shared(keys[i]);
+                END IF;
+            END LOOP;
+        END
+        $$;
+
+        -- the change marker in stripes: a writer bumps the one of its connection (by backend pid),
+        -- so disjoint writers do not queue on one row; the marker is their sum
+        ALTER TABLE change_marker DROP COLUMN one;
+        ALTER TABLE change_marker ADD COLUMN stripe INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE change_marker ADD PRIMARY KEY (stripe);
+        ALTER TABLE change_marker ALTER COLUMN stripe DROP DEFAULT;
+        INSERT INTO change_marker (stripe, value) SELECT s, 0 FROM generate_series(1, 63) AS s;
+        """,
+    ),
 )
 
 LATEST = MIGRATIONS[-1][0]

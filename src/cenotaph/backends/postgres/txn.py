@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import psycopg
 from psycopg.sql import SQL, Composed
 
+from .. import ops
 from ..base import LineageRow, RecordRow, lineage_values
-from ..ops import OpRunner
+from ..ops import Op, OpRunner
 from ..sql import POSTGRES, SQLHandlers
 from ..sql.columns import (
     L_COLS,
@@ -27,9 +28,11 @@ from ..sql.columns import (
     lineage_row,
     record_row,
 )
+from .marker import BUMP, SUM
 
 __all__ = ["Connection", "PostgresTxn"]
 
+R = TypeVar("R")
 Connection = psycopg.Connection[tuple[Any, ...]]
 Cursor = psycopg.Cursor[tuple[Any, ...]]
 Query = str | SQL | Composed
@@ -48,11 +51,20 @@ _SLOTS = (
 # a key's rows in a few scopes with their lineage rows, and the change marker, in one snapshot
 # (one row of NULLs beside the marker when no scope holds the key)
 _KEY_RECORDS = (
-    f"SELECT m.value, {R_COLS}, {L_COLS} FROM change_marker m LEFT JOIN ("
+    f"SELECT m.value, {R_COLS}, {L_COLS} FROM ({SUM}) AS m(value) LEFT JOIN ("
     "unnest(%s::bytea[]) AS s(scope_token) CROSS JOIN LATERAL "
     "(SELECT * FROM lineage n WHERE n.scope_token = s.scope_token AND n.key_token = %s "
     "ORDER BY n.version DESC LIMIT 1) AS l JOIN records r ON r.version = l.version) ON true"
 )
+# the counters with the clock read from its sequence (schema 3: the 'clock' row is not kept)
+_META_ALL = (
+    "SELECT name, value FROM meta WHERE name <> 'clock' UNION ALL SELECT 'clock', last_value FROM clock_seq"
+)
+_RESERVE = "SELECT reserve_versions(%s, %s)"
+_SETTLED = "SELECT clock_settled()"
+_RECORDS_IN_SLOTS = f"SELECT {R_COLS} FROM {_SLOTS} ORDER BY r.version"
+_DELETE_RECORDS = f"DELETE FROM records WHERE {_BY_IDS}"
+_MISSING = object()
 _PK_TYPES = {"records": "bigint", "lineage": "text", "scopes": "bytea", "subjects": "bytea"}
 # every column kept in plain, as SQLite's list names them (its schema text has no table here:
 # PostgreSQL keeps the schema in its catalogs, which hold no row of ours)
@@ -86,6 +98,18 @@ _LINEAGE_TYPES = (
 )  # fmt: skip
 
 
+def _first(cursor: Cursor) -> int:
+    row = cursor.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _slot_arrays(slots: Sequence[tuple[bytes, bytes]]) -> tuple[list[bytes], list[bytes]]:
+    """The (scope tokens, key tokens) arrays of ``slots``, each slot once."""
+    unique = list(dict.fromkeys((bytes(s), bytes(k)) for s, k in slots))
+    return [s for s, _ in unique], [k for _, k in unique]
+
+
 def _subject_pairs(lineage: Iterable[tuple[bytes, str]]) -> tuple[list[bytes], list[str]]:
     """(subject tokens, record ids): one pair per 32-byte token of each ``(tokens, record id)``."""
     tokens: list[bytes] = []
@@ -111,8 +135,19 @@ class PostgresTxn(SQLHandlers, OpRunner):
         begin: str | None = None,
         reconnect: Callable[[Connection], Connection] | None = None,
         marker_of: Callable[[int], int] = int,
+        ahead: Sequence[tuple[Op[Any], Any]] = (),
+        repeatable: bool = False,
+        clock: int | None = None,
     ) -> None:
         self._c = conn
+        # one snapshot for every statement (a read), and the settled clock read before it began
+        self._repeatable = repeatable
+        self._clock = clock
+        # results of operations sent with BEGIN (``Backend.write``'s ``ahead``), until a write
+        self._ahead = list(ahead)
+        # statements whose result nobody reads, sent with the next statement (or COMMIT)
+        self._deferred: list[tuple[Query, Params]] = []
+        self._reserved = -1  # the last version this transaction reserved (ops.Reserve)
         self._commits = commits
         self._accept_writes(commits)
         self._after: list[Callable[[], None]] = []
@@ -136,8 +171,78 @@ class PostgresTxn(SQLHandlers, OpRunner):
         """Has the transaction begun on the server (or was it begun before this object)?"""
         return self._begin is None
 
+    # -- what is sent ahead, and what is sent later ----------------------------------------
+    @staticmethod
+    def _send_ahead(conn: Connection, op: Op[Any]) -> tuple[Cursor | None, Callable[[Cursor], Any]]:
+        """Send ``op``'s statement on ``conn`` (in its pipeline) if it is one a write reads
+        first: the cursor and how its result is read; (None, ...) for any other operation."""
+        if isinstance(op, ops.MetaAll):
+            return conn.execute(_META_ALL), lambda c: {str(n): int(v) for n, v in c.fetchall()}
+        if isinstance(op, ops.Reserve):
+            return conn.execute(_RESERVE, (op.count, op.floor)), _first
+        if isinstance(op, ops.RecordsInSlots):
+            args = _slot_arrays(op.slots)
+            return conn.execute(_RECORDS_IN_SLOTS, args), lambda c: [record_row(r) for r in c.fetchall()]
+        return None, lambda c: None
+
+    def run(self, op: Op[R]) -> R:
+        if self._ahead:
+            found = self._from_ahead(op)
+            if found is not _MISSING:
+                return cast(R, found)
+            if op.writes and not isinstance(op, ops.Reserve):
+                self._ahead.clear()  # rows may change from here on: nothing read ahead is current
+        return super().run(op)
+
+    def _from_ahead(self, op: Op[Any]) -> Any:
+        """``op``'s result as read with BEGIN, or _MISSING (each is used once)."""
+        for i, (sent, result) in enumerate(self._ahead):
+            if isinstance(op, ops.RecordsInSlots) and isinstance(sent, ops.RecordsInSlots):
+                wanted = {(bytes(a), bytes(b)) for a, b in op.slots}
+                if wanted <= {(bytes(a), bytes(b)) for a, b in sent.slots}:
+                    del self._ahead[i]
+                    return [r for r in result if (bytes(r.scope_token), bytes(r.key_token)) in wanted]
+            elif isinstance(op, ops.Reserve) and isinstance(sent, ops.Reserve):
+                if op.count == sent.count and result >= op.floor:
+                    del self._ahead[i]
+                    self._reserved = max(self._reserved, result + op.count)
+                    return result
+            elif op == sent:
+                del self._ahead[i]
+                return result
+        return _MISSING
+
+    def _send(self, sql: Query, args: Params = ()) -> None:
+        """``sql``, whose result nobody reads, sent with the next statement of the transaction
+        (a write's inserts go with its COMMIT: one round trip)."""
+        if not self._commits:
+            self._x(sql, args)
+            return
+        self._deferred.append((sql, args))
+
+    def _flush(self, then: tuple[Query, Params] | None = None) -> Cursor | None:
+        """Send the deferred statements, and ``then``, in one pipeline (one round trip)."""
+        deferred, self._deferred = self._deferred, []
+        cursor = None
+        with self._c.pipeline():
+            for sql, args in deferred:
+                self._c.execute(sql, args)
+            if then is not None:
+                cursor = self._c.execute(*then)
+        return cursor
+
+    def _commit(self) -> None:
+        """The deferred statements, the change marker's bump and COMMIT: one round trip."""
+        if self._commits:
+            self._deferred.append((BUMP, ()))
+        self._flush(("COMMIT", ()))
+
     def _x(self, sql: Query, args: Params = ()) -> Cursor:
         """``sql`` on the transaction's connection, beginning the transaction first if it has not."""
+        if self._deferred:
+            cursor = self._flush((sql, args))
+            assert cursor is not None
+            return cursor
         if self._begin is None:
             return self._c.execute(sql, args)
         begin, self._begin = self._begin, None
@@ -176,6 +281,8 @@ class PostgresTxn(SQLHandlers, OpRunner):
         if not listed:
             return 0
         self._start()
+        if self._deferred:
+            self._flush()
         cursor = self._c.cursor()
         cursor.executemany(sql, listed)
         return cursor.rowcount
@@ -199,22 +306,65 @@ class PostgresTxn(SQLHandlers, OpRunner):
         if arrays:
             if len(arrays) != len(types):
                 raise ValueError(f"{table}: rows of {len(arrays)} columns, {len(types)} types")
-            self._x(_unnest_insert_sql(table, columns, types, tail), arrays)
+            self._send(_unnest_insert_sql(table, columns, types, tail), arrays)
 
     # -- clock and change marker -----------------------------------------------------
     def marker(self) -> int:
         """The change marker as of this snapshot (see ``marker.OwnCommits``)."""
-        return self._marker_of(int(self._one("SELECT value FROM change_marker")))
+        return self._marker_of(int(self._one(SUM)))
+
+    def count(self, name: str) -> int:
+        """A counter; the clock is the settled one (schema 3's ``clock_settled``): every version
+        up to it is committed, and seen by this transaction's reads, or never will be."""
+        if name != "clock":
+            return super().count(name)
+        if self._clock is not None:
+            return self._clock
+        if self._begin is not None:  # a read: settled first, its snapshot begun after, one round trip
+            begin, self._begin = self._begin, None
+            with self._c.pipeline() as pipeline:
+                cursor = self._c.execute(_SETTLED)
+                pipeline.sync()  # its own implicit transaction, ended before BEGIN
+                self._c.execute(begin)
+                self._c.execute("SELECT 1")  # the snapshot is taken by a statement, not by BEGIN
+            self._clock = _first(cursor)
+            return self._clock
+        settled = _first(self._x(_SETTLED))
+        if self._repeatable:
+            # a snapshot begun before: what it sees of versions up to this is not promised (the
+            # store's reads that rely on the clock -- a forget's survey, the index catching up --
+            # read it first); one value for the whole snapshot all the same
+            self._clock = settled
+        # READ COMMITTED: each later statement sees every version up to it
+        return settled
+
+    def meta_all(self) -> dict[str, int]:
+        return {str(n): int(v) for n, v in self._rows(_META_ALL)}
+
+    def reserve(self, count: int, floor: int = 0) -> int:
+        # a block of the sequence no other transaction gets (schema 3's reserve_versions)
+        last = int(self._one(_RESERVE, (count, floor)))
+        self._reserved = max(self._reserved, last + count)
+        return last
+
+    def advance(self, name: str, to: int | None = None) -> None:
+        if name != "clock":
+            super().advance(name, to)
+        elif to is None:
+            self.reserve(1)
+        elif to > self._reserved:  # not a version this transaction reserved: never behind it
+            self.reserve(0, to)
 
     # -- tombstones ------------------------------------------------------------------
     # -- keys ------------------------------------------------------------------------
     # -- records ---------------------------------------------------------------------
     def records_in_slots(self, slots: Sequence[tuple[bytes, bytes]]) -> list[RecordRow]:
         # one statement for every slot: a lateral probe of lineage_slot each
-        unique = list(dict.fromkeys((bytes(s), bytes(k)) for s, k in slots))
-        sql = f"SELECT {R_COLS} FROM {_SLOTS} ORDER BY r.version"
-        args = ([s for s, _ in unique], [k for _, k in unique])
-        return [record_row(row) for row in self._rows(sql, args)]
+        return [record_row(row) for row in self._rows(_RECORDS_IN_SLOTS, _slot_arrays(slots))]
+
+    def delete_records(self, ids: Sequence[str]) -> None:
+        if ids:
+            self._send(_DELETE_RECORDS, (list(ids),))
 
     def key_records(
         self, scope_tokens: Sequence[bytes], key_token: bytes
@@ -240,22 +390,22 @@ class PostgresTxn(SQLHandlers, OpRunner):
             for r in rows
         )
         self._start()
-        with self._c.pipeline():
-            self._insert("records", RECORD_COLS, _RECORD_TYPES, records)
-            self._insert("lineage", LINEAGE_COLS, _LINEAGE_TYPES, map(lineage_values, lineage))
-            if tokens:
-                self._x(
-                    "INSERT INTO record_subjects (subject_token, record_id) "
-                    "SELECT * FROM unnest(%s::bytea[], %s::text[]) ON CONFLICT DO NOTHING",
-                    (tokens, subject_ids),
-                )
-            self._insert(
-                "derivations",
-                "source_id, derived_id",
-                ("text", "text"),
-                ((src, x.record_id) for x in lineage for src in x.sources),
-                _NOTHING,
+        # deferred: they go in one round trip with whatever the transaction sends next (its COMMIT)
+        self._insert("records", RECORD_COLS, _RECORD_TYPES, records)
+        self._insert("lineage", LINEAGE_COLS, _LINEAGE_TYPES, map(lineage_values, lineage))
+        if tokens:
+            self._send(
+                "INSERT INTO record_subjects (subject_token, record_id) "
+                "SELECT * FROM unnest(%s::bytea[], %s::text[]) ON CONFLICT DO NOTHING",
+                (tokens, subject_ids),
             )
+        self._insert(
+            "derivations",
+            "source_id, derived_id",
+            ("text", "text"),
+            ((src, x.record_id) for x in lineage for src in x.sources),
+            _NOTHING,
+        )
 
     # -- forgetting ------------------------------------------------------------------
     # -- what only a forget's records use, what of a target remains ---------------------

@@ -128,6 +128,10 @@ class SQLHandlers:
         else:
             self._run("UPDATE meta SET value=? WHERE name=? AND value<?", (to, name, to))
 
+    def reserve(self, count: int, floor: int = 0) -> int:
+        # the writers are serialised here: the clock is the last version, Advance moves it
+        return max(self.count("clock"), floor)
+
     def meta(self, name: str) -> int | None:
         value = self._get("SELECT value FROM meta WHERE name=?", (name,))
         return None if value is None else int(value)

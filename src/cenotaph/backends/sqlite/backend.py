@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import StorageError
-from ..base import LineageRow, RecordRow, busy_timeout_ms, lineage_values, run_after_commit
-from ..ops import OpRunner
+from ..base import LineageRow, RecordRow, WriteLocks, busy_timeout_ms, lineage_values, run_after_commit
+from ..ops import Op, OpRunner
 from ..sql import SQLITE, SQLHandlers
 from ..sql.columns import (
     L_COLS,
@@ -235,6 +235,8 @@ class SQLiteBackend:
     """One connection per Store, serialised by a lock of its own (a store serialises its threads
     itself, see ``cenotaph.locking``); several processes share the files."""
 
+    concurrent_writers = False  # one writer per database file: ``WriteLocks`` change nothing
+
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.path = directory / DB_NAME
@@ -386,7 +388,10 @@ class SQLiteBackend:
         if self._conn.in_transaction:
             self._conn.execute("ROLLBACK")
 
-    def write(self) -> contextlib.AbstractContextManager[SQLiteTxn]:
+    def write(
+        self, locks: WriteLocks | None = None, ahead: Sequence[Op[Any]] = ()
+    ) -> contextlib.AbstractContextManager[SQLiteTxn]:
+        """One writer per database file (``BEGIN IMMEDIATE``): ``locks`` and ``ahead`` change nothing."""
         return self._transaction("BEGIN IMMEDIATE")
 
     @contextlib.contextmanager

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from ...backends import ops
-from ...backends.base import LineageRow, Txn
+from ...backends.base import LineageRow, Txn, WriteLocks
 from ...clock import Clock
 from ...crypto.tokens import TokenMaker
 from ...errors import ErasureNotProvableError, ScopeClosureError
@@ -120,6 +120,29 @@ class ForgetPlanner:
     def subject(self, token: bytes, owner: bytes | None = None) -> ForgetTarget:
         """Compliance-forget every record carrying the subject, and everything derived from them."""
         return ForgetTarget("subject", Mode.COMPLIANCE, token, owner=owner)
+
+    def locks(self, target: ForgetTarget) -> WriteLocks | None:
+        """What the forget's transaction locks where writers are not serialised (PostgreSQL):
+        every target its tombstones may name, exclusive (a key forget with its ancestors: the
+        key in each ancestor scope, whichever hold it), and the forgets' serial lock. None,
+        store-wide, for a compliance forget of a scope or a subject: it also destroys the keys
+        of scopes and subjects only its records use, which a write outside its targets could be
+        sealing with meanwhile."""
+        if target.compliance and target.kind in ("scope", "subject"):
+            return None
+        if target.kind == "scope":
+            return WriteLocks(exclusive=frozenset([target.token]), serial=True)
+        assert target.scope is not None and target.key_token is not None
+        if target.exact:
+            named = [self._tokens.key_exact(target.token, target.key_token)]
+        else:
+            named = [self._tokens.key_subtree(target.token, target.key_token)]
+            if target.include_ancestors:
+                named += [
+                    self._tokens.key_exact(self._tokens.scope(a), target.key_token)
+                    for a in target.scope.ancestors()
+                ]
+        return WriteLocks(exclusive=frozenset(named), serial=True)
 
     # -- step 1: outside the write lock ------------------------------------------------
     def survey(self, reading: Reading, target: ForgetTarget) -> Survey:
