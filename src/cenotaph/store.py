@@ -25,7 +25,7 @@ from .backends import (
     open_backend,
     ops,
 )
-from .backends.base import Backend, LineageRow, RecordRow, Txn, WriteLocks
+from .backends.base import Backend, LineageRow, LostRace, RecordRow, Txn, WriteLocks
 from .caches import RECORD_CACHE_LIMIT, StoreCaches
 from .clock import SYSTEM_CLOCK, Clock
 from .consumers import DEFAULT_ACK_DAYS, Consumer
@@ -265,6 +265,14 @@ class Store:
             # a ledger this process has not replayed yet: store-wide, where replaying is safe
             locks = None if self._ledger.changed() else write_locks(self._tokens, group)
             ahead = write_ahead(self._tokens, group)
+        try:
+            return self._commit_group(group, locks, ahead)
+        except LostRace:  # another write made a key this one made too: store-wide, it finds it
+            return self._commit_group(group, None, ahead)
+
+    def _commit_group(
+        self, group: Sequence[Sequence[Prepared]], locks: WriteLocks | None, ahead: Sequence[ops.Op[Any]]
+    ) -> list[list[SealedRecord] | BaseException]:
         try:
             with self._backend.write(locks, ahead) as txn:
                 mark: int | None = self._provider.ledger_mark()  # one stat, under the write lock

@@ -31,6 +31,9 @@ from cenotaph import LocalKeyring
 from cenotaph.errors import ForgottenError, StaleWriteError
 
 TRIAL_KEY = "fact"
+# what a trial's forget names: its key in the session's subtree (alone or with its ancestors:
+# target locks on PostgreSQL), the whole session scope or the trial's subject (store-wide)
+FORGET_KINDS = ("key", "ancestors", "scope", "subject")
 IDLE = -1  # a forgetter's slot before its first trial
 DONE = -2  # ... after its last
 SLOT = struct.Struct("<q")
@@ -51,6 +54,11 @@ def open_store(dsn: str, schema: str, keyring: str, auto_purge: str = "off") -> 
 
 def trial_scope(prefix: str, index: int) -> str:
     return f"{prefix}/session:t{index}"
+
+
+def trial_subject(index: int) -> str:
+    """The subject every write of a trial carries (a subject forget names it)."""
+    return f"race-trial:{index}"
 
 
 def forget_first(index: int) -> bool:
@@ -111,7 +119,7 @@ def race_forgetter(
 ) -> dict[str, Any]:
     """``threads`` threads, thread ``t`` publishing its trials (``trials[t::threads]``) in slot
     ``first_slot + t``. For each trial: publish it, let the writers' first write land (or not:
-    a random threshold), then compliance-forget its key or its whole session scope."""
+    a random threshold), then compliance-forget it (one of ``FORGET_KINDS``)."""
     store = open_store(dsn, schema, keyring, auto_purge)
     shared = Progress(progress)
     say("ready")
@@ -133,7 +141,7 @@ def race_forgetter(
                         break
                     time.sleep(0.0005)
             time.sleep(rng.random() * 0.004)
-            out.append(_forget(store, scope, index, rng.choice(("key", "key", "scope"))))
+            out.append(_forget(store, scope, index, rng.choice(FORGET_KINDS)))
         shared.publish(slot, DONE)
         return out
 
@@ -146,7 +154,11 @@ def race_forgetter(
 def _forget(store: cenotaph.Store, scope: str, index: int, target: str) -> dict[str, Any]:
     outcome: dict[str, Any] = {"trial": index, "target": target, "start": now_ns()}
     try:
-        request = store.forget(scope, TRIAL_KEY if target == "key" else None)
+        if target == "subject":
+            request = store.forget_subject(trial_subject(index))
+        else:
+            key = None if target == "scope" else TRIAL_KEY
+            request = store.forget(scope, key, include_ancestors=target == "ancestors")
     except Exception as exc:
         outcome.update(ok=False, error=type(exc).__name__, detail=str(exc)[:300])
     else:
@@ -155,9 +167,11 @@ def _forget(store: cenotaph.Store, scope: str, index: int, target: str) -> dict[
     return outcome
 
 
-def _attempt(store: cenotaph.Store, scope: str, name: str, n: int, rng: random.Random) -> dict[str, Any]:
-    """One write of the trial's key (half compare-and-set on what a read just saw, a quarter
-    into a child scope the write creates); never raises."""
+def _attempt(
+    store: cenotaph.Store, scope: str, index: int, name: str, n: int, rng: random.Random
+) -> dict[str, Any]:
+    """One write of the trial's key, carrying the trial's subject (half compare-and-set on what a
+    read just saw, a quarter into a child scope the write creates); never raises."""
     target = scope if rng.random() < 0.75 else f"{scope}/turn:{name}"
     out: dict[str, Any] = {"slot": target, "w": name, "n": n, "start": now_ns()}
     try:
@@ -167,7 +181,9 @@ def _attempt(store: cenotaph.Store, scope: str, name: str, n: int, rng: random.R
             seen = store.read(target, TRIAL_KEY, fallthrough=False)
             out["read_found"] = seen is not None
             base = None if seen is None else seen.version
-        record = store.write(target, TRIAL_KEY, {"w": name, "n": n}, base_version=base)
+        record = store.write(
+            target, TRIAL_KEY, {"w": name, "n": n}, subjects=[trial_subject(index)], base_version=base
+        )
     except ForgottenError as exc:
         out.update(ok=False, error="ForgottenError", error_version=exc.version)
     except StaleWriteError:
@@ -215,7 +231,7 @@ def race_writer(
     def write(slot: int, index: int, done: dict[int, int], out: list[dict[str, Any]]) -> None:
         n = done.get(index, 0)
         outcome = _attempt(
-            store, trial_scope(prefix, index), name, n, random.Random(f"{seed}/{name}/{index}/{n}")
+            store, trial_scope(prefix, index), index, name, n, random.Random(f"{seed}/{name}/{index}/{n}")
         )
         outcome["trial"] = index
         out.append(outcome)

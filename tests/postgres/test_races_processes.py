@@ -4,9 +4,10 @@ it (and is forgotten with it) or fails; it never brings the forgotten value back
 Four processes, each its own ``Store`` on one schema (app servers sharing a database): two
 forgetters and two writers. A forgetter publishes the trial it is on (a fresh session scope and
 key) in a shared progress file, waits until a write of it has landed (one trial in five: does
-not wait), then compliance-forgets the key or the whole session scope. The writers write each
+not wait), then compliance-forgets the key (alone or with its ancestors: target locks on
+PostgreSQL), the whole session scope or the trial's subject (store-wide ones). The writers write each
 published trial (``ATTEMPTS`` times each until refused, half compare-and-set on what a read just
-saw, a quarter into a child scope the write creates), so writes are in flight while the forget
+saw, a quarter into a child scope the write creates, each carrying the trial's subject), so writes are in flight while the forget
 commits; one writer also writes each waited-for trial once ahead, while the forget before it runs, and each
 reads a trial once more after its forgetter moved on (its forget had returned).
 Afterwards, for every trial:
@@ -16,7 +17,7 @@ Afterwards, for every trial:
   and none of those ended before the forget started;
 - no read that started after the forget returned found the key;
 - a store opened afterwards reads nothing of any slot written and lists nothing in the scope;
-- versions are unique across every write and forget (one clock, serialised by the schema's lock).
+- versions are unique across every write and forget (blocks of one sequence).
 
 A *resurrection* is a trial breaking any of these; there must be none. The race must also really
 happen: writes that were in flight when a forget started (started before it, returned after it
@@ -38,18 +39,17 @@ import pytest
 from psycopg import sql
 from tests.kit.proc import Child, spawn
 
-from ._scenarios import TRIAL_KEY, Progress, open_store, trial_scope
+from ._scenarios import FORGET_KINDS, TRIAL_KEY, Progress, open_store, trial_scope
 
 TRIALS = int(os.environ.get("CENOTAPH_PG_RACE_TRIALS", "1000"))
 SOAK_TRIALS = 10 * TRIALS
 FORGETTERS = 2
 WRITERS = 2
-THREADS = 1  # trials in flight per forgetter (more only adds waiting for the schema lock)
+THREADS = 1  # trials in flight per forgetter
 SLOTS = FORGETTERS * THREADS
 ATTEMPTS = 2  # writes of each trial per writer
 PREFIX = "tenant:race/user:u"
-# every write and forget of the schema takes its one lock: the trials' pace is the server's (about
-# 40-90 ms a trial here, on two loaded cores)
+# the trials' pace is the server's (about 40-90 ms a trial here, on two loaded cores)
 CHILD_TIMEOUT_S = 540
 
 
@@ -64,13 +64,15 @@ class Tally:
     in_flight_hidden: int = 0  # started before the forget started, returned after, forgotten with it
     resurrections: int = 0
     problems: list[str] = field(default_factory=list)
+    kinds: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # trials per forget kind
+    raced: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # in-flight writes per kind
 
     def summary(self) -> str:
         return (
             f"trials={self.trials} resurrections={self.resurrections} ok_writes={self.ok_writes} "
             f"refused={self.refused} stale={self.stale} late_reads={self.late_reads} "
             f"in_flight_refused={self.in_flight_refused} in_flight_hidden={self.in_flight_hidden} "
-            f"problems={len(self.problems)}"
+            f"problems={len(self.problems)} kinds={dict(self.kinds)} raced={dict(self.raced)}"
         )
 
 
@@ -82,8 +84,11 @@ def _check_trial(tally: Tally, forget: dict[str, Any], writes: list[dict[str, An
         return False
     v_f, f_start, f_end = forget["version"], forget["start"], forget["end"]
     bad = False
+    tally.kinds[forget["target"]] += 1
     for w in writes:
         in_flight = w["start"] < f_start < w["end"]
+        if w.get("kind") != "read" and in_flight:
+            tally.raced[forget["target"]] += 1
         if w.get("read_start", 0) > f_end:
             tally.late_reads += 1
             if w["read_found"]:
@@ -222,6 +227,10 @@ def _run(tmp_path: Path, pg_dsn: str, pg_schema: str, trials: int, timeout: floa
     assert tally.in_flight_refused > 0, tally.summary()
     assert tally.ok_writes > 0 and tally.refused > 0, tally.summary()
     assert tally.late_reads >= trials, tally.summary()  # each writer re-reads each trial after its forget
+    # every kind of forget raced writes: those of a key (alone or with its ancestors) under target
+    # locks on PostgreSQL, those of a scope or a subject store-wide
+    assert sorted(tally.kinds) == sorted(FORGET_KINDS), tally.summary()
+    assert all(tally.raced[kind] > 0 for kind in FORGET_KINDS), tally.summary()
     # every forget returned with its keys destroyed (W5), as the rows say (status() is not asked
     # per forget: it costs a query per pending request)
     assert _request_states(pg_dsn, pg_schema) == {"shredded": trials}

@@ -18,6 +18,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
+from ..errors import StorageError
 from ..model import LayerState
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ __all__ = [
     "ErasureRow",
     "LayerEntry",
     "LineageRow",
+    "LostRace",
     "RecordRow",
     "ScopeKeyRow",
     "Txn",
@@ -205,6 +207,12 @@ class Txn(Protocol):
     def savepoint(self) -> None: ...
     def release_savepoint(self) -> None: ...
     def rollback_to_savepoint(self) -> None: ...
+
+
+class LostRace(StorageError):
+    """A write transaction made a key row another transaction, not excluded by its locks, made
+    first (two writes of different targets creating one parent scope's key, say): it rolls back
+    whole, and run again it finds the other's row. Only where writers run at once (PostgreSQL)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,9 @@ Each record's write holds the lock of every tombstone target that covers it
 (``WriteTargets.tombstone_targets``: each prefix scope, its key's subtree under each prefix and
 the key in its own scope, each subject) shared, so writes of different users run at once and a
 forget, which holds the targets its tombstones name exclusive, excludes exactly the writes it
-could dominate. A write presenting a reauthorization token holds its targets exclusive: the
+could dominate. The key in its own scope is the record's slot: that one is exclusive, so two
+writes of one slot run one after the other (each replaces the row the other left, and a
+compare-and-set sees the other's version). A write presenting a reauthorization token holds its targets exclusive: the
 token lifts forgets of one of them, and no write covered by it may decide meanwhile. A write
 ``derived_from`` another record is store-wide: it inherits the sources' subjects, known only
 inside the transaction, and a forget of a source reaches it through derivations, which no
@@ -38,6 +40,7 @@ def write_locks(tokens: TokenMaker, group: Sequence[Sequence[Prepared]]) -> Writ
             subjects = dict.fromkeys([*default_subjects(p.scope), *p.subjects])
             targets = WriteTargets.build(tokens, p.scope, p.key, tuple(tokens.subject(s) for s in subjects))
             (exclusive if p.reauthorization is not None else shared).update(targets.tombstone_targets())
+            exclusive.add(targets.exact_key_target)  # the slot: one write of it at a time
     return WriteLocks(frozenset(shared - exclusive), frozenset(exclusive))
 
 

@@ -313,7 +313,9 @@ class PostgresBackend:
                 return
             if write:
                 conn, done = self._begin_write(locks, ahead)
-                txn = PostgresTxn(conn, commits=True, marker_of=self._own.marker, ahead=done)
+                txn = PostgresTxn(
+                    conn, commits=True, marker_of=self._own.marker, ahead=done, store_wide=locks is None
+                )
             else:  # begun with its first statement, in the same round trip
                 txn = PostgresTxn(
                     self._getconn(),

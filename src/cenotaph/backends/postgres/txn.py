@@ -15,7 +15,7 @@ import psycopg
 from psycopg.sql import SQL, Composed
 
 from .. import ops
-from ..base import LineageRow, RecordRow, lineage_values
+from ..base import LineageRow, LostRace, RecordRow, ScopeKeyRow, lineage_values
 from ..ops import Op, OpRunner
 from ..sql import POSTGRES, SQLHandlers
 from ..sql.columns import (
@@ -138,8 +138,10 @@ class PostgresTxn(SQLHandlers, OpRunner):
         ahead: Sequence[tuple[Op[Any], Any]] = (),
         repeatable: bool = False,
         clock: int | None = None,
+        store_wide: bool = True,
     ) -> None:
         self._c = conn
+        self._store_wide = store_wide  # a write excluding every other (else: its target locks)
         # one snapshot for every statement (a read), and the settled clock read before it began
         self._repeatable = repeatable
         self._clock = clock
@@ -361,6 +363,45 @@ class PostgresTxn(SQLHandlers, OpRunner):
     def records_in_slots(self, slots: Sequence[tuple[bytes, bytes]]) -> list[RecordRow]:
         # one statement for every slot: a lateral probe of lineage_slot each
         return [record_row(row) for row in self._rows(_RECORDS_IN_SLOTS, _slot_arrays(slots))]
+
+    # -- key rows: a write made them first, or another did (target locks do not exclude that)
+    def insert_scopes(self, rows: Iterable[ScopeKeyRow]) -> None:
+        listed = [(r.token, r.parent, r.wrapped, r.epoch) for r in rows]
+        types = ("bytea", "bytea", "bytea", "bigint")
+        self._insert_new("scopes", "token, parent, wrapped, epoch", types, listed)
+
+    def insert_subjects(self, rows: Iterable[tuple[bytes, bytes, int]]) -> None:
+        self._insert_new("subjects", "token, wrapped, epoch", ("bytea", "bytea", "bigint"), list(rows))
+
+    def _insert_new(
+        self, table: str, columns: str, types: tuple[str, ...], rows: list[tuple[Any, ...]]
+    ) -> None:
+        """``rows`` (new keys, each keyed by its first column), or LostRace if another
+        transaction made one of them first (its key, not ours, is the one)."""
+        if not rows:
+            return
+        if self._store_wide:  # no other write meanwhile: as everywhere else
+            self._insert(table, columns, types, rows, _NOTHING)
+            return
+        arrays = [list(column) for column in zip(*rows, strict=True)]
+        sql = _unnest_insert_sql(table, columns, types, " ON CONFLICT DO NOTHING RETURNING 1")
+        if len(self._rows(sql, arrays)) != len(rows):
+            raise LostRace(f"another write made a {table[:-1]} key first; the write runs again")
+
+    def replace_scope_key(self, token: bytes, wrapped: bytes, epoch: int) -> None:
+        self._replace_key("scopes", token, wrapped, epoch)
+
+    def replace_subject_key(self, token: bytes, wrapped: bytes, epoch: int) -> None:
+        self._replace_key("subjects", token, wrapped, epoch)
+
+    def _replace_key(self, table: str, token: bytes, wrapped: bytes, epoch: int) -> None:
+        """A new key for a destroyed one, or (under target locks) LostRace if another transaction
+        replaced it first. Store-wide, a key whose KEK epoch was destroyed is replaced too."""
+        sql = f"UPDATE {table} SET wrapped=%s, epoch=%s, destroyed_version=NULL WHERE token=%s"
+        if self._store_wide:
+            self._x(sql, (wrapped, epoch, token))
+        elif self._count(sql + " AND wrapped IS NULL", (wrapped, epoch, token)) != 1:
+            raise LostRace(f"another write replaced a destroyed {table[:-1]} key first; the write runs again")
 
     def delete_records(self, ids: Sequence[str]) -> None:
         if ids:
