@@ -267,13 +267,14 @@ proctype Writer(byte me) {
 #endif
        skip }
   fi;
+  replay_mask(mask);
 #ifdef CONTROL_CHECK_OUTSIDE_LOCK
   d_step { decide(q[qh], 0, ok0); if :: n == 2 -> decide(q[qh+1], 0, ok1) :: else -> ok1 = 0 fi; gen = 0; sub = 0 }
-  atomic { acquire(mask); reconcile(); ver++; v0 = ver; ver++; v1 = ver;
+  atomic { acquire(mask); replay(mask); ver++; v0 = ver; ver++; v1 = ver;
 #else
   /* the transaction: the ledger view read inside it (Store._commit_writes), each write checked
    * on its own (GroupWriter.write), the accepted ones landing at COMMIT */
-  atomic { acquire(mask); reconcile(); ver++; v0 = ver; ver++; v1 = ver;
+  atomic { acquire(mask); replay(mask); ver++; v0 = ver; ver++; v1 = ver;
     decide(q[qh], 0, ok0); if :: n == 2 -> decide(q[qh+1], 0, ok1) :: else -> ok1 = 0 fi;
 #endif
     gen = 0; sub = 0; i = 0
@@ -296,7 +297,7 @@ done:
 /* Store.forget / forget_subject: plan under the lock, ledger append, COMMIT; a large plan's
  * records in chunks after (PlanApplier). */
 proctype Forget(byte f) {
-  byte r, t, v, s, o, sv, sp0, sp1;
+  byte r, t, m, v, s, o, sv, sp0, sp1;
   bit chunked, escaped;
   lf_comp[f] = 1;
 #if defined(SCEN_PURGE)
@@ -324,9 +325,11 @@ proctype Forget(byte f) {
     sp0 = ((covers(t, 0) && rec_st[0] == LIVE) -> rec_ver[0] : 0);
     sp1 = ((covers(t, 1) && rec_st[1] == LIVE) -> rec_ver[1] : 0)
   }
+  m = t;
+  replay_mask(m);
   atomic {
-    acquire(t);
-    reconcile();
+    acquire(m);
+    replay(m);
     ver++; v = ver;
     /* ForgetPlanner.plan: what the survey found, and what was written since its clock */
     pl[f*2] = ((covers(t, 0) && rec_st[0] == LIVE && (rec_ver[0] == sp0 || rec_ver[0] > sv)) -> rec_ver[0] : 0);
@@ -346,7 +349,7 @@ proctype Forget(byte f) {
     /* a whole plan's postcondition (Ledger.commit_plan: check_postcondition, sweep) fails the
      * forget closed; a chunked plan's runs after its last chunk (PlanApplier.run) */
     if
-    :: escaped && !chunked -> release(t); goto done   /* nothing committed, nothing ledgered */
+    :: escaped && !chunked -> release(m); goto done   /* nothing committed, nothing ledgered */
     :: else -> skip
     fi;
 #endif
@@ -359,7 +362,7 @@ proctype Forget(byte f) {
   }
 #if !defined(SCEN_PURGE) && !defined(SCEN_TOKENS) && !defined(SCEN_RESTORE)
   if
-  :: f == 0 -> release(t); goto done     /* the process dies before COMMIT: the ledger holds it */
+  :: f == 0 -> release(m); goto done     /* the process dies before COMMIT: the ledger holds it */
   :: true
   fi;
 #endif
@@ -375,7 +378,7 @@ proctype Forget(byte f) {
     fi;
     committed = committed | (1 << f);
     if :: clock < v -> clock = v :: else -> skip fi;
-    release(t)
+    release(m)
   }
   if
   :: chunked ->                          /* PlanApplier.run: the records, in a later transaction */

@@ -11,7 +11,7 @@ compare-and-set sees the other's version). A write presenting a reauthorization 
 token lifts forgets of one of them, and no write covered by it may decide meanwhile. A write
 ``derived_from`` another record is store-wide: it inherits the sources' subjects, known only
 inside the transaction, and a forget of a source reaches it through derivations, which no
-target lock covers.
+target lock covers. A batch naming more than ``MAX_TARGET_LOCKS`` targets is store-wide too.
 """
 
 from __future__ import annotations
@@ -26,7 +26,11 @@ from ..dominance import WriteTargets
 from ..scope import default_subjects
 from .record_writer import Prepared
 
-__all__ = ["write_ahead", "write_locks"]
+__all__ = ["MAX_TARGET_LOCKS", "write_ahead", "write_locks"]
+
+# a batch naming more targets goes store-wide: PostgreSQL keeps every lock in a shared table
+# (max_locks_per_transaction per connection), which thousands of them would exhaust
+MAX_TARGET_LOCKS = 256
 
 
 def write_locks(tokens: TokenMaker, group: Sequence[Sequence[Prepared]]) -> WriteLocks | None:
@@ -41,6 +45,8 @@ def write_locks(tokens: TokenMaker, group: Sequence[Sequence[Prepared]]) -> Writ
             targets = WriteTargets.build(tokens, p.scope, p.key, tuple(tokens.subject(s) for s in subjects))
             (exclusive if p.reauthorization is not None else shared).update(targets.tombstone_targets())
             exclusive.add(targets.exact_key_target)  # the slot: one write of it at a time
+    if len(shared | exclusive) > MAX_TARGET_LOCKS:
+        return None
     return WriteLocks(frozenset(shared - exclusive), frozenset(exclusive))
 
 

@@ -328,7 +328,8 @@ class RestoredBackend(PostgresBackend):
 
     @contextlib.contextmanager
     def _first_write(self, locks: WriteLocks | None, ahead: Sequence[Op[Any]]) -> Iterator[PostgresTxn]:
-        with super().write(None if self._chain is not None else locks, ahead) as txn:
+        first = self._chain is not None  # store-wide, and nothing read ahead of its own rows
+        with super().write(None if first else locks, () if first else ahead) as txn:
             if self._chain is not None:
                 txn.connection.execute("DELETE FROM meta WHERE name = %s", (_INCOMPLETE,))
                 txn.connection.execute(
