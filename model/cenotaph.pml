@@ -53,6 +53,19 @@
 #define COVER_A 5   /* SC_A | KEY_A */
 #define COVER_B 31  /* every target: both scopes, both key subtrees, the subject */
 
+/* which transactions replay the ledger's forgets the database lacks (Ledger.reconcile): under one
+ * lock every one; under target locks one that finds such forgets (Ledger.changed, before its
+ * locks) takes every lock (store-wide) and replays them, one holding target locks only replays
+ * nothing -- another forget may be between its ledger append and its COMMIT (the ledger view
+ * decides all the same) */
+#if defined(PG_FINE)
+inline replay_mask(mask) { atomic { if :: (ledgered & ~applied) != 0 -> mask = ALL_TARGETS :: else -> skip fi } }
+inline replay(mask) { if :: mask == ALL_TARGETS -> reconcile() :: else -> skip fi }
+#else
+inline replay_mask(mask) { skip }
+inline replay(mask) { reconcile() }
+#endif
+
 #define covers(t, s) (((t) & ((s) == SLOT_A -> COVER_A : COVER_B)) != 0)
 
 /* record states */

@@ -20,10 +20,3 @@ inline release(mask) { held = held & ~(mask) }
  * what the plan adds as "written since" misses it, and the forget's postcondition (the sweep)
  * is what keeps the forget from committing without it (-DNO_SWEEP shows the escape). */
 #define SURVEY_CLOCK clock
-
-/* a transaction that finds forgets in the ledger the database lacks (Ledger.changed, before
- * its locks) takes every lock (store-wide) and replays them; one holding target locks only
- * replays nothing: another forget may be between its ledger append and its COMMIT (the ledger
- * view decides all the same) */
-inline replay_mask(mask) { atomic { if :: (ledgered & ~applied) != 0 -> mask = ALL_TARGETS :: else -> skip fi } }
-inline replay(mask) { if :: mask == ALL_TARGETS -> reconcile() :: else -> skip fi }

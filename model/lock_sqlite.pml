@@ -14,7 +14,3 @@ inline release(mask) { db_writer = 0 }
 /* the clock a forget's survey notes before its first read: the committed clock (the writer
  * that takes a version commits it with the clock, under the one lock) */
 #define SURVEY_CLOCK clock
-
-/* every transaction holds the one lock: each replays the ledger's forgets the database lacks */
-inline replay_mask(mask) { skip }
-inline replay(mask) { reconcile() }
