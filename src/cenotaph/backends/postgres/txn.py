@@ -323,13 +323,7 @@ class PostgresTxn(SQLHandlers, OpRunner):
         if self._clock is not None:
             return self._clock
         if self._begin is not None:  # a read: settled first, its snapshot begun after, one round trip
-            begin, self._begin = self._begin, None
-            with self._c.pipeline() as pipeline:
-                cursor = self._c.execute(_SETTLED)
-                pipeline.sync()  # its own implicit transaction, ended before BEGIN
-                self._c.execute(begin)
-                self._c.execute("SELECT 1")  # the snapshot is taken by a statement, not by BEGIN
-            self._clock = _first(cursor)
+            self._clock = self._settled_then_begin()
             return self._clock
         settled = _first(self._x(_SETTLED))
         if self._repeatable:
@@ -339,6 +333,25 @@ class PostgresTxn(SQLHandlers, OpRunner):
             self._clock = settled
         # READ COMMITTED: each later statement sees every version up to it
         return settled
+
+    def _settled_then_begin(self) -> int:
+        """The settled clock, then this read's BEGIN and a statement taking its snapshot, in one
+        round trip; a connection found broken then is swapped as in :meth:`_x`."""
+        assert self._begin is not None
+        begin, self._begin = self._begin, None
+        for attempt in range(_RECONNECTS + 1):
+            try:
+                with self._c.pipeline() as pipeline:
+                    cursor = self._c.execute(_SETTLED)
+                    pipeline.sync()  # its own implicit transaction, ended before BEGIN
+                    self._c.execute(begin)
+                    self._c.execute("SELECT 1")  # the snapshot is taken by a statement, not by BEGIN
+                return _first(cursor)
+            except psycopg.OperationalError:
+                if not self._c.broken or self._reconnect is None or attempt == _RECONNECTS:
+                    raise
+                self._c = self._reconnect(self._c)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def meta_all(self) -> dict[str, int]:
         return {str(n): int(v) for n, v in self._rows(_META_ALL)}
