@@ -196,12 +196,18 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             PERFORM pg_advisory_lock(1667591012, lock_id);
             BEGIN
                 SELECT last_value INTO current FROM clock_seq;
-                last := GREATEST(current, floor);
+                IF n = 1 AND current >= floor THEN
+                    -- nextval WAL-logs (and takes a transaction id) once in 32 calls, setval each
+                    -- time: a lone write holds no transaction id until its COMMIT's round trip
+                    last := nextval('clock_seq') - 1;
+                ELSE
+                    last := GREATEST(current, floor);
+                    IF last + n > current THEN
+                        PERFORM setval('clock_seq', last + n, true);
+                    END IF;
+                END IF;
                 IF n > 0 THEN
                     PERFORM pg_advisory_xact_lock_shared(space | ((last + 1) & 1099511627775));
-                END IF;
-                IF last + n > current THEN
-                    PERFORM setval('clock_seq', last + n, true);
                 END IF;
             EXCEPTION WHEN OTHERS THEN
                 PERFORM pg_advisory_unlock(1667591012, lock_id);
