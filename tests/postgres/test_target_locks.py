@@ -17,7 +17,8 @@ import psycopg
 import pytest
 
 import cenotaph
-from cenotaph.errors import ForgottenError
+from cenotaph.erasure.planning.planner import Survey
+from cenotaph.errors import ErasureNotProvableError, ForgottenError
 
 from ._scenarios import open_store
 
@@ -159,3 +160,43 @@ def test_a_forget_waits_for_the_writes_it_could_dominate(
         assert late.version < request.version
     for store in stores:
         assert store.read(f"{ALICE}/session:s1", "diet", fallthrough=False) is None
+
+
+def test_a_record_that_escapes_the_survey_is_caught_by_the_postcondition(
+    stores: list[cenotaph.Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under target locks versions commit out of order, so a survey can miss a record written
+    before the forget (the model's -DNO_SWEEP). Simulated: the first survey sees nothing and
+    notes a clock above the record's version. The postcondition finds the record, the forget
+    rolls back and surveys again, and the record is forgotten with it."""
+    store = stores[0]
+    written = store.write(ALICE, "diet", "vegan")
+    planner = store._erasure._planner
+    original = planner.survey
+    surveys: list[int] = []
+
+    def survey(reading: Any, target: Any) -> Survey:
+        surveys.append(1)
+        if len(surveys) == 1:  # missed: its version is below the clock this survey notes
+            return Survey(since=written.version + 1)
+        return original(reading, target)
+
+    monkeypatch.setattr(planner, "survey", survey)
+    request = store.forget(ALICE, "diet")
+    assert len(surveys) == 2
+    assert request.version > written.version
+    assert store.read(ALICE, "diet") is None
+    assert written.id in store._erasure.row(request.id).plan
+
+
+def test_a_survey_that_keeps_missing_fails_the_forget_closed(
+    stores: list[cenotaph.Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = stores[0]
+    written = store.write(ALICE, "diet", "vegan")
+    planner = store._erasure._planner
+    monkeypatch.setattr(planner, "survey", lambda reading, target: Survey(since=written.version + 1))
+    with pytest.raises(ErasureNotProvableError, match="postcondition"):
+        store.forget(ALICE, "diet")
+    found = store.read(ALICE, "diet")
+    assert found is not None and found.version == written.version  # nothing was changed
