@@ -54,6 +54,15 @@ class LockedBackend:
     def write(self) -> contextlib.AbstractContextManager[Txn]:
         return self._inside(self.inner.write)
 
+    def statement(self) -> contextlib.AbstractContextManager[Txn]:
+        """A read of one operation without a transaction of its own when the backend offers one
+        (SQLite: ``SQLiteBackend.statement``), else a :meth:`read`: the caller treats a
+        :class:`~cenotaph.backends.base.NeedsSnapshot` as "read again in :meth:`read`"."""
+        single: Callable[[], contextlib.AbstractContextManager[Txn]] | None = getattr(
+            self.inner, "statement", None
+        )
+        return self._inside(self.inner.read if single is None else single)
+
     @contextlib.contextmanager
     def _inside(self, begin: Callable[[], contextlib.AbstractContextManager[Txn]]) -> Iterator[Txn]:
         with self._lock:

@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import StorageError
-from ..base import LineageRow, RecordRow, busy_timeout_ms, lineage_values, run_after_commit
+from ..base import (
+    LineageRow,
+    OneStatement,
+    RecordRow,
+    busy_timeout_ms,
+    lineage_values,
+    run_after_commit,
+)
 from ..ops import OpRunner
 from ..sql import SQLITE, SQLHandlers
 from ..sql.columns import (
@@ -47,6 +54,7 @@ SQLITE_SETTINGS: tuple[tuple[str, str], ...] = (
     ("temp_store", "MEMORY"),  # no temp files outside the data directory
     ("trusted_schema", "OFF"),
     ("foreign_keys", "OFF"),
+    ("cache_size", "-65536"),
 )
 
 
@@ -406,6 +414,17 @@ class SQLiteBackend:
                 raise translate(exc, self.path) from exc
             with self._committed():  # ends the snapshot: a reader must not outlive its block
                 yield txn
+
+    @contextlib.contextmanager
+    def statement(self) -> Iterator[OneStatement]:
+        """A read of one operation in autocommit (:class:`OneStatement`): no ``BEGIN``/``COMMIT``,
+        the statement is its own snapshot (WAL mode). Inside a transaction of this thread (a
+        callback) the operation reads in that transaction, as :meth:`read` does."""
+        with self._lock:
+            try:
+                yield OneStatement(SQLiteTxn(self._conn, commits=False))
+            except sqlite3.Error as exc:
+                raise translate(exc, self.path) from exc
 
     def marker(self) -> int:
         """``PRAGMA data_version`` on this backend's connection: it moves when another connection
