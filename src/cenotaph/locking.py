@@ -61,7 +61,7 @@ class LockedBackend:
         single: Callable[[], contextlib.AbstractContextManager[Txn]] | None = getattr(
             self.inner, "statement", None
         )
-        return self._inside(self.inner.read if single is None else single)
+        return _Inside(self, self.inner.read if single is None else single)
 
     @contextlib.contextmanager
     def _inside(self, begin: Callable[[], contextlib.AbstractContextManager[Txn]]) -> Iterator[Txn]:
@@ -90,3 +90,36 @@ class LockedBackend:
 
     def close(self) -> None:
         self.inner.close()
+
+
+class _Inside:
+    """:meth:`LockedBackend._inside` as a class (no generator: a cold read's one statement runs in it)."""
+
+    __slots__ = ("_begin", "_block", "_owner")
+
+    def __init__(
+        self, owner: LockedBackend, begin: Callable[[], contextlib.AbstractContextManager[Txn]]
+    ) -> None:
+        self._owner = owner
+        self._begin = begin
+        self._block: contextlib.AbstractContextManager[Txn] | None = None
+
+    def __enter__(self) -> Txn:
+        owner = self._owner
+        owner._lock.acquire()
+        owner._depth += 1
+        try:
+            block = self._block = self._begin()
+            return block.__enter__()
+        except BaseException:
+            owner._depth -= 1
+            owner._lock.release()
+            raise
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool | None:
+        owner = self._owner
+        try:
+            return None if self._block is None else self._block.__exit__(kind, exc, tb)
+        finally:
+            owner._depth -= 1
+            owner._lock.release()

@@ -415,16 +415,11 @@ class SQLiteBackend:
             with self._committed():  # ends the snapshot: a reader must not outlive its block
                 yield txn
 
-    @contextlib.contextmanager
-    def statement(self) -> Iterator[OneStatement]:
+    def statement(self) -> _Statement:
         """A read of one operation in autocommit (:class:`OneStatement`): no ``BEGIN``/``COMMIT``,
         the statement is its own snapshot (WAL mode). Inside a transaction of this thread (a
         callback) the operation reads in that transaction, as :meth:`read` does."""
-        with self._lock:
-            try:
-                yield OneStatement(SQLiteTxn(self._conn, commits=False))
-            except sqlite3.Error as exc:
-                raise translate(exc, self.path) from exc
+        return _Statement(self)
 
     def marker(self) -> int:
         """``PRAGMA data_version`` on this backend's connection: it moves when another connection
@@ -449,3 +444,23 @@ class SQLiteBackend:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+class _Statement:
+    """The block of :meth:`SQLiteBackend.statement`: the backend's lock held, a ``sqlite3`` error
+    raised as the StorageError it means. A class, not a generator: it runs on every cold read."""
+
+    __slots__ = ("_backend",)
+
+    def __init__(self, backend: SQLiteBackend) -> None:
+        self._backend = backend
+
+    def __enter__(self) -> OneStatement:
+        backend = self._backend
+        backend._lock.acquire()
+        return OneStatement(SQLiteTxn(backend._conn, commits=False))
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        self._backend._lock.release()
+        if isinstance(exc, sqlite3.Error):
+            raise translate(exc, self._backend.path) from exc
