@@ -54,7 +54,7 @@ SQLITE_SETTINGS: tuple[tuple[str, str], ...] = (
     ("temp_store", "MEMORY"),  # no temp files outside the data directory
     ("trusted_schema", "OFF"),
     ("foreign_keys", "OFF"),
-    ("cache_size", "-65536"),
+    ("cache_size", "-16384"),  # 16 MiB: see docs/architecture.md, "What is on disk"
 )
 
 
