@@ -356,3 +356,42 @@ def test_a_cached_read_after_a_write_that_replayed_a_logged_forget_and_rolled_ba
         with pytest.raises(cenotaph.ForgottenError):
             store.write(SCOPE, "k", "again")  # replays the forget, is refused by it, rolls back
         assert store.read(SCOPE, "k") is None
+
+
+def test_a_cache_miss_while_nobody_commits_is_one_statement_in_no_transaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cold read whose keys are in memory is the one SELECT that brings its rows and the
+    snapshot's ``data_version``: no ``BEGIN``/``COMMIT``, no ``stat`` of the ledger. A read that
+    needs more (its scope's keys after reopening), or that follows another connection's commit or
+    forget, takes a snapshot of its own and sees it."""
+    with cenotaph.open(tmp_path) as store:
+        store.write_many([{"scope": SCOPE, "key": f"k{i}", "value": i} for i in range(10)])
+    with cenotaph.open(tmp_path) as store, cenotaph.open(tmp_path) as other:
+        statements: list[str] = []
+        store._backend.inner._conn.set_trace_callback(statements.append)  # type: ignore[attr-defined]
+        assert present(store.read(SCOPE, "k0")).value == 0  # the scope's keys are not in memory yet
+        assert "BEGIN" in statements  # ... so it read again in a snapshot of its own
+        marks = {"n": 0}
+        real_mark = store._provider.ledger_mark
+
+        def counted() -> int:
+            marks["n"] += 1
+            return real_mark()
+
+        monkeypatch.setattr(store._provider, "ledger_mark", counted)
+        statements.clear()
+        for i in range(1, 6):
+            assert present(store.read(SCOPE, f"k{i}")).value == i
+        # SQLite traces what runs inside a statement ("-- PRAGMA data_version" of the
+        # pragma_data_version the SELECT joins) as lines of its own, beginning with "--"
+        top = [s for s in statements if not s.startswith("--")]
+        assert len(top) == 5 and all(s.startswith("SELECT") for s in top), top
+        assert marks["n"] == 0
+        other.forget(SCOPE, "k6")  # in the ledger and committed elsewhere: the full path
+        assert store.read(SCOPE, "k6") is None
+        other.write(SCOPE, "k7", "new")  # a commit elsewhere, the ledger unchanged
+        assert present(store.read(SCOPE, "k7")).value == "new"
+        statements.clear()
+        assert present(store.read(SCOPE, "k8")).value == 8  # quiet again: one statement
+        assert len([s for s in statements if not s.startswith("--")]) == 1, statements

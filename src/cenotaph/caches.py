@@ -142,6 +142,21 @@ class StoreCaches:
             return False  # settled: a transaction of ours may have replayed a logged forget, then rolled back
         return (self._backend.marker(), self._ledger_hint()) == self._quiet
 
+    def quiet_ledger(self) -> bool:
+        """:meth:`quiet`'s ledger half, for a read that gets the change marker with its rows
+        (one statement): nobody appended to the ledger since the last complete sync began. Read
+        it before the rows; then :meth:`quiet_marker` of the marker read with them completes it."""
+        quiet = self._quiet
+        if quiet is None or self.sync_pending or not self._ledger.settled():
+            return False
+        return self._ledger_hint() == quiet[1]
+
+    def quiet_marker(self, marker: Hashable) -> bool:
+        """:meth:`quiet`'s other half: no other connection committed before ``marker`` was read
+        (with the rows) since the last complete sync began."""
+        quiet = self._quiet
+        return quiet is not None and marker == quiet[0]
+
     def sync_locked(self, changed: bool | None = None) -> None:
         # the marker moves only on other connections' commits; a replay is our own commit.
         # Until this sync completes, the next one acts as if something changed: a failure half

@@ -58,6 +58,15 @@ class LockedBackend:
     ) -> contextlib.AbstractContextManager[Txn]:
         return self._inside(lambda: self.inner.write(locks, ahead))
 
+    def statement(self) -> contextlib.AbstractContextManager[Txn]:
+        """A read of one operation without a transaction of its own when the backend offers one
+        (SQLite: ``SQLiteBackend.statement``), else a :meth:`read`: the caller treats a
+        :class:`~cenotaph.backends.base.NeedsSnapshot` as "read again in :meth:`read`"."""
+        single: Callable[[], contextlib.AbstractContextManager[Txn]] | None = getattr(
+            self.inner, "statement", None
+        )
+        return _Inside(self, self.inner.read if single is None else single)
+
     @contextlib.contextmanager
     def _inside(self, begin: Callable[[], contextlib.AbstractContextManager[Txn]]) -> Iterator[Txn]:
         with self._lock:
@@ -85,3 +94,36 @@ class LockedBackend:
 
     def close(self) -> None:
         self.inner.close()
+
+
+class _Inside:
+    """:meth:`LockedBackend._inside` as a class (no generator: a cold read's one statement runs in it)."""
+
+    __slots__ = ("_begin", "_block", "_owner")
+
+    def __init__(
+        self, owner: LockedBackend, begin: Callable[[], contextlib.AbstractContextManager[Txn]]
+    ) -> None:
+        self._owner = owner
+        self._begin = begin
+        self._block: contextlib.AbstractContextManager[Txn] | None = None
+
+    def __enter__(self) -> Txn:
+        owner = self._owner
+        owner._lock.acquire()
+        owner._depth += 1
+        try:
+            block = self._block = self._begin()
+            return block.__enter__()
+        except BaseException:
+            owner._depth -= 1
+            owner._lock.release()
+            raise
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool | None:
+        owner = self._owner
+        try:
+            return None if self._block is None else self._block.__exit__(kind, exc, tb)
+        finally:
+            owner._depth -= 1
+            owner._lock.release()

@@ -204,6 +204,8 @@ class RecordCrypto:
     def __init__(self, keys: KeyChain) -> None:
         self.keys = keys
         self._parents: dict[bytes, bytes | None] = {}
+        self._last_created: tuple[float, datetime] = (0.0, datetime.fromtimestamp(0.0, UTC))
+        self._last_subjects: tuple[list[str], bytes] = ([], b"[]")
 
     # -- key lookups (cached in the KeyChain) -----------------------------------------
     def scope_chain(self, txn: Txn, token: bytes) -> list[bytes] | None:
@@ -267,6 +269,22 @@ class RecordCrypto:
         return None if opened is None else list(json.loads(opened))
 
     # -- sealing -------------------------------------------------------------------------
+    def _subjects_json(self, subjects: Sequence[str]) -> bytes:
+        """The JSON of a record's subject list (sealed in its lineage row); a batch's records of
+        one scope share theirs: encoded once (the last one kept)."""
+        last = self._last_subjects
+        if last[0] != subjects:  # a list, as the write path passes them (a tuple never equals it)
+            listed = list(subjects)
+            last = self._last_subjects = (listed, _COMPACT(listed).encode())
+        return last[1]
+
+    def _created(self, at: float) -> datetime:
+        """``at`` as a datetime; a batch seals every record at the same instant: made once."""
+        last = self._last_created
+        if last[0] != at:
+            last = self._last_created = (at, datetime.fromtimestamp(at, UTC))
+        return last[1]
+
     def seal(
         self,
         *,
@@ -284,18 +302,19 @@ class RecordCrypto:
         scope_token: bytes,
         key_token: bytes,
         material: bytes | None = None,
+        value_copy: tuple[Any] | None = None,
     ) -> SealedRecord:
         """``group``: :func:`group_part` of the scope's and the subjects' keys (the same for a
         whole batch of one scope); ``material``: :data:`RANDOM_BYTES` fresh random bytes (a batch draws them for all of
-        its records in one call); drawn here if not given."""
+        its records in one call); drawn here if not given; ``value_copy``: the value ``value_json``
+        was encoded from when it is flat (``validation.flat_copy``), so it need not be parsed back."""
         if material is None:
             material = os.urandom(RANDOM_BYTES)
         # the id (random), the content seed, the lineage seed, then one nonce per seal
         record_id = material[:16].hex()
         content_seed, lineage_seed = material[16:48], material[48:80]
         n1, n2, n3, n4 = material[80:92], material[92:104], material[104:116], material[116:128]
-        wrapped_content, epoch = self.keys.wrap(content_seed, None, n1)
-        wrapped_lineage, _ = self.keys.wrap(lineage_seed, epoch, n2)
+        wrapped_content, wrapped_lineage, epoch = self.keys.wrap_two(content_seed, lineage_seed, n1, n2)
         lin_key = lineage_key(lineage_seed, [k for _, k in sources])
         ckey = content_key_of(content_seed, lin_key, group)
         derived_from = [s for s, _ in sources]
@@ -310,28 +329,28 @@ class RecordCrypto:
         }
         payload = b'{"v":' + value_json + b',"r":' + _COMPACT(rest).encode() + b"}"
         aad = record_id.encode()
-        sealer = Sealer(ckey)
+        # positional, in the field order (keywords cost a dict a row)
         row = RecordRow(
-            id=record_id,
-            scope_token=scope_token,
-            key_token=key_token,
-            version=version,
-            expires_at=expires_at,
-            hidden_version=None,
-            wrapped=wrapped_content,
-            epoch=epoch,
-            ciphertext=sealer.seal_with(n3, payload, record_aad(record_id, version)),
+            record_id,
+            scope_token,
+            key_token,
+            version,
+            expires_at,
+            None,  # hidden_version
+            wrapped_content,
+            epoch,
+            Sealer(ckey).seal_with(n3, payload, record_aad(record_id, version)),
         )
         lineage = LineageRow(
-            record_id=record_id,
-            scope_token=scope_token,
-            key_token=key_token,
-            version=version,
-            wrapped=wrapped_lineage,
-            epoch=epoch,
-            subject_tokens=b"".join(subject_tokens),
-            subjects=Sealer(lin_key).seal_with(n4, _COMPACT(list(subjects)).encode(), _SUBJECTS_AAD + aad),
-            sources=tuple(derived_from),
+            record_id,
+            scope_token,
+            key_token,
+            version,
+            wrapped_lineage,
+            epoch,
+            b"".join(subject_tokens),
+            Sealer(lin_key).seal_with(n4, self._subjects_json(subjects), _SUBJECTS_AAD + aad),
+            tuple(derived_from),
         )
         # the template from what was sealed, without parsing the payload back: the value from
         # its own JSON (so it is exactly what a read returns); metadata only when empty (a
@@ -343,10 +362,10 @@ class RecordCrypto:
                 record_id,
                 scope_path,
                 key,
-                json.loads(value_json.decode()),
+                json.loads(value_json.decode()) if value_copy is None else value_copy[0],
                 version,
                 tuple(subjects),
-                datetime.fromtimestamp(created_at, UTC),
+                self._created(created_at),
                 _ts(expires_at),
                 tuple(derived_from),
                 {},

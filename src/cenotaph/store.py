@@ -25,7 +25,7 @@ from .backends import (
     open_backend,
     ops,
 )
-from .backends.base import Backend, LineageRow, LostRace, RecordRow, Txn, WriteLocks
+from .backends.base import Backend, LineageRow, LostRace, NeedsSnapshot, RecordRow, Txn, WriteLocks
 from .caches import RECORD_CACHE_LIMIT, StoreCaches
 from .clock import SYSTEM_CLOCK, Clock
 from .consumers import DEFAULT_ACK_DAYS, Consumer
@@ -479,24 +479,44 @@ class Store:
         tokens = chain[::-1] if check_flag(fallthrough, "fallthrough") else chain[-1:]
         with self._backend.serial():
             self._caches.check_open()
-            # the ledger now; whether another connection committed comes with the rows, read in
-            # the same snapshot (no statement of its own)
+            # nothing changed since the last complete sync (the ledger's hint now, the commit
+            # marker with the rows): one statement, no transaction of its own
+            if self._caches.quiet_ledger():
+                try:
+                    with self._backend.statement() as txn:
+                        marker, found = txn.run(ops.KeyRecords(tokens, key_token))
+                        if self._caches.quiet_marker(marker):
+                            return self._first_found(txn, found, tokens, (scope, key, fallthrough), cacheable)
+                except NeedsSnapshot:
+                    pass  # a key not in memory yet: read again, in a snapshot of its own
             if not self._caches.quiet():
-                self._caches.sync_locked(changed=False)
+                self._caches.sync_locked()
             with self._backend.read() as txn:
                 marker, found = txn.run(ops.KeyRecords(tokens, key_token))
                 if self._caches.saw(marker):
                     self._caches.sync_locked(changed=True)  # drops what that commit made stale, then we go on
-                generation = self._caches.generation
-                rows = {r.scope_token: (r, lin) for r, lin in found}
-                for token in tokens:
-                    row = rows.get(token)
-                    opened = None if row is None else self._checked(txn, row[0], generation, row[1])
-                    # the slot's key token is a column: a row moved into it must not answer for it
-                    if opened is not None and opened[1].key == key:
-                        if cacheable:
-                            self._resolve(scope, key, fallthrough, opened[0], generation)
-                        return opened[1]
+                return self._first_found(txn, found, tokens, (scope, key, fallthrough), cacheable)
+
+    def _first_found(
+        self,
+        txn: Txn,
+        found: Sequence[tuple[RecordRow, LineageRow | None]],
+        tokens: Sequence[bytes],
+        asked: tuple[str, str, bool],
+        cacheable: bool,
+    ) -> Record | None:
+        """The first visible record of ``found`` in the order of ``tokens`` (the scope, then its
+        ancestors), remembered as what ``asked`` (scope, key, fallthrough) resolves to."""
+        generation = self._caches.generation
+        rows = {r.scope_token: (r, lin) for r, lin in found}
+        for token in tokens:
+            row = rows.get(token)
+            opened = None if row is None else self._checked(txn, row[0], generation, row[1])
+            # the slot's key token is a column: a row moved into it must not answer for it
+            if opened is not None and opened[1].key == asked[1]:
+                if cacheable:
+                    self._resolve(*asked, opened[0], generation)
+                return opened[1]
         return None
 
     def _resolve(

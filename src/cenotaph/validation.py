@@ -42,6 +42,7 @@ __all__ = [
     "MAX_TTL_SECONDS",
     "check_key",
     "exact_str",
+    "flat_copy",
     "check_callback",
     "check_flag",
     "check_metadata",
@@ -121,6 +122,16 @@ def _flat(value: object) -> bool:
         elif item not in _FLAT_ATOMS:
             return False
     return True
+
+
+def flat_copy(value: object) -> tuple[object] | None:
+    """A private copy of a flat ``value`` (see :func:`_flat`), in a 1-tuple: equal, type for
+    type, to what the JSON of the copy parses back to, so a batch write's records need not parse
+    their own JSON back. ``None`` for any other value (its JSON is parsed instead). Encode the
+    copy, not ``value``: a caller's dict changed meanwhile must not make the two differ."""
+    if not _flat(value):
+        return None
+    return (dict(value),) if type(value) is dict else (value,)
 
 
 def _check_tree(value: object, what: str) -> None:

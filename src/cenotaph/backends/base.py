@@ -32,6 +32,8 @@ __all__ = [
     "LayerEntry",
     "LineageRow",
     "LostRace",
+    "NeedsSnapshot",
+    "OneStatement",
     "RecordRow",
     "ScopeKeyRow",
     "Txn",
@@ -98,7 +100,7 @@ def lineage_values(row: LineageRow) -> tuple[Any, ...]:
         row.epoch,
         row.subject_tokens,
         row.subjects,
-        json.dumps(list(row.sources)),
+        json.dumps(list(row.sources)) if row.sources else "[]",  # most records derive from none
         row.destroyed_version,
         row.forgotten_version,
     )
@@ -230,6 +232,43 @@ class WriteLocks:
     shared: frozenset[bytes] = frozenset()
     exclusive: frozenset[bytes] = frozenset()
     serial: bool = False
+
+
+class NeedsSnapshot(Exception):
+    """A :class:`OneStatement` read was asked for a second operation: the caller reads again in a
+    transaction of its own. Control flow inside the store, never raised to a caller."""
+
+
+class OneStatement:
+    """A read of exactly one operation, outside any transaction: in SQLite's WAL mode one
+    statement in autocommit is its own snapshot, so a read that needs one statement needs no
+    ``BEGIN``/``COMMIT``. A second operation (the read found it needs more rows than the one
+    statement gives: a key not cached yet) would see another snapshot, so it raises
+    :class:`NeedsSnapshot` instead, before running anything."""
+
+    __slots__ = ("_inner", "_used")
+
+    def __init__(self, inner: Txn) -> None:
+        self._inner = inner
+        self._used = False
+
+    def run(self, op: Op[T]) -> T:
+        if self._used:
+            raise NeedsSnapshot
+        self._used = True
+        return self._inner.run(op)
+
+    def after_commit(self, action: Callable[[], None]) -> None:
+        raise NeedsSnapshot
+
+    def savepoint(self) -> None:
+        raise NeedsSnapshot
+
+    def release_savepoint(self) -> None:
+        raise NeedsSnapshot
+
+    def rollback_to_savepoint(self) -> None:
+        raise NeedsSnapshot
 
 
 class Backend(Protocol):

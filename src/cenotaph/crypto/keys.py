@@ -111,6 +111,13 @@ class KeyChain:
             return sealer.seal(key, _WRAP_AAD), epoch
         return sealer.seal_with(nonce, key, _WRAP_AAD), epoch
 
+    def wrap_two(self, first: bytes, second: bytes, n1: bytes, n2: bytes) -> tuple[bytes, bytes, int]:
+        """:meth:`wrap` of two keys under the current epoch (a record's two seeds), with the
+        fresh nonces ``n1`` and ``n2``: the epoch's sealer looked up once."""
+        epoch = self._epoch
+        sealer = self._sealer(epoch)
+        return sealer.seal_with(n1, first, _WRAP_AAD), sealer.seal_with(n2, second, _WRAP_AAD), epoch
+
     def unwrap(self, wrapped: bytes | None, epoch: int | None) -> bytes | None:
         """The data key, or ``None`` if it or its epoch was destroyed."""
         if wrapped is None or epoch is None:

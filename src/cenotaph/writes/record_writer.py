@@ -30,6 +30,7 @@ from ..validation import (
     check_ttl,
     echo,
     encode_json,
+    flat_copy,
 )
 
 __all__ = ["RecordWriter", "TokenUse", "WRITE_OPTIONS"]
@@ -65,6 +66,7 @@ class Prepared:
     scope: Scope
     key: str
     value_json: bytes
+    value_copy: tuple[Any] | None  # a flat value's private copy, the JSON's source (validation.flat_copy)
     subjects: tuple[str, ...]
     ttl: float | None
     derived_from: tuple[str, ...]
@@ -96,10 +98,13 @@ class RecordWriter:
         token = item.get("reauthorization")
         if token is not None:
             check_reauthorization(token)
+        value = item["value"]
+        copy = flat_copy(value)
         return Prepared(
             scope=Scope.parse(item.get("scope")),
             key=check_key(item.get("key")),
-            value_json=encode_json(item["value"]),
+            value_json=encode_json(value if copy is None else copy[0]),
+            value_copy=copy,
             subjects=tuple(check_subjects(item.get("subjects"))),
             ttl=check_ttl(item.get("ttl")),
             derived_from=check_record_ids(item.get("derived_from")),
@@ -184,6 +189,7 @@ class RecordWriter:
                 scope_path=p.scope.path,
                 key=p.key,
                 value_json=p.value_json,
+                value_copy=p.value_copy,
                 version=version,
                 group=self._group(groups, p.scope, targets, subject_keys),
                 subjects=subjects,
@@ -262,7 +268,7 @@ class RecordWriter:
         return Reauth(grant.kind, grant.target, grant.issued_version, used, grant.subject)
 
     def _ensure_scope_keys(self, txn: Txn, scopes: Iterable[Scope]) -> None:
-        wanted = {self._tokens.scope(p): p for s in scopes for p in s.prefixes()}
+        wanted = {self._tokens.scope(p): p for s in dict.fromkeys(scopes) for p in s.prefixes()}
         missing = [t for t in wanted if t not in self._keys.scope_keys]
         if not missing:
             return

@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import StorageError
-from ..base import LineageRow, RecordRow, WriteLocks, busy_timeout_ms, lineage_values, run_after_commit
+from ..base import (
+    LineageRow,
+    OneStatement,
+    RecordRow,
+    WriteLocks,
+    busy_timeout_ms,
+    lineage_values,
+    run_after_commit,
+)
 from ..ops import Op, OpRunner
 from ..sql import SQLITE, SQLHandlers
 from ..sql.columns import (
@@ -47,6 +55,7 @@ SQLITE_SETTINGS: tuple[tuple[str, str], ...] = (
     ("temp_store", "MEMORY"),  # no temp files outside the data directory
     ("trusted_schema", "OFF"),
     ("foreign_keys", "OFF"),
+    ("cache_size", "-16384"),  # 16 MiB: see docs/architecture.md, "What is on disk"
 )
 
 
@@ -412,6 +421,12 @@ class SQLiteBackend:
             with self._committed():  # ends the snapshot: a reader must not outlive its block
                 yield txn
 
+    def statement(self) -> _Statement:
+        """A read of one operation in autocommit (:class:`OneStatement`): no ``BEGIN``/``COMMIT``,
+        the statement is its own snapshot (WAL mode). Inside a transaction of this thread (a
+        callback) the operation reads in that transaction, as :meth:`read` does."""
+        return _Statement(self)
+
     def marker(self) -> int:
         """``PRAGMA data_version`` on this backend's connection: it moves when another connection
         commits, never for this one's own commits."""
@@ -435,3 +450,23 @@ class SQLiteBackend:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+class _Statement:
+    """The block of :meth:`SQLiteBackend.statement`: the backend's lock held, a ``sqlite3`` error
+    raised as the StorageError it means. A class, not a generator: it runs on every cold read."""
+
+    __slots__ = ("_backend",)
+
+    def __init__(self, backend: SQLiteBackend) -> None:
+        self._backend = backend
+
+    def __enter__(self) -> OneStatement:
+        backend = self._backend
+        backend._lock.acquire()
+        return OneStatement(SQLiteTxn(backend._conn, commits=False))
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        self._backend._lock.release()
+        if isinstance(exc, sqlite3.Error):
+            raise translate(exc, self._backend.path) from exc
