@@ -6,6 +6,9 @@ becomes a StorageError in ``errors``.
   IMMEDIATE``: writers of every process and server are serialised, which the store's dominance
   check W1 relies on), then runs READ COMMITTED, so each statement sees every commit before it.
 - A read transaction is REPEATABLE READ, READ ONLY: one snapshot for all its statements.
+- With ``read_replicas``, a read transaction may begin on a streaming replica instead, when that
+  replica has replayed past every commit this backend has seen (``routing.ReadRouter``: read-
+  after-forget holds on it); otherwise, and for every write, the primary.
 - Every write transaction bumps ``change_marker``; :meth:`PostgresBackend.marker` reads it (one
   statement) less this backend's own commits (``marker.OwnCommits``), so it moves when another
   process or server commits, as SQLite's ``data_version`` does.
@@ -30,6 +33,7 @@ from ...errors import InvalidValueError, StorageError
 from ..base import busy_timeout_ms, run_after_commit
 from .errors import Endpoint, endpoint, translate, translate_connect
 from .marker import OwnCommits
+from .routing import MARKER_AND_LSN, ReadRouter
 from .schema import (
     DEFAULT_SCHEMA,
     LATEST,
@@ -100,13 +104,16 @@ class PostgresBackend:
         *,
         schema: str = DEFAULT_SCHEMA,
         replicas: Sequence[str] = (),
+        read_replicas: Sequence[str] = (),
         create: bool = True,
     ) -> None:
         self.schema = check_schema_name(schema)
         self.endpoint: Endpoint = endpoint(dsn, self.schema)
-        for replica in replicas:
+        for replica in (*replicas, *read_replicas):
             endpoint(replica, self.schema)  # refused now if malformed, not when first confirming
-        self.replicas = tuple(replicas)
+        # a replica that serves reads holds the store's rows too: a purge proves it replayed
+        self.replicas = tuple(dict.fromkeys((*replicas, *read_replicas)))
+        self.read_replicas = tuple(dict.fromkeys(read_replicas))
         self.read_only = False
         self._dsn = dsn
         self._key = advisory_key(self.schema)
@@ -133,6 +140,9 @@ class PostgresBackend:
         except PoolTimeout as exc:
             self._pool.close()
             raise translate(exc, self.endpoint) from exc
+        self.router: ReadRouter | None = None
+        if self.read_replicas:
+            self.router = ReadRouter(self.read_replicas, self.schema, self._connect_kwargs, self._configure)
 
     @property
     def location(self) -> Path | None:
@@ -241,9 +251,25 @@ class PostgresBackend:
                     raise translate(exc, self.endpoint) from exc
 
     def _reconnect(self, broken: Connection) -> Connection:
-        """Another pooled connection for one found broken (which the pool discards)."""
-        self._pool.putconn(broken)
+        """Another pooled connection for one found broken (which the pool discards); a replica's
+        is replaced by the primary's (the read had sent nothing that counted yet)."""
+        if self.router is not None and self.router.owns(broken):
+            self.router.failed(broken)
+        else:
+            self._pool.putconn(broken)
         return self._getconn()
+
+    def _release(self, conn: Connection) -> None:
+        """Give a transaction's connection back to the pool it came from."""
+        if self.router is not None and self.router.owns(conn):
+            self.router.release(conn)
+        else:
+            self._pool.putconn(conn)
+
+    def _read_connection(self) -> Connection:
+        """Where a read transaction begins: a replica past the floor, else the primary."""
+        routed = None if self.router is None else self.router.take()
+        return routed if routed is not None else self._getconn()
 
     def _getconn(self) -> Connection:
         try:
@@ -272,7 +298,7 @@ class PostgresBackend:
                 txn = PostgresTxn(conn, commits=True, marker_of=lambda c: self._own.marker(c, bump))
             else:  # begun with its first statement, in the same round trip
                 txn = PostgresTxn(
-                    self._getconn(),
+                    self._read_connection(),
                     commits=False,
                     begin=_READ,
                     reconnect=self._reconnect,
@@ -292,9 +318,11 @@ class PostgresBackend:
                     raise
             finally:
                 self._open.pop()
-                self._pool.putconn(txn.connection)
+                self._release(txn.connection)
             if marker is not None:
                 self._own.committed(marker)  # its own commit: not a change by someone else
+                if self.router is not None:
+                    self.router.committed()
             # still under the lock: no other thread of this process may see the commit before
             # the caches and marks that depend on it are updated
             run_after_commit(txn._after)
@@ -315,8 +343,14 @@ class PostgresBackend:
         in one statement outside any transaction."""
 
         def counter(conn: Connection) -> int:
-            row = conn.execute("SELECT value FROM change_marker").fetchone()
+            if self.router is None:
+                row = conn.execute("SELECT value FROM change_marker").fetchone()
+                assert row is not None
+                return int(row[0])
+            # with the primary's WAL position after it: the floor replica reads must reach
+            row = conn.execute(MARKER_AND_LSN).fetchone()
             assert row is not None
+            self.router.observed(int(row[0]), str(row[1]))
             return int(row[0])
 
         with self._lock:
@@ -379,6 +413,8 @@ class PostgresBackend:
     def close(self) -> None:
         with self._lock:
             self._pool.close()
+            if self.router is not None:
+                self.router.close()
 
     def discard_created(self) -> bool:
         """Remove what this open created (see ``created``) if no write transaction ever committed

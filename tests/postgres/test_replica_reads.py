@@ -1,0 +1,199 @@
+"""Reads served by a streaming replica (``read_replicas``), only where read-after-forget holds.
+
+Each test runs on a throwaway primary and replica. Replay is paused on the replica
+(``pg_wal_replay_pause``) to make it lag for certain: a read must then go to the primary
+whenever the replica has not replayed a commit this process has seen (its own forget, another
+process's), and must go to the replica once it has. Where a read went is seen three ways: the
+rows it returns (the paused replica still holds what the primary forgot), the router's counts,
+and the replica's ``pg_stat_activity`` (its read sessions are named ``cenotaph-read``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import cenotaph
+from cenotaph import LocalKeyring, Store
+from cenotaph.backends.postgres import PostgresBackend, open_postgres
+from cenotaph.backends.postgres.routing import APPLICATION_NAME, ReadRouter
+from cenotaph.errors import InvalidValueError
+
+from ._cluster import Cluster
+
+SCOPE = "tenant:acme/user:alice"
+
+
+def _router(backend: PostgresBackend) -> ReadRouter:
+    assert backend.router is not None
+    return backend.router
+
+
+def _replica_counter(cluster: Cluster, schema: str) -> int:
+    return int(str(cluster.replica.query(f"SELECT value FROM {schema}.change_marker")[0][0]))
+
+
+def _replica_read_sessions(cluster: Cluster) -> int:
+    """How many store read sessions the replica has (its pools open none before a read)."""
+    rows = cluster.replica.query(
+        f"SELECT count(*) FROM pg_stat_activity WHERE application_name = '{APPLICATION_NAME}'"
+    )
+    return int(str(rows[0][0]))
+
+
+def _catch_up(cluster: Cluster) -> None:
+    cluster.wait_replayed(cluster.current_lsn())
+
+
+def test_a_read_sees_every_commit_the_marker_saw_even_while_the_replica_lags(cluster: Cluster) -> None:
+    reader = open_postgres(cluster.primary.dsn, schema="store", read_replicas=[cluster.replica.dsn])
+    writer = open_postgres(cluster.primary.dsn, schema="store")  # another process's connections
+    try:
+        router = _router(reader)
+        _catch_up(cluster)
+        assert _replica_read_sessions(cluster) == 0
+        reader.marker()  # a store call begins with it: the floor
+        with reader.read() as txn:
+            txn.marker()
+        assert (router.replica_reads, router.primary_reads) == (1, 0)
+        assert _replica_read_sessions(cluster) == 1
+
+        cluster.pause_replay()
+        with writer.write():
+            pass  # a commit (it bumps the change counter) the replica does not replay
+        primary_counter = int(str(cluster.primary.query("SELECT value FROM store.change_marker")[0][0]))
+        assert _replica_counter(cluster, "store") < primary_counter  # the replica really lags
+
+        reader.marker()  # sees the other commit: the floor moves past it
+        with reader.read() as txn:
+            assert txn._one("SELECT value FROM change_marker") == primary_counter
+        assert (router.replica_reads, router.primary_reads) == (1, 1)
+
+        with reader.write():
+            pass  # its own commit: read the primary until a marker statement follows it
+        with reader.read() as txn:
+            assert txn._one("SELECT value FROM change_marker") == primary_counter + 1
+        assert (router.replica_reads, router.primary_reads) == (1, 2)
+
+        cluster.resume_replay()
+        _catch_up(cluster)
+        reader.marker()
+        cluster.wait_replayed(cluster.current_lsn())
+        with reader.read() as txn:
+            assert txn._one("SELECT value FROM change_marker") == primary_counter + 1
+        assert router.replica_reads == 2
+    finally:
+        reader.close()
+        writer.close()
+
+
+def test_a_forget_then_an_immediate_read_never_reads_the_lagging_replica(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    backend = open_postgres(cluster.primary.dsn, schema="store", read_replicas=[cluster.replica.dsn])
+    store = Store(backend, LocalKeyring(tmp_path / "keyring"), auto_purge="off")
+    router = _router(backend)
+    try:
+        gone = store.write(SCOPE, "diet", "vegetarian")
+        kept = store.write(SCOPE, "city", "Lisbon")
+        _catch_up(cluster)
+        assert store.read(SCOPE, "city") == kept
+        assert router.replica_reads >= 1  # caught up: the replica served it
+
+        cluster.pause_replay()
+        store.forget(SCOPE, "diet")
+        served = router.replica_reads
+        assert store.read(SCOPE, "diet") is None
+        assert store.read(SCOPE, "city") == kept
+        assert router.replica_reads == served  # every read since the forget: the primary's
+        with psycopg.connect(cluster.replica.dsn) as conn:  # what a replica read would have found
+            held = conn.execute("SELECT wrapped FROM store.lineage WHERE record_id = %s", (gone.id,))
+            assert held.fetchone() not in (None, (None,))
+    finally:
+        store.close()
+
+
+_FORGET_ELSEWHERE = textwrap.dedent(
+    """
+    import sys
+    from cenotaph import LocalKeyring, Store
+    from cenotaph.backends.postgres import open_postgres
+
+    store = Store(open_postgres(sys.argv[1], schema="store"), LocalKeyring(sys.argv[2]), auto_purge="off")
+    store.forget(sys.argv[3], "diet")
+    store.close()
+    """
+)
+
+
+def test_a_forget_in_another_process_then_a_read_here_never_reads_the_lagging_replica(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    keyring = tmp_path / "keyring"
+    backend = open_postgres(cluster.primary.dsn, schema="store", read_replicas=[cluster.replica.dsn])
+    store = Store(backend, LocalKeyring(keyring), auto_purge="off")
+    router = _router(backend)
+    try:
+        store.write(SCOPE, "diet", "vegetarian")
+        kept = store.write(SCOPE, "city", "Lisbon")
+        _catch_up(cluster)
+        assert store.read(SCOPE, "diet") is not None
+        assert router.replica_reads >= 1
+
+        cluster.pause_replay()
+        done = subprocess.run(
+            [sys.executable, "-c", _FORGET_ELSEWHERE, cluster.primary.dsn, str(keyring), SCOPE],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        served = router.replica_reads
+        assert store.read(SCOPE, "diet") is None
+        assert store.read(SCOPE, "city") == kept
+        assert router.replica_reads == served
+
+        cluster.resume_replay()
+        _catch_up(cluster)
+        assert store.read(SCOPE, "diet") is None
+        store.read(SCOPE, "city")
+        assert router.replica_reads > served  # caught up again: the replica serves once more
+    finally:
+        store.close()
+
+
+def test_open_with_read_replicas_routes_reads_and_lists_them_for_the_purge(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    store = cenotaph.open(
+        f"{cluster.primary.dsn}?schema=opened",
+        key_provider=LocalKeyring(tmp_path / "keyring"),
+        auto_purge="off",
+        read_replicas=[cluster.replica.dsn],
+    )
+    try:
+        record = store.write(SCOPE, "diet", "vegetarian")
+        _catch_up(cluster)
+        assert store.read(SCOPE, "diet") == record
+        assert _replica_read_sessions(cluster) == 1  # the open's reads and this one: one session
+        cluster.pause_replay()
+        request = store.forget(SCOPE, "diet")
+        store.purge()
+        assert request.status().layers["replicas"].evidence["replicas_behind"] == 1
+        cluster.resume_replay()
+        store.purge()
+        assert store.confirm_erasure(request.id).state == "verified"
+    finally:
+        store.close()
+
+
+def test_read_replicas_must_be_a_list_of_addresses(tmp_path: Path) -> None:
+    with pytest.raises(InvalidValueError, match="read_replicas must be a list"):
+        cenotaph.open(tmp_path / "data", read_replicas="postgresql://one-string")
+    with pytest.raises(InvalidValueError, match="PostgreSQL store only"):
+        cenotaph.open(tmp_path / "data2", read_replicas=["postgresql://127.0.0.1/x"])
