@@ -39,6 +39,7 @@ from .schema import (
     LATEST,
     MIGRATIONS,
     MIGRATIONS_TABLE,
+    NUMBERS,
     check_schema_name,
     create_schema,
     created_objects,
@@ -165,27 +166,29 @@ class PostgresBackend:
         except psycopg.Error as exc:
             raise translate_connect(exc, self.endpoint) from exc
 
-    def _applied(self, conn: Connection) -> int:
-        """The newest migration applied to the schema (0: none, or no schema yet)."""
+    def _applied(self, conn: Connection) -> frozenset[int]:
+        """The migrations applied to the schema (none: no store, or no schema yet)."""
         table = sql.Identifier(self.schema, MIGRATIONS_TABLE)
         exists = conn.execute("SELECT to_regclass(%s)", (table.as_string(conn),)).fetchone()
         if exists is None or exists[0] is None:
-            return 0
-        row = conn.execute(sql.SQL("SELECT coalesce(max(version), 0) FROM {}").format(table)).fetchone()
-        return 0 if row is None else int(row[0])
+            return frozenset()
+        rows = conn.execute(sql.SQL("SELECT version FROM {}").format(table)).fetchall()
+        return frozenset(int(row[0]) for row in rows)
 
     def _migrate(self, create: bool) -> None:
-        """Bring the schema to :data:`LATEST`, under the writers' lock; a schema already there is
-        opened without waiting for a writer. One transaction: a failed migration leaves nothing."""
+        """Apply every migration the schema lacks (``schema.NUMBERS``), under the writers' lock;
+        a schema holding them all is opened without waiting for a writer. One transaction: a
+        failed migration leaves nothing."""
         with self._connect() as conn:
             try:
-                if self._applied(conn) == LATEST:
+                if self._applied(conn) == NUMBERS:
                     return
                 conn.execute("BEGIN")
                 conn.execute(f"SET LOCAL lock_timeout = {self._lock_timeout_ms()}")
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._key,))
                 existed = _schema_exists(conn, self.schema)
-                current = self._applied(conn) if existed else 0
+                applied = self._applied(conn) if existed else frozenset()
+                current = max(applied, default=0)
                 if current == 0 and not create:
                     database = conn.execute("SELECT current_database()").fetchone()
                     where = schema_description(
@@ -202,7 +205,7 @@ class PostgresBackend:
                         "cenotaph that wrote it"
                     )
                 for number, script in MIGRATIONS:
-                    if number > current:
+                    if number not in applied:
                         conn.execute(script)
                         conn.execute(f"INSERT INTO {MIGRATIONS_TABLE} (version) VALUES (%s)", (number,))
                 conn.execute("COMMIT")
