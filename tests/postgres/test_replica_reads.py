@@ -50,14 +50,20 @@ def _catch_up(cluster: Cluster) -> None:
     cluster.wait_replayed(cluster.current_lsn())
 
 
-def test_a_read_sees_every_commit_the_marker_saw_even_while_the_replica_lags(cluster: Cluster) -> None:
+def _primary(cluster: Cluster, sql: str) -> int:
+    return int(str(cluster.primary.query(sql)[0][0]))
+
+
+def test_the_floor_follows_forgets_and_own_commits_while_the_replica_lags(cluster: Cluster) -> None:
     reader = open_postgres(cluster.primary.dsn, schema="store", read_replicas=[cluster.replica.dsn])
     writer = open_postgres(cluster.primary.dsn, schema="store")  # another process's connections
+    epoch_sql = "SELECT value FROM store.meta WHERE name = 'forget_epoch'"
+    counter_sql = "SELECT value FROM store.change_marker"
     try:
         router = _router(reader)
+        reader.marker()  # a store call's sync: the floor, taken on the primary
         _catch_up(cluster)
         assert _replica_read_sessions(cluster) == 0
-        reader.marker()  # a store call begins with it: the floor
         with reader.read() as txn:
             txn.marker()
         assert (router.replica_reads, router.primary_reads) == (1, 0)
@@ -65,28 +71,36 @@ def test_a_read_sees_every_commit_the_marker_saw_even_while_the_replica_lags(clu
 
         cluster.pause_replay()
         with writer.write():
-            pass  # a commit (it bumps the change counter) the replica does not replay
-        primary_counter = int(str(cluster.primary.query("SELECT value FROM store.change_marker")[0][0]))
-        assert _replica_counter(cluster, "store") < primary_counter  # the replica really lags
-
-        reader.marker()  # sees the other commit: the floor moves past it
+            pass  # another process's commit that forgets nothing: the replica may lag behind it
+        assert _replica_counter(cluster, "store") < _primary(cluster, counter_sql)
+        reader.marker()
         with reader.read() as txn:
-            assert txn._one("SELECT value FROM change_marker") == primary_counter
-        assert (router.replica_reads, router.primary_reads) == (1, 1)
+            assert txn._one("SELECT value FROM change_marker") < _primary(cluster, counter_sql)
+        assert (router.replica_reads, router.primary_reads) == (2, 0)
 
-        with reader.write():
-            pass  # its own commit: read the primary until a marker statement follows it
+        with reader.write() as txn:
+            txn.set_meta("own", 1)  # its own commit: the floor is read again before the next read
         with reader.read() as txn:
-            assert txn._one("SELECT value FROM change_marker") == primary_counter + 1
-        assert (router.replica_reads, router.primary_reads) == (1, 2)
+            assert txn.meta("own") == 1
+        assert (router.replica_reads, router.primary_reads) == (2, 1)
+
+        with writer.write() as txn:
+            txn.advance("forget_epoch")  # what every forget commits
+        reader.marker()  # the epoch moved: the floor is past that commit
+        with reader.read() as txn:
+            assert txn.count("forget_epoch") == _primary(cluster, epoch_sql)
+        assert (router.replica_reads, router.primary_reads) == (2, 2)
+
+        reader.forgets_learnt()  # the ledger told of another process's forget
+        with reader.read() as txn:
+            assert txn._one("SELECT value FROM change_marker") == _primary(cluster, counter_sql)
+        assert (router.replica_reads, router.primary_reads) == (2, 3)
 
         cluster.resume_replay()
-        _catch_up(cluster)
-        reader.marker()
-        cluster.wait_replayed(cluster.current_lsn())
+        _catch_up(cluster)  # past the floor the last read took
         with reader.read() as txn:
-            assert txn._one("SELECT value FROM change_marker") == primary_counter + 1
-        assert router.replica_reads == 2
+            assert txn.meta("own") == 1
+        assert (router.replica_reads, router.primary_reads) == (3, 3)
     finally:
         reader.close()
         writer.close()
@@ -132,12 +146,15 @@ _FORGET_ELSEWHERE = textwrap.dedent(
 
 
 def test_a_forget_in_another_process_then_a_read_here_never_reads_the_lagging_replica(
-    cluster: Cluster, tmp_path: Path
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     keyring = tmp_path / "keyring"
     backend = open_postgres(cluster.primary.dsn, schema="store", read_replicas=[cluster.replica.dsn])
     store = Store(backend, LocalKeyring(keyring), auto_purge="off")
     router = _router(backend)
+    told: list[None] = []
+    learnt = backend.forgets_learnt
+    monkeypatch.setattr(backend, "forgets_learnt", lambda: (told.append(None), learnt())[1])
     try:
         store.write(SCOPE, "diet", "vegetarian")
         kept = store.write(SCOPE, "city", "Lisbon")
@@ -153,8 +170,9 @@ def test_a_forget_in_another_process_then_a_read_here_never_reads_the_lagging_re
             check=False,
         )
         assert done.returncode == 0, done.stderr
-        served = router.replica_reads
+        served, before = router.replica_reads, len(told)
         assert store.read(SCOPE, "diet") is None
+        assert len(told) > before  # the ledger brought the forget, and the backend heard of it
         assert store.read(SCOPE, "city") == kept
         assert router.replica_reads == served
 

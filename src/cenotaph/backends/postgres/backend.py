@@ -7,8 +7,9 @@ becomes a StorageError in ``errors``.
   check W1 relies on), then runs READ COMMITTED, so each statement sees every commit before it.
 - A read transaction is REPEATABLE READ, READ ONLY: one snapshot for all its statements.
 - With ``read_replicas``, a read transaction may begin on a streaming replica instead, when that
-  replica has replayed past every commit this backend has seen (``routing.ReadRouter``: read-
-  after-forget holds on it); otherwise, and for every write, the primary.
+  replica has replayed past every forget this process knows of and its own commits
+  (``routing.ReadRouter``: read-after-forget holds on it); otherwise, and for every write, the
+  primary.
 - Every write transaction bumps ``change_marker``; :meth:`PostgresBackend.marker` reads it (one
   statement) less this backend's own commits (``marker.OwnCommits``), so it moves when another
   process or server commits, as SQLite's ``data_version`` does.
@@ -33,7 +34,7 @@ from ...errors import InvalidValueError, StorageError
 from ..base import busy_timeout_ms, run_after_commit
 from .errors import Endpoint, endpoint, translate, translate_connect
 from .marker import OwnCommits
-from .routing import MARKER_AND_LSN, ReadRouter
+from .routing import FLOOR, ReadRouter
 from .schema import (
     DEFAULT_SCHEMA,
     LATEST,
@@ -270,9 +271,31 @@ class PostgresBackend:
             self._pool.putconn(conn)
 
     def _read_connection(self) -> Connection:
-        """Where a read transaction begins: a replica past the floor, else the primary."""
-        routed = None if self.router is None else self.router.take()
+        """Where a read transaction begins: a replica past the floor (read again on the primary
+        first if it is unknown), else the primary."""
+        router = self.router
+        if router is None:
+            return self._getconn()
+        if router.floor is None and router.routes:
+            self._autocommit(self._observe)
+        routed = router.take()
         return routed if routed is not None else self._getconn()
+
+    def _observe(self, conn: Connection) -> int:
+        """The change counter, read with the forget epoch and the WAL position after them, which
+        the router takes its floor from (``routing.FLOOR``)."""
+        assert self.router is not None
+        row = conn.execute(FLOOR).fetchone()
+        assert row is not None
+        self.router.observed(int(row[1]), str(row[2]))
+        return int(row[0])
+
+    def forgets_learnt(self) -> None:
+        """This process learnt of another's forget (the ledger): replica reads wait for a floor
+        read after it."""
+        if self.router is not None:
+            with self._lock:
+                self.router.learnt()
 
     def _getconn(self) -> Connection:
         try:
@@ -346,14 +369,10 @@ class PostgresBackend:
         in one statement outside any transaction."""
 
         def counter(conn: Connection) -> int:
-            if self.router is None:
-                row = conn.execute("SELECT value FROM change_marker").fetchone()
-                assert row is not None
-                return int(row[0])
-            # with the primary's WAL position after it: the floor replica reads must reach
-            row = conn.execute(MARKER_AND_LSN).fetchone()
+            if self.router is not None:  # with the forget epoch and the floor after them
+                return self._observe(conn)
+            row = conn.execute("SELECT value FROM change_marker").fetchone()
             assert row is not None
-            self.router.observed(int(row[0]), str(row[1]))
             return int(row[0])
 
         with self._lock:

@@ -2,32 +2,32 @@
 
 A backend opened with ``read_replicas`` may begin a read transaction on one of them instead of
 the primary. It does so only when that replica has replayed past the **floor**: a WAL position
-of the primary at or after every commit this backend has seen, its own and other processes'.
-Otherwise the read goes to the primary; writes always do.
+of the primary at or after the commit of every forget this process knows of, and of every
+commit of its own. Otherwise the read goes to the primary; writes always do.
 
-The floor, and why it is enough (``docs/sharding.md`` states the argument in full):
+How the floor is kept (``docs/sharding.md`` states the argument in full):
 
-- Every store call starts by reading the change marker on the primary (``Backend.marker``, the
-  caches' sync). With read replicas that statement also reads ``pg_current_wal_lsn()``: the
-  change counter is read in the statement's snapshot, the position after it, so the position
-  is at or after the commit record of every transaction that snapshot sees (a commit is
-  visible only once its record is flushed, with ``synchronous_commit`` on, which the store's
-  durable tombstones need anyway). When the counter moved since the floor was taken, the floor
-  becomes that position (:meth:`ReadRouter.observed`).
-- A forget in process A that returned before process B's call began is committed before B's
-  marker statement, so it moved the counter B reads, and B's floor is at or after its commit:
-  B reads it on no replica that has not replayed it.
-- This backend's own commit makes the floor unknown (:meth:`ReadRouter.committed`): reads go to
-  the primary until the next marker statement, which runs after that commit, sets it again.
+- The backend's own commit (a forget among them) makes the floor unknown
+  (:meth:`ReadRouter.committed`).
+- A forget of another process learnt through the ledger makes it unknown too
+  (:meth:`ReadRouter.learnt`, called by the caches' sync when the ledger view gains a forget:
+  every store call checks the ledger before it reads).
+- The marker statement every sync runs on the primary reads the forget epoch with it, and the
+  primary's WAL position after it (:data:`FLOOR`): when the epoch moved, the floor becomes that
+  position (:meth:`ReadRouter.observed`): a forget committed in the database but not yet seen
+  in the ledger moves it as well.
+- An unknown floor is read again, in that one statement on the primary, by the next read that
+  would go to a replica (``PostgresBackend._read_connection``). Its snapshot sees every commit
+  that returned before it (their commit records flushed first, with ``synchronous_commit`` on),
+  and the position is read after the snapshot.
 - A replica's replay position is read before its read transaction takes its snapshot (the
   first statement, later), and replay only moves forward while the server runs: the snapshot
   holds every commit up to the position read. A connection remembers the last position it
   read (:data:`_REPLAYED`); a server restart breaks the connection, and the memory with it.
 
-The floor covers every commit seen, not only forgets: the caches' own sync reads through the
-same backend, and a read older than the marker it validated would leave memory holding what
-the marker says has changed (a forget another process made included). A write-heavy store
-therefore reads mostly from its primary; a read-mostly one from its replicas.
+Other processes' writes that are not forgets do not move the floor: a replica may serve them up
+to its replay lag, as any replica read does. The caches cannot keep such a stale answer: a
+resolved read is used again only after a marker statement on the primary said nothing changed.
 """
 
 from __future__ import annotations
@@ -45,9 +45,13 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .txn import Connection
 
-__all__ = ["APPLICATION_NAME", "MARKER_AND_LSN", "ReadRouter", "lsn_number"]
+__all__ = ["APPLICATION_NAME", "FLOOR", "ReadRouter", "lsn_number"]
 
-MARKER_AND_LSN = "SELECT value, pg_current_wal_lsn()::text FROM change_marker"
+# the change counter, the forget epoch, then the primary's WAL position (after the snapshot)
+FLOOR = (
+    "SELECT m.value, f.value, pg_current_wal_lsn()::text FROM change_marker m "
+    "JOIN meta f ON f.name = 'forget_epoch'"
+)
 APPLICATION_NAME = "cenotaph-read"  # how a replica's pg_stat_activity names a store's read sessions
 REPLICA_WAIT_S = 1.0  # how long a read waits for a replica connection before it takes the primary's
 DOWN_S = 5.0  # how long a replica that could not be reached (or is no replica) is left alone
@@ -99,28 +103,40 @@ class ReadRouter:
             self._replicas.append(_Replica(pool))
         self._turn = itertools.cycle(range(len(self._replicas)))
         self._owners: weakref.WeakKeyDictionary[Connection, _Replica] = weakref.WeakKeyDictionary()
-        self._floor: int | None = None  # None: not known since our last commit, read the primary
-        self._counter: int | None = None  # the change counter the floor was taken at
+        self._floor: int | None = None  # None: unknown (an own commit, a forget learnt): read it again
+        self._epoch: int | None = None  # the forget epoch the floor was taken at
         self._mutex = threading.Lock()
         self.replica_reads = 0  # read transactions begun on a replica
         self.primary_reads = 0  # read transactions that went to the primary
 
     # -- the floor ---------------------------------------------------------------------
-    def observed(self, counter: int, lsn: str) -> None:
-        """The primary's change counter and, after it in the same statement, its WAL position."""
+    def observed(self, epoch: int, lsn: str) -> None:
+        """The primary's forget epoch and, after it in the same statement (:data:`FLOOR`), its
+        WAL position: the floor, if it was unknown or a forget committed since it was taken."""
         with self._mutex:
-            if self._floor is None or counter != self._counter:
+            if self._floor is None or epoch != self._epoch:
                 self._floor = lsn_number(lsn)
-                self._counter = counter
+                self._epoch = epoch
 
     def committed(self) -> None:
-        """This backend committed a write: until the next marker statement, read the primary."""
+        """This backend committed a write: the floor must be read again, after it."""
+        with self._mutex:
+            self._floor = None
+
+    def learnt(self) -> None:
+        """This process learnt of another's forget (the ledger): the floor must be read again."""
         with self._mutex:
             self._floor = None
 
     @property
     def floor(self) -> int | None:
         return self._floor
+
+    @property
+    def routes(self) -> bool:
+        """Could a read go to a replica now (one is listed and not left alone)?"""
+        now = time.monotonic()
+        return any(replica.down_until <= now for replica in self._replicas)
 
     # -- connections -------------------------------------------------------------------
     def take(self) -> Connection | None:
