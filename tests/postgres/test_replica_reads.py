@@ -10,6 +10,7 @@ and the replica's ``pg_stat_activity`` (its read sessions are named ``cenotaph-r
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -220,3 +221,29 @@ def test_read_replicas_must_be_a_list_of_addresses(tmp_path: Path) -> None:
         cenotaph.open(tmp_path / "data", read_replicas="postgresql://one-string")
     with pytest.raises(InvalidValueError, match="PostgreSQL store only"):
         cenotaph.open(tmp_path / "data2", read_replicas=["postgresql://127.0.0.1/x"])
+
+
+def test_the_command_line_reads_cenotaph_read_replicas(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from cenotaph.cli.main import cli
+
+    url = f"{cluster.primary.dsn}?schema=cli"
+    monkeypatch.setenv("CENOTAPH_KEYRING", str(tmp_path / "keyring"))
+    monkeypatch.delenv("CENOTAPH_REPLICAS", raising=False)
+    runner = CliRunner()
+    assert runner.invoke(cli, ["init", "--data", url]).exit_code == 0
+    assert runner.invoke(cli, ["write", SCOPE, "diet", "vegetarian", "--data", url]).exit_code == 0
+    _catch_up(cluster)
+    cluster.pause_replay()
+    monkeypatch.setenv("CENOTAPH_READ_REPLICAS", cluster.replica.dsn)
+    result = runner.invoke(cli, ["forget", SCOPE, "diet", "--no-wait", "--data", url])
+    assert result.exit_code == 0, result.stderr
+    request = json.loads(result.stdout)["id"]
+    runner.invoke(cli, ["purge", "--data", url])
+    status = json.loads(runner.invoke(cli, ["status", request, "--data", url]).stdout)["status"]
+    assert status["layers"]["replicas"]["evidence"]["replicas_behind"] == 1  # a read replica is a purge's
+    read = runner.invoke(cli, ["read", SCOPE, "diet", "--data", url])
+    assert read.exit_code != 0 or json.loads(read.stdout) in (None, {}), read.stdout
