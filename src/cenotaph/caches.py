@@ -57,6 +57,7 @@ class StoreCaches:
         self.sync_pending = False
         self.closed = False
         self._marker: Hashable | None = None  # the backend's change marker when last looked at
+        self._plans_seen = -1  # the forgets the ledger view held when the backend was last told
         # the backend's change marker and the ledger's hint when the last complete sync began:
         # while both are unchanged nobody else committed and nobody logged a forget since, and
         # memory is as fresh as that sync left it. A provider without a hint: always None
@@ -176,6 +177,10 @@ class StoreCaches:
         mark = self._provider.ledger_mark()
         if self._ledger.view.refresh(mark):
             self.forget(None)  # a forget in the ledger decides at once (S9), in any process
+        plans = len(self._ledger.view.plans)  # gained here, or by another thread's refresh
+        if plans != self._plans_seen:
+            self._plans_seen = plans
+            self._backend.forgets_learnt()  # no read from a replica may predate them
         if not self._backend.in_transaction() and self._ledger.changed(mark):
             with self._backend.read() as txn:
                 missing = self._ledger.missing(txn)

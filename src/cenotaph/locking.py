@@ -81,6 +81,13 @@ class LockedBackend:
     def marker(self) -> Hashable:
         return self.inner.marker()
 
+    def forgets_learnt(self) -> None:
+        """Tell the backend this process learnt of another's forget from the ledger (a backend
+        that reads from replicas must then read at or after it; others need not hear it)."""
+        learnt: Callable[[], None] | None = getattr(self.inner, "forgets_learnt", None)
+        if learnt is not None:
+            learnt()
+
     @property
     def location(self) -> Path | None:
         return self.inner.location

@@ -900,6 +900,7 @@ def open_store(
     auto_purge: str = "background",
     embedder: Embedder | None = None,
     replicas: Sequence[str] = (),
+    read_replicas: Sequence[str] = (),
     create: bool = True,
     clock: Clock = SYSTEM_CLOCK,
 ) -> Store:
@@ -912,7 +913,10 @@ def open_store(
     (sealed with ``$CENOTAPH_MASTER_KEY`` if that is set). ``replicas`` lists the addresses of
     the primary's streaming replicas: a purge waits for each to replay past it, and one that
     lags, is paused or cannot be reached keeps the erasure ``shredded`` with the replica named
-    (a data directory has no replicas).
+    (a data directory has no replicas). ``read_replicas`` lists streaming replicas that may also
+    serve reads: a read transaction goes to one only when it has replayed past every commit this
+    process has seen (every forget included, its own and other processes'), else to the primary;
+    writes always go to the primary, and a purge waits for these replicas too.
 
     A store is created only where none is, and only for a key provider that belongs to no store
     yet: a keyring whose ledger already names a store, opened on a location holding none (a
@@ -943,8 +947,9 @@ def open_store(
         raise InvalidValueError("key_provider must implement cenotaph.KeyProvider (e.g. LocalKeyring)")
     if embedder is not None and not isinstance(embedder, Embedder):
         raise InvalidValueError("embedder must implement cenotaph.Embedder (embed(texts) -> matrix)")
-    if isinstance(replicas, str) or not all(isinstance(r, str) for r in replicas):
-        raise InvalidValueError("replicas must be a list of postgresql:// addresses, one per replica")
+    for name, listed in (("replicas", replicas), ("read_replicas", read_replicas)):
+        if isinstance(listed, str) or not all(isinstance(r, str) for r in listed):
+            raise InvalidValueError(f"{name} must be a list of postgresql:// addresses, one per replica")
     if not isinstance(create, bool):
         raise InvalidValueError("create must be True or False")
     place = locate(location, create=create)  # checked (a data directory is created), nothing opened yet
@@ -961,6 +966,8 @@ def open_store(
     if not found.existing:
         _refuse_a_foreign_keyring(place, found, provider)
     options: dict[str, Any] = {"replicas": list(replicas)} if replicas else {}
+    if read_replicas:
+        options["read_replicas"] = list(read_replicas)
     # a store found is opened, never made again if it went away since
     backend = place.open(create=not found.existing, **options)
     try:

@@ -33,7 +33,14 @@ from ._cluster import _free_port
 from .conftest import drop_schema
 
 USER = "tenant:acme/user:alice"
-ENV_VARS = ("CENOTAPH_DATA", "CENOTAPH_KEYRING", "CENOTAPH_MASTER_KEY", "CENOTAPH_REPLICAS", "CENOTAPH_DEBUG")
+ENV_VARS = (
+    "CENOTAPH_DATA",
+    "CENOTAPH_KEYRING",
+    "CENOTAPH_MASTER_KEY",
+    "CENOTAPH_REPLICAS",
+    "CENOTAPH_READ_REPLICAS",
+    "CENOTAPH_DEBUG",
+)
 CLI = [sys.executable, "-m", "cenotaph.cli.main"]
 KG_FILE = (
     '{"type":"entity","name":"Alice","entityType":"person","observations":["likes coffee"]}\n'
@@ -293,10 +300,13 @@ def test_a_url_that_is_not_postgresql_is_not_a_directory(tmp_path: Path, value: 
     assert list(tmp_path.iterdir()) == []
 
 
-def test_replicas_of_a_data_directory_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CENOTAPH_REPLICAS", "postgresql://u:pw-x@127.0.0.1:1/test")
-    result = run("init", "--data", str(tmp_path / "data"))
-    assert result.exit_code == 2 and "CENOTAPH_REPLICAS" in result.stderr and "pw-x" not in result.stderr
+@pytest.mark.parametrize("variable", ["CENOTAPH_REPLICAS", "CENOTAPH_READ_REPLICAS"])
+def test_replicas_of_a_data_directory_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    monkeypatch.setenv(variable, "postgresql://u:pw-x@127.0.0.1:1/test")
+    result = run("status", "--data", str(tmp_path / "data"))
+    assert result.exit_code == 2 and variable in result.stderr and "pw-x" not in result.stderr
 
 
 # -- doctor ----------------------------------------------------------------------------------------
@@ -322,11 +332,12 @@ def test_doctor_checks_the_server_schema_privileges_replicas_and_vacuum(store_ur
     assert run("doctor", "--table", "--data", store_url).exit_code == 0
 
 
+@pytest.mark.parametrize("variable", ["CENOTAPH_REPLICAS", "CENOTAPH_READ_REPLICAS"])
 def test_doctor_names_an_unreachable_replica_without_its_password(
-    store_url: str, monkeypatch: pytest.MonkeyPatch
+    store_url: str, monkeypatch: pytest.MonkeyPatch, variable: str
 ) -> None:
     port = _free_port()
-    monkeypatch.setenv("CENOTAPH_REPLICAS", f"postgresql://postgres:pw-replica@127.0.0.1:{port}/test")
+    monkeypatch.setenv(variable, f"postgresql://postgres:pw-replica@127.0.0.1:{port}/test")
     result = run("doctor", "--data", store_url)
     assert result.exit_code == 1
     check = _checks(json.loads(result.stdout))[f"postgresql replica 127.0.0.1:{port}"]

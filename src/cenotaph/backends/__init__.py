@@ -125,7 +125,8 @@ class Location:
         )
 
     def open(self, *, create: bool = True, **options: Any) -> Backend:
-        """The backend for this location; ``options`` go to a PostgreSQL backend (``replicas``).
+        """The backend for this location; ``options`` go to a PostgreSQL backend (``replicas``,
+        ``read_replicas``).
         ``create=False``: a PostgreSQL schema without a store is refused, not made (a data
         directory's caller checks that before, see :func:`locate`)."""
         if self.url is not None:

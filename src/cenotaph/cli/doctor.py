@@ -83,7 +83,8 @@ def _postgres_doctor(data: DataLocation) -> list[Check]:
     checks = _schema_checks(data)
     if all(c.status != "fail" for c in checks):
         try:
-            checks += postgres_server_checks(data.url, data.replicas())
+            listed = dict.fromkeys([*data.replicas(), *data.read_replicas()])
+            checks += postgres_server_checks(data.url, list(listed))
         except CenotaphError as exc:
             checks.append(Check("postgresql server", "fail", " ".join(str(exc).split())))
     checks += _keyring_checks(data)

@@ -10,7 +10,9 @@ directory, so what a directory store keeps beside its database lives elsewhere:
   directory's ``api-keys/``: one keyring belongs to one store, so the keys of two stores never
   share a ring, and every server given the keyring finds them;
 - its streaming replicas are ``$CENOTAPH_REPLICAS``: their URLs, separated by spaces, which every
-  command passes on (a purge waits for each; ``doctor`` checks each).
+  command passes on (a purge waits for each; ``doctor`` checks each); ``$CENOTAPH_READ_REPLICAS``
+  lists, the same way, replicas that may also serve reads (``read_replicas``: each only once it
+  has replayed past every forget the process knows of; a purge waits for these too).
 
 Every message and document names a URL without its password.
 """
@@ -34,9 +36,10 @@ from cenotaph.operations import (
     redacted,
 )
 
-__all__ = ["REPLICAS_ENV", "DataLocation", "DataType"]
+__all__ = ["READ_REPLICAS_ENV", "REPLICAS_ENV", "DataLocation", "DataType"]
 
 REPLICAS_ENV = "CENOTAPH_REPLICAS"
+READ_REPLICAS_ENV = "CENOTAPH_READ_REPLICAS"
 _DIRECTORY = click.Path(file_okay=False, path_type=Path)
 
 
@@ -94,18 +97,25 @@ class DataLocation:
 
     def replicas(self) -> list[str]:
         """The streaming replicas ``$CENOTAPH_REPLICAS`` lists (PostgreSQL only)."""
-        named = os.environ.get(REPLICAS_ENV, "").split()
+        return self._listed(REPLICAS_ENV)
+
+    def read_replicas(self) -> list[str]:
+        """The streaming replicas that may serve reads, ``$CENOTAPH_READ_REPLICAS`` (PostgreSQL only)."""
+        return self._listed(READ_REPLICAS_ENV)
+
+    def _listed(self, variable: str) -> list[str]:
+        named = os.environ.get(variable, "").split()
         if not named:
             return []
         if self.url is None:
             raise click.UsageError(
-                f"{REPLICAS_ENV} lists the replicas of a PostgreSQL store, and --data is a data "
-                f"directory; unset {REPLICAS_ENV}"
+                f"{variable} lists the replicas of a PostgreSQL store, and --data is a data "
+                f"directory; unset {variable}"
             )
         wrong = [n for n, replica in enumerate(named, 1) if not is_postgres_url(replica)]
         if wrong:  # its text may hold a password: say which entry, never what it says
             raise click.UsageError(
-                f"{REPLICAS_ENV} entry {wrong[0]} is not a postgresql:// URL; list the replicas' URLs, "
+                f"{variable} entry {wrong[0]} is not a postgresql:// URL; list the replicas' URLs, "
                 "separated by spaces"
             )
         return named

@@ -162,17 +162,20 @@ def open_existing_store(data: DataLocation, *, auto_purge: str = "off") -> Itera
 
     Creating one here would turn a mistyped ``--data`` or ``$CENOTAPH_KEYRING`` into an empty store
     (or a fresh keyring that cannot decrypt anything); ``cenotaph init`` is the one place that creates.
-    A PostgreSQL store is opened with the replicas ``$CENOTAPH_REPLICAS`` lists.
+    A PostgreSQL store is opened with the replicas ``$CENOTAPH_REPLICAS`` lists, and those
+    ``$CENOTAPH_READ_REPLICAS`` lists as read replicas.
 
     ``auto_purge`` is ``"off"``: a command ends long before a background purge would, and one
     that inspects (``status``, ``doctor``, ``audit verify``) must not change what it reports on.
     """
-    replicas = data.replicas()
+    replicas, read_replicas = data.replicas(), data.read_replicas()
     if data.url is not None:
         if not holds_store(data.url):  # its server is asked (create=False, said in CLI)
             raise click.BadParameter(_no_store(data), param_hint="--data")
         require_keyring(data)
-        store = cenotaph.open(data.url, auto_purge=auto_purge, replicas=replicas, create=False)
+        store = cenotaph.open(
+            data.url, auto_purge=auto_purge, replicas=replicas, read_replicas=read_replicas, create=False
+        )
     else:
         assert data.path is not None and data.directory is not None
         if not holds_store(data.path):

@@ -31,12 +31,19 @@ __all__ = [
 
 
 def open_postgres(
-    dsn: str, *, schema: str = DEFAULT_SCHEMA, replicas: Sequence[str] = (), create: bool = True
+    dsn: str,
+    *,
+    schema: str = DEFAULT_SCHEMA,
+    replicas: Sequence[str] = (),
+    read_replicas: Sequence[str] = (),
+    create: bool = True,
 ) -> PostgresBackend:
     """The backend of the store kept in ``schema`` (or the URL's ``?schema=``) of the database at
     ``dsn``, created and migrated if needed (``create=False``: a schema without a store is
     refused); ``replicas`` are the addresses of its streaming replicas, each of which a purge
-    waits for to replay past its commit."""
+    waits for to replay past its commit; ``read_replicas`` are streaming replicas that may also
+    serve read transactions, each only once it has replayed past every commit this backend has
+    seen (``routing``), and that a purge waits for too."""
     address, named = split_schema(dsn)
     if named is not None and schema not in (DEFAULT_SCHEMA, named):
         raise InvalidValueError(
@@ -46,5 +53,6 @@ def open_postgres(
         address,
         schema=named or schema,
         replicas=[split_schema(r)[0] for r in replicas],
+        read_replicas=[split_schema(r)[0] for r in read_replicas],
         create=create,
     )

@@ -16,6 +16,10 @@ every driver error becomes a StorageError in ``errors``.
   its inserts, the marker's bump and COMMIT (``PostgresTxn`` defers statements whose result
   nobody reads to the next one sent).
 - A read transaction is REPEATABLE READ, READ ONLY: one snapshot for all its statements.
+- With ``read_replicas``, a read transaction may begin on a streaming replica instead, when that
+  replica has replayed past every forget this process knows of and its own commits
+  (``routing.ReadRouter``: read-after-forget holds on it); otherwise, and for every write, the
+  primary.
 """
 
 from __future__ import annotations
@@ -38,11 +42,13 @@ from ..base import WriteLocks, busy_timeout_ms, run_after_commit
 from ..ops import Op
 from .errors import Endpoint, endpoint, translate, translate_connect
 from .marker import SUM, OwnCommits
+from .routing import FLOOR, ReadRouter
 from .schema import (
     DEFAULT_SCHEMA,
     LATEST,
     MIGRATIONS,
     MIGRATIONS_TABLE,
+    NUMBERS,
     check_schema_name,
     create_schema,
     created_objects,
@@ -141,13 +147,16 @@ class PostgresBackend:
         *,
         schema: str = DEFAULT_SCHEMA,
         replicas: Sequence[str] = (),
+        read_replicas: Sequence[str] = (),
         create: bool = True,
     ) -> None:
         self.schema = check_schema_name(schema)
         self.endpoint: Endpoint = endpoint(dsn, self.schema)
-        for replica in replicas:
+        for replica in (*replicas, *read_replicas):
             endpoint(replica, self.schema)  # refused now if malformed, not when first confirming
-        self.replicas = tuple(replicas)
+        # a replica that serves reads holds the store's rows too: a purge proves it replayed
+        self.replicas = tuple(dict.fromkeys((*replicas, *read_replicas)))
+        self.read_replicas = tuple(dict.fromkeys(read_replicas))
         self.read_only = False
         self._dsn = dsn
         self._key = advisory_key(self.schema)
@@ -174,6 +183,9 @@ class PostgresBackend:
         except PoolTimeout as exc:
             self._pool.close()
             raise translate(exc, self.endpoint) from exc
+        self.router: ReadRouter | None = None
+        if self.read_replicas:
+            self.router = ReadRouter(self.read_replicas, self.schema, self._connect_kwargs, self._configure)
 
     @property
     def location(self) -> Path | None:
@@ -196,27 +208,29 @@ class PostgresBackend:
         except psycopg.Error as exc:
             raise translate_connect(exc, self.endpoint) from exc
 
-    def _applied(self, conn: Connection) -> int:
-        """The newest migration applied to the schema (0: none, or no schema yet)."""
+    def _applied(self, conn: Connection) -> frozenset[int]:
+        """The migrations applied to the schema (none: no store, or no schema yet)."""
         table = sql.Identifier(self.schema, MIGRATIONS_TABLE)
         exists = conn.execute("SELECT to_regclass(%s)", (table.as_string(conn),)).fetchone()
         if exists is None or exists[0] is None:
-            return 0
-        row = conn.execute(sql.SQL("SELECT coalesce(max(version), 0) FROM {}").format(table)).fetchone()
-        return 0 if row is None else int(row[0])
+            return frozenset()
+        rows = conn.execute(sql.SQL("SELECT version FROM {}").format(table)).fetchall()
+        return frozenset(int(row[0]) for row in rows)
 
     def _migrate(self, create: bool) -> None:
-        """Bring the schema to :data:`LATEST`, under the writers' lock; a schema already there is
-        opened without waiting for a writer. One transaction: a failed migration leaves nothing."""
+        """Apply every migration the schema lacks (``schema.NUMBERS``), under the writers' lock;
+        a schema holding them all is opened without waiting for a writer. One transaction: a
+        failed migration leaves nothing."""
         with self._connect() as conn:
             try:
-                if self._applied(conn) == LATEST:
+                if self._applied(conn) == NUMBERS:
                     return
                 conn.execute("BEGIN")
                 conn.execute(f"SET LOCAL lock_timeout = {self._lock_timeout_ms()}")
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._key,))
                 existed = _schema_exists(conn, self.schema)
-                current = self._applied(conn) if existed else 0
+                applied = self._applied(conn) if existed else frozenset()
+                current = max(applied, default=0)
                 if current == 0 and not create:
                     database = conn.execute("SELECT current_database()").fetchone()
                     where = schema_description(
@@ -233,7 +247,7 @@ class PostgresBackend:
                         "cenotaph that wrote it"
                     )
                 for number, script in MIGRATIONS:
-                    if number > current:
+                    if number not in applied:
                         conn.execute(script)
                         conn.execute(f"INSERT INTO {MIGRATIONS_TABLE} (version) VALUES (%s)", (number,))
                 conn.execute("COMMIT")
@@ -279,9 +293,47 @@ class PostgresBackend:
                     raise translate(exc, self.endpoint) from exc
 
     def _reconnect(self, broken: Connection) -> Connection:
-        """Another pooled connection for one found broken (which the pool discards)."""
-        self._pool.putconn(broken)
+        """Another pooled connection for one found broken (which the pool discards); a replica's
+        is replaced by the primary's (the read had sent nothing that counted yet)."""
+        if self.router is not None and self.router.owns(broken):
+            self.router.failed(broken)
+        else:
+            self._pool.putconn(broken)
         return self._getconn()
+
+    def _release(self, conn: Connection) -> None:
+        """Give a transaction's connection back to the pool it came from."""
+        if self.router is not None and self.router.owns(conn):
+            self.router.release(conn)
+        else:
+            self._pool.putconn(conn)
+
+    def _read_connection(self) -> Connection:
+        """Where a read transaction begins: a replica past the floor (read again on the primary
+        first if it is unknown), else the primary."""
+        router = self.router
+        if router is None:
+            return self._getconn()
+        if router.floor is None and router.routes:
+            self._autocommit(self._observe)
+        routed = router.take()
+        return routed if routed is not None else self._getconn()
+
+    def _observe(self, conn: Connection) -> int:
+        """The change counter, read with the forget epoch and the WAL position after them, which
+        the router takes its floor from (``routing.FLOOR``)."""
+        assert self.router is not None
+        row = conn.execute(FLOOR).fetchone()
+        assert row is not None
+        self.router.observed(int(row[1]), str(row[2]))
+        return int(row[0])
+
+    def forgets_learnt(self) -> None:
+        """This process learnt of another's forget (the ledger): replica reads wait for a floor
+        read after it."""
+        if self.router is not None:
+            with self._lock:
+                self.router.learnt()
 
     def _getconn(self) -> Connection:
         try:
@@ -318,7 +370,7 @@ class PostgresBackend:
                 )
             else:  # begun with its first statement, in the same round trip
                 txn = PostgresTxn(
-                    self._getconn(),
+                    self._read_connection(),
                     commits=False,
                     begin=_READ,
                     reconnect=self._reconnect,
@@ -339,9 +391,11 @@ class PostgresBackend:
                     raise
             finally:
                 self._open.pop()
-                self._pool.putconn(txn.connection)
+                self._release(txn.connection)
             if write:
                 self._own.committed()  # its own commit: not a change by someone else
+                if self.router is not None:
+                    self.router.committed()
             # still under the lock: no other thread of this process may see the commit before
             # the caches and marks that depend on it are updated
             run_after_commit(txn._after)
@@ -364,6 +418,8 @@ class PostgresBackend:
         in one statement outside any transaction."""
 
         def counter(conn: Connection) -> int:
+            if self.router is not None:  # with the forget epoch and the floor after them
+                return self._observe(conn)
             row = conn.execute(SUM).fetchone()
             assert row is not None
             return int(row[0])
@@ -425,6 +481,8 @@ class PostgresBackend:
     def close(self) -> None:
         with self._lock:
             self._pool.close()
+            if self.router is not None:
+                self.router.close()
 
     def discard_created(self) -> bool:
         """Remove what this open created (see ``created``) if no write transaction ever committed

@@ -19,10 +19,13 @@ from .. import POSTGRES_DEFAULT_SCHEMA as DEFAULT_SCHEMA
 
 __all__ = [
     "DEFAULT_SCHEMA",
+    "DISTRIBUTED",
     "LATEST",
     "MAX_IDENTIFIER",
     "MIGRATIONS",
     "MIGRATIONS_TABLE",
+    "NUMBERS",
+    "REFERENCE",
     "check_schema_name",
     "create_schema",
     "created_objects",
@@ -271,9 +274,144 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         INSERT INTO change_marker (stripe, value) SELECT s, 0 FROM generate_series(1, 63) AS s;
         """,
     ),
+    (
+        4,
+        """
+        -- Keys that lead with the tenant token, what a distribution by tenant (Citus) needs of
+        -- every distributed table's primary and unique keys (docs/sharding.md): the token of a
+        -- scope path's first segment, i.e. the scope token of its root. A BEFORE INSERT trigger
+        -- fills it from what the row already names (a scope token, a record id), so no statement
+        -- of the store names it. Each old key stays a plain index: lookups by it are unchanged,
+        -- and it stays unique because the tenant is a function of it.
+        ALTER TABLE scopes ADD COLUMN tenant BYTEA;
+        WITH RECURSIVE chain(token, tenant) AS (
+            SELECT token, token FROM scopes s
+            WHERE s.parent IS NULL OR NOT EXISTS (SELECT 1 FROM scopes p WHERE p.token = s.parent)
+            UNION ALL
+            SELECT s.token, c.tenant FROM scopes s JOIN chain c ON s.parent = c.token
+        )
+        UPDATE scopes SET tenant = chain.tenant FROM chain WHERE scopes.token = chain.token;
+        UPDATE scopes SET tenant = token WHERE tenant IS NULL;  -- a cycle cannot be; never NULL
+
+        ALTER TABLE records ADD COLUMN tenant BYTEA;
+        UPDATE records r SET tenant = coalesce(
+            (SELECT s.tenant FROM scopes s WHERE s.token = r.scope_token), r.scope_token);
+        ALTER TABLE lineage ADD COLUMN tenant BYTEA;
+        UPDATE lineage l SET tenant = coalesce(
+            (SELECT s.tenant FROM scopes s WHERE s.token = l.scope_token), l.scope_token);
+        ALTER TABLE record_subjects ADD COLUMN tenant BYTEA;
+        UPDATE record_subjects x SET tenant = coalesce(
+            (SELECT l.tenant FROM lineage l WHERE l.record_id = x.record_id), '\\x'::bytea);
+        ALTER TABLE derivations ADD COLUMN tenant BYTEA;
+        UPDATE derivations x SET tenant = coalesce(
+            (SELECT l.tenant FROM lineage l WHERE l.record_id = x.derived_id), '\\x'::bytea);
+        ALTER TABLE vectors ADD COLUMN tenant BYTEA;
+        UPDATE vectors x SET tenant = coalesce(
+            (SELECT r.tenant FROM records r WHERE r.version = x.version), '\\x'::bytea);
+
+        CREATE FUNCTION tenant_of_scope() RETURNS trigger LANGUAGE plpgsql
+            SET search_path FROM CURRENT AS $$
+        BEGIN
+            IF NEW.tenant IS NULL THEN
+                NEW.tenant := CASE WHEN NEW.parent IS NULL THEN NEW.token ELSE coalesce(
+                    (SELECT tenant FROM scopes WHERE token = NEW.parent), NEW.token) END;
+            END IF;
+            RETURN NEW;
+        END
+        $$;
+        CREATE FUNCTION tenant_of_scope_token() RETURNS trigger LANGUAGE plpgsql
+            SET search_path FROM CURRENT AS $$
+        BEGIN
+            IF NEW.tenant IS NULL THEN
+                NEW.tenant := coalesce(
+                    (SELECT tenant FROM scopes WHERE token = NEW.scope_token), NEW.scope_token);
+            END IF;
+            RETURN NEW;
+        END
+        $$;
+        CREATE FUNCTION tenant_of_record_id() RETURNS trigger LANGUAGE plpgsql
+            SET search_path FROM CURRENT AS $$
+        BEGIN
+            IF NEW.tenant IS NULL THEN
+                NEW.tenant := coalesce(
+                    (SELECT tenant FROM lineage WHERE record_id = NEW.record_id), '\\x'::bytea);
+            END IF;
+            RETURN NEW;
+        END
+        $$;
+        -- a derivation lives with the record derived (its source may be another tenant's)
+        CREATE FUNCTION tenant_of_derived_id() RETURNS trigger LANGUAGE plpgsql
+            SET search_path FROM CURRENT AS $$
+        BEGIN
+            IF NEW.tenant IS NULL THEN
+                NEW.tenant := coalesce(
+                    (SELECT tenant FROM lineage WHERE record_id = NEW.derived_id), '\\x'::bytea);
+            END IF;
+            RETURN NEW;
+        END
+        $$;
+        CREATE FUNCTION tenant_of_version() RETURNS trigger LANGUAGE plpgsql
+            SET search_path FROM CURRENT AS $$
+        BEGIN
+            IF NEW.tenant IS NULL THEN
+                NEW.tenant := coalesce(
+                    (SELECT tenant FROM records WHERE version = NEW.version), '\\x'::bytea);
+            END IF;
+            RETURN NEW;
+        END
+        $$;
+        CREATE TRIGGER scopes_tenant BEFORE INSERT ON scopes
+            FOR EACH ROW EXECUTE FUNCTION tenant_of_scope();
+        CREATE TRIGGER records_tenant BEFORE INSERT ON records
+            FOR EACH ROW EXECUTE FUNCTION tenant_of_scope_token();
+        CREATE TRIGGER lineage_tenant BEFORE INSERT ON lineage
+            FOR EACH ROW EXECUTE FUNCTION tenant_of_scope_token();
+        CREATE TRIGGER record_subjects_tenant BEFORE INSERT ON record_subjects
+            FOR EACH ROW EXECUTE FUNCTION tenant_of_record_id();
+        CREATE TRIGGER derivations_tenant BEFORE INSERT ON derivations
+            FOR EACH ROW EXECUTE FUNCTION tenant_of_derived_id();
+        CREATE TRIGGER vectors_tenant BEFORE INSERT ON vectors
+            FOR EACH ROW EXECUTE FUNCTION tenant_of_version();
+
+        ALTER TABLE scopes ALTER COLUMN tenant SET NOT NULL, DROP CONSTRAINT scopes_pkey,
+            ADD PRIMARY KEY (tenant, token);
+        CREATE INDEX scopes_token ON scopes (token);
+        ALTER TABLE records ALTER COLUMN tenant SET NOT NULL, DROP CONSTRAINT records_pkey,
+            ADD PRIMARY KEY (tenant, version);
+        CREATE INDEX records_version ON records (version);
+        ALTER TABLE lineage ALTER COLUMN tenant SET NOT NULL, DROP CONSTRAINT lineage_pkey,
+            DROP CONSTRAINT lineage_record_id_key, ADD PRIMARY KEY (tenant, version),
+            ADD UNIQUE (tenant, record_id);
+        CREATE INDEX lineage_version ON lineage (version);
+        CREATE INDEX lineage_record ON lineage (record_id);
+        ALTER TABLE record_subjects ALTER COLUMN tenant SET NOT NULL,
+            DROP CONSTRAINT record_subjects_pkey, ADD PRIMARY KEY (tenant, subject_token, record_id);
+        CREATE INDEX record_subjects_subject ON record_subjects (subject_token, record_id);
+        ALTER TABLE derivations ALTER COLUMN tenant SET NOT NULL, DROP CONSTRAINT derivations_pkey,
+            ADD PRIMARY KEY (tenant, source_id, derived_id);
+        CREATE INDEX derivations_source ON derivations (source_id, derived_id);
+        CREATE INDEX derivations_derived ON derivations (derived_id);
+        ALTER TABLE vectors ALTER COLUMN tenant SET NOT NULL, DROP CONSTRAINT vectors_pkey,
+            ADD PRIMARY KEY (tenant, version);
+        CREATE INDEX vectors_version ON vectors (version);
+        """,
+    ),
 )
 
 LATEST = MIGRATIONS[-1][0]
+# What a distribution by tenant (docs/sharding.md) makes of each table: DISTRIBUTED tables lead
+# every primary and unique key with ``tenant`` (migration 4) and would be spread by it, co-located;
+# REFERENCE tables hold what spans tenants (a subject, a tombstone, the audit chain, an erasure
+# request) or counts for the whole store, and would be copied to every node (or kept on one).
+DISTRIBUTED = ("derivations", "lineage", "record_subjects", "records", "scopes", "vectors")
+REFERENCE = (
+    "audit", "change_marker", "consumer_events", "consumer_takes", "consumers", "erased_records",
+    "erasure_progress", "erasures", "lifts", "meta", "probe_keys", "reauth_tokens", "subjects",
+    "tombstones", MIGRATIONS_TABLE,
+)  # fmt: skip
+# Numbers, not a count: a branch may add migration N+2 before N+1 lands, so a schema may hold
+# 4 and not 3; the backend applies every known number it does not hold, in order.
+NUMBERS = frozenset(number for number, _ in MIGRATIONS)
 
 
 def check_schema_name(name: object) -> str:

@@ -9,6 +9,9 @@ The store's statements are written once, in SQLite's spelling of a parameter (``
   :meth:`Dialect.chunks`, :meth:`Dialect.any_of`, :meth:`Dialect.list_args`.
 - **typed parameters**: PostgreSQL must be told a parameter's type where nothing else says it
   (the first row of a recursive query): :meth:`Dialect.param`.
+- **keys**: PostgreSQL's tables that a distribution by tenant would spread lead their keys with
+  a ``tenant`` column its triggers fill (``postgres/schema.py``, migration 4); SQLite's keys
+  have none: :meth:`Dialect.key`, where a statement names a key (``ON CONFLICT (...)``).
 - **row order**: PostgreSQL promises none without ``ORDER BY``; SQLite's scans return the order
   of the index they walk, which the store's lists rely on no more than PostgreSQL's, so SQLite
   skips the sort: :meth:`Dialect.order`.
@@ -42,6 +45,7 @@ class Dialect:
     name: str
     arrays: bool  # lists go as one typed array (PostgreSQL), not one parameter a value
     ordered: bool  # lists need an ORDER BY to have one
+    tenant_keys: bool = False  # keys of tenant-distributable tables lead with their tenant column
 
     def sql(self, text: str) -> str:
         """``text`` (written with ``?`` parameters) as this engine's driver takes it."""
@@ -69,10 +73,14 @@ class Dialect:
         """A parameter whose type nothing else in its statement gives."""
         return f"?::{sql_type}" if self.arrays else "?"
 
+    def key(self, columns: str) -> str:
+        """The key of a table distributable by tenant whose own key is ``columns``."""
+        return f"tenant, {columns}" if self.tenant_keys else columns
+
     def order(self, clause: str) -> str:
         """`` ORDER BY clause`` where the engine needs it for a list to have an order."""
         return f" ORDER BY {clause}" if self.ordered else ""
 
 
 SQLITE = Dialect("sqlite", arrays=False, ordered=False)
-POSTGRES = Dialect("postgresql", arrays=True, ordered=True)
+POSTGRES = Dialect("postgresql", arrays=True, ordered=True, tenant_keys=True)

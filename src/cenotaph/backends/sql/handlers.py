@@ -283,7 +283,7 @@ class SQLHandlers:
             self._d.sql(
                 "INSERT INTO vectors (version, cell) SELECT version, ? FROM records "
                 "WHERE version=? AND id=? AND wrapped IS NOT NULL AND hidden_version IS NULL "
-                "ON CONFLICT (version) DO UPDATE SET cell=excluded.cell"
+                f"ON CONFLICT ({self._d.key('version')}) DO UPDATE SET cell=excluded.cell"
             ),
             [(cell, version, record_id) for cell, record_id, version in cells],
         )
