@@ -142,6 +142,13 @@ class StoreCaches:
             return False  # settled: a transaction of ours may have replayed a logged forget, then rolled back
         return (self._backend.marker(), self._ledger_hint()) == self._quiet
 
+    def ledger_quiet(self) -> bool:
+        """:meth:`quiet` but for the change marker, which the caller reads with its rows (then
+        hands to :meth:`saw`, and syncs if it moved): a read costs no statement of its own."""
+        if self._quiet is None or self.sync_pending or not self._ledger.settled():
+            return False
+        return self._ledger_hint() == self._quiet[1]
+
     def sync_locked(self, changed: bool | None = None) -> None:
         # the marker moves only on other connections' commits; a replay is our own commit.
         # Until this sync completes, the next one acts as if something changed: a failure half

@@ -463,10 +463,11 @@ class Store:
             self._caches.check_open()
             # the ledger now; whether another connection committed comes with the rows, read in
             # the same snapshot (no statement of its own)
-            if not self._caches.quiet():
+            if not self._caches.ledger_quiet():
                 self._caches.sync_locked(changed=False)
             with self._backend.read() as txn:
-                marker, found = txn.run(ops.KeyRecords(tokens, key_token))
+                # one statement, the read's last: its COMMIT goes in the same round trip
+                marker, found = txn.run_last(ops.KeyRecords(tokens, key_token))
                 if self._caches.saw(marker):
                     self._caches.sync_locked(changed=True)  # drops what that commit made stale, then we go on
                 generation = self._caches.generation
@@ -579,20 +580,33 @@ class Store:
         check_flag(fallthrough, "fallthrough")
         check_flag(include_descendants, "include_descendants")
         conditions = check_filter(filter)
-        self._caches.sync()
-        generation = self._caches.generation
         qvec = self._search.embed_query(query)
         found: dict[str, Record] = {}
-        with self._backend.read() as txn:
-            self._search.ensure(txn, self._crypto)
+        with self._backend.serial(), self._backend.read() as txn:
+            # as read does: the ledger now, whether another connection committed with the clock
+            self._caches.check_open()
+            if not self._caches.ledger_quiet():
+                self._caches.sync_locked(changed=False)
+            clock, marker = txn.run(ops.ClockMarker())
+            if self._caches.saw(marker):
+                self._caches.sync_locked(changed=True)
+            generation = self._caches.generation
+            self._search.ensure(txn, self._crypto, clock)
             levels = parsed.prefixes() if fallthrough else [parsed]
             tokens = {self._tokens.scope(p) for p in levels}
             if include_descendants:
                 tokens.update(txn.run(ops.SubtreeTokens(self._tokens.scope(parsed))))
 
+            # the final-step check reads each batch of candidates in one statement, the first
+            # batch as the read's last (its COMMIT in the same round trip)
+            fetched: dict[str, tuple[RecordRow, LineageRow]] = {}
+
+            def ahead(ids: builtins.list[str]) -> None:
+                fetched.update(txn.run_last(ops.RecordsOfIds(ids)))
+
             def allow(record_id: str) -> bool:
-                row = txn.run(ops.Record(record_id))
-                record = None if row is None else self._materialize(txn, row, generation)
+                got = fetched.pop(record_id, None)
+                record = None if got is None else self._materialize(txn, got[0], generation, got[1])
                 if record is None or not matches_filter(record.metadata, conditions):
                     return False
                 # the sealed scope decides, not the (unsealed) scope rows the token set came from
@@ -604,7 +618,7 @@ class Store:
 
             # hits at or below the embedder's relevance floor are noise, and in a session they would taint
             # the writes: the index leaves them out
-            hits = self._search.search(qvec, k, tokens, allow)
+            hits = self._search.search(qvec, k, tokens, allow, ahead)
         qvec.fill(0)
         self._search.flush(self._store_vectors)
         return [SearchHit(found[i], score) for i, score in hits]

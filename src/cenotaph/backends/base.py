@@ -198,6 +198,10 @@ class Txn(Protocol):
     """A transaction: run operations (``backends.ops``) in it, and register what must follow its commit."""
 
     def run(self, op: Op[T]) -> T: ...
+    def run_last(self, op: Op[T]) -> T:
+        """``op`` as a read's last statement (see ``ops.OpRunner.run_last``)."""
+        ...
+
     def after_commit(self, action: Callable[[], None]) -> None: ...
 
     # one savepoint at a time inside a write: a group commit undoes a refused write alone

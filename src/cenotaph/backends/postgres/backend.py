@@ -277,6 +277,7 @@ class PostgresBackend:
                     begin=_READ,
                     reconnect=self._reconnect,
                     marker_of=self._own.marker,
+                    ends=True,
                 )
             self._open.append(txn)
             try:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.sql import SQL, Composed
 
 from ..base import LineageRow, RecordRow, lineage_values
-from ..ops import OpRunner
+from ..ops import Op, OpRunner
 from ..sql import POSTGRES, SQLHandlers
 from ..sql.columns import (
     L_COLS,
@@ -34,6 +34,7 @@ Connection = psycopg.Connection[tuple[Any, ...]]
 Cursor = psycopg.Cursor[tuple[Any, ...]]
 Query = str | SQL | Composed
 Params = Sequence[Any] | dict[str, Any]
+R = TypeVar("R")
 _RECONNECTS = 4  # a pool's worth of stale connections after a server restart
 
 # records rows of a list of ids, found through their lineage rows (records are keyed by version alone)
@@ -111,6 +112,7 @@ class PostgresTxn(SQLHandlers, OpRunner):
         begin: str | None = None,
         reconnect: Callable[[Connection], Connection] | None = None,
         marker_of: Callable[[int], int] = int,
+        ends: bool = False,
     ) -> None:
         self._c = conn
         self._commits = commits
@@ -121,6 +123,11 @@ class PostgresTxn(SQLHandlers, OpRunner):
         self._begin = begin
         self._reconnect = reconnect
         self._marker_of = marker_of  # the change marker of a snapshot at a counter value
+        # a read of its own (not one inside another transaction) may end itself early: its
+        # closing statement (:meth:`run_last`) carries the COMMIT in its round trip
+        self._ends = ends and not commits
+        self._closing = False
+        self._ended = False
 
     @property
     def connection(self) -> Connection:
@@ -133,23 +140,47 @@ class PostgresTxn(SQLHandlers, OpRunner):
 
     @property
     def begun(self) -> bool:
-        """Has the transaction begun on the server (or was it begun before this object)?"""
-        return self._begin is None
+        """Is the transaction open on the server (begun, or begun before this object, and not
+        ended by its closing statement)?"""
+        return self._begin is None and not self._ended
+
+    def run_last(self, op: Op[R]) -> R:
+        """``op`` as this read's closing statement: its COMMIT goes in the same round trip (with
+        its BEGIN too, if it is the first), so a read of one statement is one round trip. A
+        statement after it (a key no row brought, a second batch of search hits) runs in a
+        snapshot of its own, no older: what it finds can only be more forgotten (tombstones and
+        destroyed keys are never undone), never less. Inside another transaction, or in a write,
+        it is :meth:`run`. Only the operation's first statement closes: give it one of a single
+        statement."""
+        if not self._ends or self._ended:
+            return self.run(op)
+        self._closing = True
+        try:
+            return self.run(op)
+        finally:
+            self._closing = False
 
     def _x(self, sql: Query, args: Params = ()) -> Cursor:
-        """``sql`` on the transaction's connection, beginning the transaction first if it has not."""
-        if self._begin is None:
-            return self._c.execute(sql, args)
+        """``sql`` on the transaction's connection, beginning the transaction first if it has not
+        (and ending it with ``sql`` if it is the closing statement)."""
+        closing, self._closing = self._closing, False
+        if self._begin is None and not closing:
+            return self._c.execute(sql, args)  # in the transaction, or (ended) a snapshot of its own
         begin, self._begin = self._begin, None
+        if closing:
+            self._ended = True
         for attempt in range(_RECONNECTS + 1):
             try:
                 with self._c.pipeline():
-                    self._c.execute(begin)
+                    if begin is not None:
+                        self._c.execute(begin)
                     cursor = self._c.execute(sql, args)
+                    if closing:
+                        self._c.execute("COMMIT")
                 return cursor
             except psycopg.OperationalError:
                 # broken before this transaction sent anything that counted: another connection
-                if not self._c.broken or self._reconnect is None or attempt == _RECONNECTS:
+                if begin is None or not self._c.broken or self._reconnect is None or attempt == _RECONNECTS:
                     raise
                 self._c = self._reconnect(self._c)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -205,6 +236,14 @@ class PostgresTxn(SQLHandlers, OpRunner):
     def marker(self) -> int:
         """The change marker as of this snapshot (see ``marker.OwnCommits``)."""
         return self._marker_of(int(self._one("SELECT value FROM change_marker")))
+
+    def clock_marker(self) -> tuple[int, int]:
+        """One statement: the clock and the change marker of this snapshot."""
+        row = self._x(
+            "SELECT (SELECT value FROM meta WHERE name='clock'), value FROM change_marker"
+        ).fetchone()
+        assert row is not None  # both rows always exist
+        return int(row[0]), self._marker_of(int(row[1]))
 
     # -- tombstones ------------------------------------------------------------------
     # -- keys ------------------------------------------------------------------------
