@@ -284,11 +284,13 @@ class PostgresBackend:
                 try:
                     yield txn
                     if txn.begun:
-                        txn.connection.execute("COMMIT")
+                        txn._commit()
                 except psycopg.Error as exc:
+                    txn._abandon()
                     _rollback(txn.connection)
                     raise translate(exc, self.endpoint) from exc
                 except BaseException:
+                    txn._abandon()
                     _rollback(txn.connection)
                     raise
             finally:

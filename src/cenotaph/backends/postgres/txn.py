@@ -7,6 +7,7 @@ bytes).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from functools import cache
 from typing import Any, TypeVar
@@ -128,6 +129,13 @@ class PostgresTxn(SQLHandlers, OpRunner):
         self._ends = ends and not commits
         self._closing = False
         self._ended = False
+        # a write sends its statements in one pipeline: a statement whose answer nobody reads
+        # (an INSERT, an UPDATE) waits for none, and goes with the next that is read (or the COMMIT)
+        self._pipe: contextlib.AbstractContextManager[psycopg.Pipeline] | None = None
+        self._pipeline: psycopg.Pipeline | None = None
+        if commits:
+            self._pipe = conn.pipeline()
+            self._pipeline = self._pipe.__enter__()
 
     @property
     def connection(self) -> Connection:
@@ -143,6 +151,26 @@ class PostgresTxn(SQLHandlers, OpRunner):
         """Is the transaction open on the server (begun, or begun before this object, and not
         ended by its closing statement)?"""
         return self._begin is None and not self._ended
+
+    def _commit(self) -> None:
+        """COMMIT what the transaction did (a write: in the round trip of its last statements)."""
+        self._c.execute("COMMIT")
+        if self._pipe is not None:
+            pipe, self._pipe, self._pipeline = self._pipe, None, None
+            pipe.__exit__(None, None, None)  # sends what waits, and raises the first refusal
+
+    def _abandon(self) -> None:
+        """Leave pipeline mode after a failure, dropping what it left unread (a ROLLBACK follows)."""
+        if self._pipe is not None:
+            pipe, self._pipe, self._pipeline = self._pipe, None, None
+            with contextlib.suppress(psycopg.Error):
+                pipe.__exit__(None, None, None)
+
+    def _settle(self) -> None:
+        """Wait for every statement sent so far (a row count is known only then; a refused one
+        raises here)."""
+        if self._pipeline is not None:
+            self._pipeline.sync()
 
     def run_last(self, op: Op[R]) -> R:
         """``op`` as this read's closing statement: its COMMIT goes in the same round trip (with
@@ -199,7 +227,12 @@ class PostgresTxn(SQLHandlers, OpRunner):
         return self._x(sql, args).fetchall()
 
     def _count(self, sql: str, args: Sequence[Any]) -> int:
-        return self._x(sql, args).rowcount
+        cursor = self._x(sql, args)
+        self._settle()
+        return cursor.rowcount
+
+    def _changed(self, text: str, args: Sequence[Any] = ()) -> int:
+        return self._count(self._d.sql(text), args)
 
     def _many(self, sql: str, rows: Iterable[Sequence[Any]]) -> int:
         """``sql`` once per row (pipelined by psycopg); the rows it affected in all."""
@@ -209,6 +242,7 @@ class PostgresTxn(SQLHandlers, OpRunner):
         self._start()
         cursor = self._c.cursor()
         cursor.executemany(sql, listed)
+        self._settle()
         return cursor.rowcount
 
     def _insert_rows(
@@ -279,7 +313,7 @@ class PostgresTxn(SQLHandlers, OpRunner):
             for r in rows
         )
         self._start()
-        with self._c.pipeline():
+        with contextlib.nullcontext() if self._pipe is not None else self._c.pipeline():
             self._insert("records", RECORD_COLS, _RECORD_TYPES, records)
             self._insert("lineage", LINEAGE_COLS, _LINEAGE_TYPES, map(lineage_values, lineage))
             if tokens:
