@@ -749,6 +749,11 @@ class Store:
         """Every erasure request this store has, oldest first."""
         return self._erasure.all_requests()
 
+    def erasure_statuses(self) -> builtins.list[tuple[ErasureRequest, ErasureStatus]]:
+        """Every erasure request, oldest first, with its status (as its ``status()`` says),
+        read in one transaction however many there are: for a listing of them all."""
+        return self._erasure.all_statuses()
+
     def confirm_erasure(self, request_id: str) -> ErasureStatus:
         """The request's status if verified; else ErasureNotProvableError naming every gap (and a
         background purge's failure, if no caller has been told of it yet)."""

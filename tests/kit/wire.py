@@ -12,8 +12,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from urllib.parse import urlsplit, urlunsplit
 
 __all__ = ["Wire", "relayed"]
 
@@ -54,9 +53,11 @@ class Wire:
 
 @contextmanager
 def relayed(dsn: str) -> Iterator[Wire]:
-    """The relay in its own process in front of the server of ``dsn``."""
-    info = conninfo_to_dict(dsn)
-    target = f"{info.get('host') or '127.0.0.1'}:{info.get('port') or 5432}"
+    """The relay in its own process in front of the server of ``dsn`` (a ``postgresql://`` URL);
+    the wire's ``dsn`` is the same URL through the relay."""
+    url = urlsplit(dsn)
+    target = f"{url.hostname or '127.0.0.1'}:{url.port or 5432}"
+    user = f"{url.username}@" if url.username else ""
     proc = subprocess.Popen(
         [sys.executable, str(NETDELAY), "--target", target, "--delay-ms", "0"],
         stdout=subprocess.PIPE,
@@ -65,7 +66,8 @@ def relayed(dsn: str) -> Iterator[Wire]:
     try:
         assert proc.stdout is not None
         ports = json.loads(proc.stdout.readline())
-        wire = Wire(make_conninfo(dsn, host="127.0.0.1", port=str(ports["listening"])), ports["control"])
+        netloc = f"{user}127.0.0.1:{ports['listening']}"
+        wire = Wire(urlunsplit(url._replace(netloc=netloc)), ports["control"])
         try:
             yield wire
         finally:
