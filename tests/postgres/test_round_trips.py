@@ -12,18 +12,21 @@ times it waits for the server, so a statement that stops sharing a round trip sh
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from tests.kit.wire import Wire, relayed
+from tests.kit.wire import Wire, relayed, settle
 
 import cenotaph
 from cenotaph import LocalKeyring, Store
+from cenotaph.backends.postgres import PostgresBackend
 
 SCOPE = "tenant:acme/user:u1"
+RUNS = 8
 FORGET_ROUND_TRIPS = 40  # measured 38 for a one-key compliance forget (49 before its writes were pipelined)
 
 
@@ -44,6 +47,30 @@ def store(wire: Wire, pg_schema: str, tmp_path: Path) -> Iterator[Store]:
         opened.close()
 
 
+def _counting(store: Store, wire: Wire) -> AbstractContextManager[list[int]]:
+    """The round trips of the block, once the store's pool opens no connection in the background."""
+    backend = store._backend.inner
+    assert isinstance(backend, PostgresBackend)
+    settle(backend._pool)
+    return wire.counting()
+
+
+def _each(store: Store, wire: Wire, runs: int, op: Callable[[int], object]) -> int:
+    """The round trips of ``op`` run ``runs`` times, all told."""
+    with _counting(store, wire) as trips:
+        for i in range(runs):
+            op(i)
+    return trips[0]
+
+
+def _about(counted: int, expected: int) -> bool:
+    """``counted`` is ``expected`` to the wire's noise: psycopg sometimes ends a pipeline with a
+    flush request the server has nothing to answer, and on a busy machine the wire may count it
+    as the client speaking once more (at most one in two operations here; a statement more per
+    operation is a whole ``RUNS`` more)."""
+    return abs(counted - expected) <= RUNS // 2
+
+
 def _fill(store: Store, n: int = 12) -> None:
     store.write_many(
         [
@@ -57,24 +84,24 @@ def test_a_read_of_cached_keys_is_one_round_trip(store: Store, wire: Wire) -> No
     _fill(store)
     store._caches.records.clear()  # no record written is answered from memory
     assert store.read(SCOPE, "k0") is not None  # opened: the scope's and subjects' keys, cached from here
-    for key in ("k1", "k2", "k3"):
-        with wire.counting() as trips:
-            assert store.read(SCOPE, key) is not None
-        assert trips == [1], key
-    with wire.counting() as trips:
-        assert store.read(SCOPE, "absent") is None
-    assert trips == [1]
+
+    def read(i: int) -> None:
+        assert store.read(SCOPE, f"k{1 + i}") is not None
+
+    assert _about(_each(store, wire, RUNS, read), RUNS)
+    assert _about(_each(store, wire, RUNS, lambda i: store.read(SCOPE, f"absent{i}")), RUNS)
 
 
 @pytest.mark.parametrize("k", [1, 5, 10])
 def test_a_search_is_two_round_trips_whatever_k_is(store: Store, wire: Wire, k: int) -> None:
     _fill(store)
     assert store.search(SCOPE, "garden orchard", k=k)  # builds the index
-    store._caches.records.clear()  # every hit is read and opened again
-    with wire.counting() as trips:
-        hits = store.search(SCOPE, "garden orchard", k=k)
-    assert len(hits) == k
-    assert trips == [2]
+
+    def search(i: int) -> None:
+        store._caches.records.clear()  # every hit is read and opened again
+        assert len(store.search(SCOPE, "garden orchard", k=k)) == k
+
+    assert _about(_each(store, wire, RUNS, search), 2 * RUNS)
 
 
 def test_a_search_after_a_forget_leaves_its_record_out_then_is_two_round_trips_again(
@@ -85,10 +112,12 @@ def test_a_search_after_a_forget_leaves_its_record_out_then_is_two_round_trips_a
     store.forget(SCOPE, first[0].record.key)
     hits = store.search(SCOPE, "garden orchard", k=3)  # syncs with the ledger, catches the index up
     assert first[0].record.id not in {h.record.id for h in hits} and len(hits) == 3
-    with wire.counting() as trips:
+
+    def search(i: int) -> None:
         again = store.search(SCOPE, "garden orchard", k=3)
-    assert [h.record.id for h in again] == [h.record.id for h in hits]
-    assert trips == [2]
+        assert [h.record.id for h in again] == [h.record.id for h in hits]
+
+    assert _about(_each(store, wire, RUNS, search), 2 * RUNS)
 
 
 def test_a_forgets_writes_wait_for_no_round_trip_of_their_own(
@@ -103,7 +132,7 @@ def test_a_forgets_writes_wait_for_no_round_trip_of_their_own(
         sent.append(str(query))
         return original(self, query, *args, **kwargs)
 
-    with monkeypatch.context() as patch, wire.counting() as trips:
+    with monkeypatch.context() as patch, _counting(store, wire) as trips:
         patch.setattr(psycopg.Cursor, "execute", execute)
         request = store.forget(SCOPE, "k1")
     assert request.status().state == "shredded"
@@ -120,14 +149,14 @@ def test_every_requests_status_is_read_in_as_many_round_trips_with_twenty_reques
     _fill(store, 21)
     store.forget(SCOPE, "k0")
     store.erasure_statuses()  # whatever a first call warms up
-    with wire.counting() as alone:
-        listed = store.erasure_statuses()
-    assert [s.state for _, s in listed] == ["shredded"]
+    alone = _each(store, wire, RUNS, lambda i: store.erasure_statuses())
+    assert [s.state for _, s in store.erasure_statuses()] == ["shredded"]
     for i in range(1, 21):
         store.forget(SCOPE, f"k{i}")
     store.erasure_statuses()
-    with wire.counting() as crowded:
-        listed = store.erasure_statuses()
+    crowded = _each(store, wire, RUNS, lambda i: store.erasure_statuses())
+    listed = store.erasure_statuses()
     assert len(listed) == 21
     assert [(r.id, s) for r, s in listed] == [(r.id, r.status()) for r, _ in listed]  # as each says
-    assert crowded == alone
+    # the same statements a call (one request more was one status call more: ~7 round trips)
+    assert abs(crowded - alone) <= RUNS, (alone, crowded)
