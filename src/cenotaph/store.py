@@ -582,43 +582,45 @@ class Store:
         conditions = check_filter(filter)
         qvec = self._search.embed_query(query)
         found: dict[str, Record] = {}
-        with self._backend.serial(), self._backend.read() as txn:
-            # as read does: the ledger now, whether another connection committed with the clock
+        with self._backend.serial():
+            # as read does: the ledger now, before the snapshot; whether another connection
+            # committed comes with the clock, read in the snapshot (no statement of its own)
             self._caches.check_open()
             if not self._caches.ledger_quiet():
                 self._caches.sync_locked(changed=False)
-            clock, marker = txn.run(ops.ClockMarker())
-            if self._caches.saw(marker):
-                self._caches.sync_locked(changed=True)
-            generation = self._caches.generation
-            self._search.ensure(txn, self._crypto, clock)
-            levels = parsed.prefixes() if fallthrough else [parsed]
-            tokens = {self._tokens.scope(p) for p in levels}
-            if include_descendants:
-                tokens.update(txn.run(ops.SubtreeTokens(self._tokens.scope(parsed))))
+            with self._backend.read() as txn:
+                clock, marker = txn.run(ops.ClockMarker())
+                if self._caches.saw(marker):
+                    self._caches.sync_locked(changed=True)
+                generation = self._caches.generation
+                self._search.ensure(txn, self._crypto, clock)
+                levels = parsed.prefixes() if fallthrough else [parsed]
+                tokens = {self._tokens.scope(p) for p in levels}
+                if include_descendants:
+                    tokens.update(txn.run(ops.SubtreeTokens(self._tokens.scope(parsed))))
 
-            # the final-step check reads each batch of candidates in one statement, the first
-            # batch as the read's last (its COMMIT in the same round trip)
-            fetched: dict[str, tuple[RecordRow, LineageRow]] = {}
+                # the final-step check reads each batch of candidates in one statement, the first
+                # batch as the read's last (its COMMIT in the same round trip)
+                fetched: dict[str, tuple[RecordRow, LineageRow]] = {}
 
-            def ahead(ids: builtins.list[str]) -> None:
-                fetched.update(txn.run_last(ops.RecordsOfIds(ids)))
+                def ahead(ids: builtins.list[str]) -> None:
+                    fetched.update(txn.run_last(ops.RecordsOfIds(ids)))
 
-            def allow(record_id: str) -> bool:
-                got = fetched.pop(record_id, None)
-                record = None if got is None else self._materialize(txn, got[0], generation, got[1])
-                if record is None or not matches_filter(record.metadata, conditions):
-                    return False
-                # the sealed scope decides, not the (unsealed) scope rows the token set came from
-                where = Scope.parse(record.scope)
-                if not (where in levels or (include_descendants and where.is_within(parsed))):
-                    return False
-                found[record_id] = record
-                return True
+                def allow(record_id: str) -> bool:
+                    got = fetched.pop(record_id, None)
+                    record = None if got is None else self._materialize(txn, got[0], generation, got[1])
+                    if record is None or not matches_filter(record.metadata, conditions):
+                        return False
+                    # the sealed scope decides, not the (unsealed) scope rows the token set came from
+                    where = Scope.parse(record.scope)
+                    if not (where in levels or (include_descendants and where.is_within(parsed))):
+                        return False
+                    found[record_id] = record
+                    return True
 
-            # hits at or below the embedder's relevance floor are noise, and in a session they would taint
-            # the writes: the index leaves them out
-            hits = self._search.search(qvec, k, tokens, allow, ahead)
+                # hits at or below the embedder's relevance floor are noise, and in a session they would taint
+                # the writes: the index leaves them out
+                hits = self._search.search(qvec, k, tokens, allow, ahead)
         qvec.fill(0)
         self._search.flush(self._store_vectors)
         return [SearchHit(found[i], score) for i, score in hits]
