@@ -187,6 +187,14 @@ class ScopeRows(Op[dict[bytes, ScopeKeyRow]]):
 
 
 @dataclass(frozen=True, slots=True)
+class ScopeChainRows(Op[dict[bytes, ScopeKeyRow]]):
+    """The scopes rows of ``token`` and of every ancestor its parent column leads to, at once."""
+
+    writes: ClassVar[bool] = False
+    token: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class InsertScopes(Op[None]):
     writes: ClassVar[bool] = True
     rows: Iterable[ScopeKeyRow]

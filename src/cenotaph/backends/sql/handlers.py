@@ -223,6 +223,15 @@ class SQLHandlers:
         sql = "SELECT token, parent, wrapped, epoch FROM scopes WHERE {In}"
         return {bytes(row[0]): ScopeKeyRow(*row) for row in self._in_parts(sql, "token", "bytea", tokens)}
 
+    def scope_chain_rows(self, token: bytes) -> dict[bytes, ScopeKeyRow]:
+        # one statement up the parent column (UNION: a tampered cycle ends)
+        sql = (
+            f"WITH RECURSIVE up(t) AS (SELECT {self._d.param('bytea')} UNION "
+            "SELECT s.parent FROM scopes s JOIN up ON s.token = up.t WHERE s.parent IS NOT NULL) "
+            "SELECT token, parent, wrapped, epoch FROM scopes WHERE token IN (SELECT t FROM up)"
+        )
+        return {bytes(row[0]): ScopeKeyRow(*row) for row in self._run(sql, (token,))}
+
     def insert_scopes(self, rows: Iterable[ScopeKeyRow]) -> None:
         self._insert_rows(
             "scopes",
