@@ -14,7 +14,8 @@ connection (and at a connection's first bytes): a request-response exchange, how
 it takes. A pipeline of statements sent together is one round trip, as it is on the wire.
 
 The ``control`` port answers one line per command: ``stats`` (JSON: round_trips, connections,
-bytes each way, since the last reset), ``reset`` (zeroes them, answers the stats before), ``quit``.
+bytes each way, since the last reset), ``reset`` (zeroes them, answers the stats before), ``delay
+MS`` (each direction's delay from now on; answers the stats), ``quit``.
 Run it in its own process: inside the benchmark's process its share of the GIL would distort what
 it measures.
 """
@@ -128,12 +129,15 @@ class Relay:
             elif line == b"reset":
                 writer.write(json.dumps(asdict(self.counters)).encode() + b"\n")
                 self.counters = _reset(self.counters)
+            elif line.startswith(b"delay "):  # a new delay of each direction, in ms, from now on
+                self.delay_s = max(0.0, float(line.split()[1])) / 1000
+                writer.write(json.dumps(asdict(self.counters)).encode() + b"\n")
             elif line == b"quit":
                 writer.write(b"{}\n")
                 await writer.drain()
                 raise SystemExit(0)
             else:
-                writer.write(b'{"error": "commands: stats, reset, quit"}\n')
+                writer.write(b'{"error": "commands: stats, reset, delay MS, quit"}\n')
             await writer.drain()
         writer.close()
 

@@ -100,3 +100,15 @@ def test_each_direction_is_delayed_and_round_trips_are_counted(relay: tuple[int,
     assert stats["round_trips"] == 3 and stats["connections"] == 1
     assert stats["bytes_up"] == stats["bytes_down"] == len(b"pingabcagain")
     assert control.reset()["round_trips"] == 3 and control.stats()["round_trips"] == 0
+
+
+def test_the_delay_can_be_changed_while_it_runs(relay: tuple[int, Control]) -> None:
+    port, control = relay
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        assert _exchange(sock, b"before") == b"before"
+        assert control._ask(b"delay 200")["round_trips"] == 1  # answers the stats
+        started = time.monotonic()
+        assert _exchange(sock, b"slower") == b"slower"
+        assert time.monotonic() - started >= 2 * 0.2  # there and back, at the new delay
+    assert control.stats()["round_trips"] == 2

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .backends import ops
-from .backends.base import LineageRow, RecordRow, Txn
+from .backends.base import LineageRow, RecordRow, ScopeKeyRow, Txn
 from .crypto.aead import KEY_BYTES, NONCE_BYTES, Sealer
 from .crypto.keys import KeyChain, content_key_of, group_part, lineage_key
 from .jsoncodec import compact_encoder
@@ -212,10 +212,17 @@ class RecordCrypto:
         """Unwrapped keys of the scope and all its ancestors, root first; None if any is destroyed."""
         chain: list[bytes] = []
         current: bytes | None = token
+        fetched: dict[bytes, ScopeKeyRow] | None = None
         while current is not None:
             key = self.keys.scope_keys.get(current)
             if key is None or current not in self._parents:
-                row = txn.run(ops.ScopeRows([current])).get(current)
+                if fetched is None:  # the rest of the chain in one statement
+                    fetched = txn.run(ops.ScopeChainRows(current))
+                    row = fetched.get(current)
+                elif current in fetched:
+                    row = fetched[current]
+                else:  # a parent cached before the rows moved: as it is now
+                    row = txn.run(ops.ScopeRows([current])).get(current)
                 if row is None:
                     return None
                 self._parents[current] = None if row.parent is None else bytes(row.parent)

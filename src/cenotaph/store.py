@@ -484,15 +484,16 @@ class Store:
             if self._caches.quiet_ledger():
                 try:
                     with self._backend.statement() as txn:
-                        marker, found = txn.run(ops.KeyRecords(tokens, key_token))
+                        marker, found = txn.run_last(ops.KeyRecords(tokens, key_token))
                         if self._caches.quiet_marker(marker):
                             return self._first_found(txn, found, tokens, (scope, key, fallthrough), cacheable)
                 except NeedsSnapshot:
                     pass  # a key not in memory yet: read again, in a snapshot of its own
-            if not self._caches.quiet():
-                self._caches.sync_locked()
+            if not self._caches.quiet_ledger():
+                self._caches.sync_locked(changed=False)
             with self._backend.read() as txn:
-                marker, found = txn.run(ops.KeyRecords(tokens, key_token))
+                # one statement, the read's last: its COMMIT goes in the same round trip
+                marker, found = txn.run_last(ops.KeyRecords(tokens, key_token))
                 if self._caches.saw(marker):
                     self._caches.sync_locked(changed=True)  # drops what that commit made stale, then we go on
                 return self._first_found(txn, found, tokens, (scope, key, fallthrough), cacheable)
@@ -617,32 +618,47 @@ class Store:
         check_flag(fallthrough, "fallthrough")
         check_flag(include_descendants, "include_descendants")
         conditions = check_filter(filter)
-        self._caches.sync()
-        generation = self._caches.generation
         qvec = self._search.embed_query(query)
         found: dict[str, Record] = {}
-        with self._backend.read() as txn:
-            self._search.ensure(txn, self._crypto)
-            levels = parsed.prefixes() if fallthrough else [parsed]
-            tokens = {self._tokens.scope(p) for p in levels}
-            if include_descendants:
-                tokens.update(txn.run(ops.SubtreeTokens(self._tokens.scope(parsed))))
+        with self._backend.serial():
+            # as read does: the ledger now, before the snapshot; whether another connection
+            # committed comes with the clock, read in the snapshot (no statement of its own)
+            self._caches.check_open()
+            if not self._caches.quiet_ledger():
+                self._caches.sync_locked(changed=False)
+            with self._backend.read() as txn:
+                clock, marker = txn.run(ops.ClockMarker())
+                if self._caches.saw(marker):
+                    self._caches.sync_locked(changed=True)
+                generation = self._caches.generation
+                self._search.ensure(txn, self._crypto, clock)
+                levels = parsed.prefixes() if fallthrough else [parsed]
+                tokens = {self._tokens.scope(p) for p in levels}
+                if include_descendants:
+                    tokens.update(txn.run(ops.SubtreeTokens(self._tokens.scope(parsed))))
 
-            def allow(record_id: str) -> bool:
-                row = txn.run(ops.Record(record_id))
-                record = None if row is None else self._materialize(txn, row, generation)
-                if record is None or not matches_filter(record.metadata, conditions):
-                    return False
-                # the sealed scope decides, not the (unsealed) scope rows the token set came from
-                where = Scope.parse(record.scope)
-                if not (where in levels or (include_descendants and where.is_within(parsed))):
-                    return False
-                found[record_id] = record
-                return True
+                # the final-step check reads each batch of candidates in one statement, the first
+                # batch as the read's last (its COMMIT in the same round trip)
+                fetched: dict[str, tuple[RecordRow, LineageRow]] = {}
 
-            # hits at or below the embedder's relevance floor are noise, and in a session they would taint
-            # the writes: the index leaves them out
-            hits = self._search.search(qvec, k, tokens, allow)
+                def ahead(ids: builtins.list[str]) -> None:
+                    fetched.update(txn.run_last(ops.RecordsOfIds(ids)))
+
+                def allow(record_id: str) -> bool:
+                    got = fetched.pop(record_id, None)
+                    record = None if got is None else self._materialize(txn, got[0], generation, got[1])
+                    if record is None or not matches_filter(record.metadata, conditions):
+                        return False
+                    # the sealed scope decides, not the (unsealed) scope rows the token set came from
+                    where = Scope.parse(record.scope)
+                    if not (where in levels or (include_descendants and where.is_within(parsed))):
+                        return False
+                    found[record_id] = record
+                    return True
+
+                # hits at or below the embedder's relevance floor are noise, and in a session they would taint
+                # the writes: the index leaves them out
+                hits = self._search.search(qvec, k, tokens, allow, ahead)
         qvec.fill(0)
         self._search.flush(self._store_vectors)
         return [SearchHit(found[i], score) for i, score in hits]
@@ -772,6 +788,11 @@ class Store:
     def erasures(self) -> builtins.list[ErasureRequest]:
         """Every erasure request this store has, oldest first."""
         return self._erasure.all_requests()
+
+    def erasure_statuses(self) -> builtins.list[tuple[ErasureRequest, ErasureStatus]]:
+        """Every erasure request, oldest first, with its status (as its ``status()`` says),
+        read in one transaction however many there are: for a listing of them all."""
+        return self._erasure.all_statuses()
 
     def confirm_erasure(self, request_id: str) -> ErasureStatus:
         """The request's status if verified; else ErasureNotProvableError naming every gap (and a

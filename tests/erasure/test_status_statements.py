@@ -62,3 +62,30 @@ def test_status_sends_as_many_statements_with_twenty_pending_requests_as_with_on
     assert len(alone) > 0
     assert len(crowded) == len(alone), crowded
     assert sum(s.startswith("BEGIN") for s in crowded) == 1, crowded  # one read transaction
+
+
+def test_every_requests_status_is_one_transaction_of_as_many_statements_with_twenty_requests(
+    store_factory: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``erasure_statuses`` (``cenotaph status``, the doctor, the HTTP listings): one read
+    transaction for every request, the same statements however many there are (it once asked
+    each request's status, a transaction each), and each status as the request's own says."""
+    store = store_factory(purge=False)  # every compliance request stays pending (shredded)
+    for i in range(21):
+        store.write(f"tenant:t/user:u{i}", "note", f"a note of user {i}, long enough to sample probes")
+    store.forget("tenant:t/user:u0", "note")
+    store.forget("tenant:t/user:u0", "other", mode="operational")
+    store.erasure_statuses()  # whatever a first call warms up
+    with counted(store, monkeypatch) as alone:
+        assert len(store.erasure_statuses()) == 2
+    for i in range(1, 21):
+        store.forget(f"tenant:t/user:u{i}", "note")
+    store.erasure_statuses()
+    with counted(store, monkeypatch) as crowded:
+        listed = store.erasure_statuses()
+    assert len(listed) == 22
+    assert [(r.id, s) for r, s in listed] == [(r.id, r.status()) for r, _ in listed]
+    assert [r.id for r, _ in listed] == [r.id for r in store.erasures()]  # oldest first
+    assert len(alone) > 0
+    assert len(crowded) == len(alone), crowded
+    assert sum(s.startswith("BEGIN") for s in crowded) == 1, crowded  # one read transaction

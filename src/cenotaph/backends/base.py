@@ -203,6 +203,10 @@ class Txn(Protocol):
     """A transaction: run operations (``backends.ops``) in it, and register what must follow its commit."""
 
     def run(self, op: Op[T]) -> T: ...
+    def run_last(self, op: Op[T]) -> T:
+        """``op`` as a read's last statement (see ``ops.OpRunner.run_last``)."""
+        ...
+
     def after_commit(self, action: Callable[[], None]) -> None: ...
 
     # one savepoint at a time inside a write: a group commit undoes a refused write alone
@@ -257,6 +261,9 @@ class OneStatement:
             raise NeedsSnapshot
         self._used = True
         return self._inner.run(op)
+
+    def run_last(self, op: Op[T]) -> T:
+        return self.run(op)  # one statement, no transaction: nothing to close
 
     def after_commit(self, action: Callable[[], None]) -> None:
         raise NeedsSnapshot

@@ -45,6 +45,13 @@ class Marker(Op[Hashable]):
     writes: ClassVar[bool] = False
 
 
+@dataclass(frozen=True, slots=True)
+class ClockMarker(Op[tuple[int, Hashable]]):
+    """The write clock (``Count("clock")``) and the change marker (``Marker``), of one snapshot."""
+
+    writes: ClassVar[bool] = False
+
+
 # the counters, always present: the write clock (the last version given out) and the forget
 # epoch (moved by every forget, so other processes drop the keys they cached)
 Counter = Literal["clock", "forget_epoch"]
@@ -192,6 +199,14 @@ class ScopeRows(Op[dict[bytes, ScopeKeyRow]]):
 
 
 @dataclass(frozen=True, slots=True)
+class ScopeChainRows(Op[dict[bytes, ScopeKeyRow]]):
+    """The scopes rows of ``token`` and of every ancestor its parent column leads to, at once."""
+
+    writes: ClassVar[bool] = False
+    token: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class InsertScopes(Op[None]):
     writes: ClassVar[bool] = True
     rows: Iterable[ScopeKeyRow]
@@ -254,6 +269,15 @@ class KeyRecords(Op[tuple[Hashable, list[tuple[RecordRow, LineageRow | None]]]])
 class Record(Op[RecordRow | None]):
     writes: ClassVar[bool] = False
     record_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class RecordsOfIds(Op[dict[str, tuple[RecordRow, LineageRow]]]):
+    """The record rows of these ids with their lineage rows, by id (a search's hits, checked
+    all at once)."""
+
+    writes: ClassVar[bool] = False
+    ids: Sequence[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -789,3 +813,9 @@ class OpRunner:
             raise TypeError(f"{type(op).__name__} is not an operation of the backend contract (backends.ops)")
         result: R = call(self, op)
         return result
+
+    def run_last(self, op: Op[R]) -> R:
+        """``op`` as the last statement of a read: a backend that can end the read in the same
+        round trip does (PostgreSQL); a statement after it, if any, may read a snapshot of its
+        own, no older. Here (SQLite, a write, a read inside another transaction): :meth:`run`."""
+        return self.run(op)

@@ -224,8 +224,8 @@ def _erasure_checks(store: Store) -> list[Check]:
     doctor's report is the CLI's own document: it speaks CLI."""
     pending = [
         (request.id, status)
-        for request in store.erasures()
-        if request.mode == Mode.COMPLIANCE and (status := request.status()).state != ErasureState.VERIFIED
+        for request, status in store.erasure_statuses()  # one read transaction for them all
+        if request.mode == Mode.COMPLIANCE and status.state != ErasureState.VERIFIED
     ]
     detail = "; ".join(
         f"{rid}: {status.state}{', stuck' if status.stuck else ''} ({', '.join(status.gaps) or 'no gap'}); "

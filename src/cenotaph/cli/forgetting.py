@@ -210,8 +210,7 @@ def status(request_id: str | None, data: DataLocation, table: bool) -> None:
 def request_rows(store: cenotaph.Store) -> list[dict[str, Any]]:
     """Every erasure request, oldest first, with its state and erasure horizon (None: not reached)."""
     rows = []
-    for request in store.erasures():
-        status = request.status()
+    for request, status in store.erasure_statuses():  # one read transaction for them all
         horizon = status.horizon.isoformat() if status.horizon is not None else None
         rows.append({**request.to_dict(), "state": status.state, "stuck": status.stuck, "horizon": horizon})
     return rows

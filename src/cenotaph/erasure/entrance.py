@@ -318,6 +318,13 @@ class Erasure:
             rows = txn.run(ops.Erasures())
         return [self.handle(r.id, r.version, r.mode, r.target_kind, r.requested_at) for r in rows]
 
+    def all_statuses(self) -> list[tuple[ErasureRequest, ErasureStatus]]:
+        """Every erasure request, oldest first, with its status: one read transaction in all."""
+        return [
+            (self.handle(r.id, r.version, r.mode, r.target_kind, r.requested_at), status)
+            for r, status in self.requests.statuses()
+        ]
+
     def row(self, request_id: object) -> ErasureRow:
         return self.requests.row(request_id)
 

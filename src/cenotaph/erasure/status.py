@@ -21,13 +21,14 @@ from ..backends import ops
 from ..backends.base import Backend, ErasureRow
 from ..caches import StoreCaches
 from ..consumers import feed as consumer_feed
+from ..consumers.feed import ConsumerEvent, ConsumerInfo
 from ..errors import ErasureNotProvableError, NotFoundError
 from ..ledger.plan import ForgetPlan
 from ..model import ErasureState, ErasureStatus, Layer, LayerState, LayerStatus, Mode, Retention
 from ..validation import check_token_text
 from .lifecycle.horizon import Horizons
 from .proof.audit_check import AuditCheck
-from .proof.verdicts import INVESTIGATE, OPERATIONAL_GAP, PURGE, standing_in, standing_of
+from .proof.verdicts import INVESTIGATE, OPERATIONAL_GAP, PURGE, Standing, standing_in, standing_of
 
 __all__ = ["ALTERED_GAP", "RequestStatus"]
 
@@ -79,12 +80,45 @@ class RequestStatus:
             asked = consumer_feed.standing(txn, checked) if compliance else []
         if found is None:
             raise NotFoundError(_NO_REQUEST)
-        row = found
-        layers = {n: LayerStatus(e.state, e.evidence) for n, e in row.layer_entries.items()}
-        by_id = {} if pending is None else {r.id: r for r in pending[0]}
+        if pending is None:
+            return self._judge(found, standing_in(self._backend, found), [], asked)
+        by_id = {r.id: r for r in pending[0]}
         # a request it waits for is pending too, else verified (it waits no more)
-        standing = standing_in(self._backend, row) if pending is None else standing_of(row, by_id.get)
-        retention = self._horizons.retention(pending) if pending is not None else []
+        return self._judge(found, standing_of(found, by_id.get), self._horizons.retention(pending), asked)
+
+    def statuses(self) -> list[tuple[ErasureRow, ErasureStatus]]:
+        """Every request, oldest first, with where it stands: read in one transaction of as many
+        statements however many requests there are (every row, the pending ones and their probe
+        epochs, the consumers and every request's events), then judged as :meth:`status` does."""
+        self._caches.sync()
+        with self._backend.read() as txn:
+            rows = txn.run(ops.Erasures())
+            pending = Horizons.read_pending(txn)
+            known = {c.id: c for c in consumer_feed.consumers(txn)}
+            events = consumer_feed.events(txn)
+        asked: dict[str, list[tuple[ConsumerInfo | None, ConsumerEvent]]] = {}
+        for event in events:
+            asked.setdefault(event.request_id, []).append((known.get(event.consumer_id), event))
+        by_id = {r.id: r for r in rows}
+        retention = self._horizons.retention(pending) if rows else []
+        judged = []
+        for row in rows:
+            compliance = row.mode == Mode.COMPLIANCE
+            standing = standing_of(row, by_id.get)
+            mine = asked.get(row.id, []) if compliance else []
+            judged.append((row, self._judge(row, standing, retention if compliance else [], mine)))
+        return judged
+
+    def _judge(
+        self,
+        row: ErasureRow,
+        standing: Standing,
+        retention: list[Retention],
+        asked: list[tuple[ConsumerInfo | None, ConsumerEvent]],
+    ) -> ErasureStatus:
+        """Where ``row`` stands, from what was read about it: the requests it waits for
+        (``standing``), who retains which KEK epoch (compliance), the consumers asked."""
+        layers = {n: LayerStatus(e.state, e.evidence) for n, e in row.layer_entries.items()}
         horizon, reason = self._horizons.horizon(row, retention=retention)
         held: tuple[Retention, ...] = ()
         if row.mode == Mode.COMPLIANCE and horizon is None:

@@ -164,13 +164,15 @@ class SearchIndex:
                 clear()
             return count
 
-    def ensure(self, txn: Txn, crypto: RecordCrypto) -> None:
+    def ensure(self, txn: Txn, crypto: RecordCrypto, clock: int | None = None) -> None:
         """Build or catch up with the live records written after what is indexed, inside ``txn``'s snapshot.
 
         A record's vector is read back from its sealed cell when it has one from this embedder; the others
-        are decrypted and embedded here, in memory, and their sealed cells queued for :meth:`flush`."""
+        are decrypted and embedded here, in memory, and their sealed cells queued for :meth:`flush`.
+        ``clock``: the write clock as ``txn`` reads it, if the caller read it already."""
         with self._lock:
-            clock = txn.run(ops.Count("clock"))
+            if clock is None:  # else the caller read it in this snapshot
+                clock = txn.run(ops.Count("clock"))
             if self.ready and clock <= self.indexed_version:
                 return
             after = self.indexed_version if self.ready else 0
@@ -247,11 +249,14 @@ class SearchIndex:
         k: int,
         scope_tokens: Collection[bytes],
         allow: Callable[[str], bool],
+        ahead: Callable[[list[str]], None] | None = None,
     ) -> list[tuple[str, float]]:
         """Top ``k`` among vectors of these scopes that score above the relevance floor and pass ``allow``
-        (the final-step check)."""
+        (the final-step check; ``ahead`` hears each batch of candidates first, see ``Vectors.search``)."""
         with self._lock:
             groups = [self._codes[t] for t in scope_tokens if t in self._codes]
         if not groups:
             return []
-        return self._vectors.search(query, k, groups=groups, allow=allow, min_score=self.min_score)
+        return self._vectors.search(
+            query, k, groups=groups, allow=allow, min_score=self.min_score, ahead=ahead
+        )

@@ -165,6 +165,7 @@ class VectorIndex:
         candidates: Collection[str] | None = None,
         groups: Collection[int] | None = None,
         min_score: float | None = None,
+        ahead: Callable[[list[str]], None] | None = None,
     ) -> list[tuple[str, float]]:
         """The ``k`` ids most similar to ``query``, best first, as ``(id, cosine score)`` pairs.
 
@@ -173,7 +174,8 @@ class VectorIndex:
         final-step filter: it is called lazily, in descending score order, until ``k`` ids pass, so an
         expensive recheck runs only on the ids that may be returned. It runs without the index lock held (it
         may call back into the index); ids removed while it runs can still be returned, so a recheck belongs
-        inside ``allow``.
+        inside ``allow``. ``ahead``, if given, hears each batch of ids before ``allow`` is asked
+        about any of them, in one call: a recheck that reads a database fetches the batch at once.
         """
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             raise InvalidValueError(f"k must be a non-negative integer, got {k!r}")
@@ -182,7 +184,7 @@ class VectorIndex:
             raise InvalidValueError(f"expected a query vector of shape ({self._dim},), got {query.shape}")
         q = self._check_vectors(query[np.newaxis, :], 1)[0]
         try:
-            hits = self._search(q, k, allow, candidates, groups, min_score)
+            hits = self._search(q, k, allow, candidates, groups, min_score, ahead)
         finally:
             q.fill(0)  # the query embedding is personal data too
         return hits
@@ -195,6 +197,7 @@ class VectorIndex:
         candidates: Collection[str] | None,
         groups: Collection[int] | None = None,
         min_score: float | None = None,
+        ahead: Callable[[list[str]], None] | None = None,
     ) -> list[tuple[str, float]]:
         if k == 0:
             return []
@@ -223,9 +226,9 @@ class VectorIndex:
             # A snapshot, so that allow() runs without the lock while rows may move.
             snapshot = self._ids.copy()
         if rows is None:
-            return _filtered_top(scores, snapshot.__getitem__, k, allow, floor)
+            return _filtered_top(scores, snapshot.__getitem__, k, allow, floor, ahead)
         picked_rows = rows
-        return _filtered_top(scores, lambda pos: snapshot[int(picked_rows[pos])], k, allow, floor)
+        return _filtered_top(scores, lambda pos: snapshot[int(picked_rows[pos])], k, allow, floor, ahead)
 
     def _candidate_rows(self, candidates: Collection[str]) -> NDArray[np.intp]:
         found = {self._rows[c] for c in candidates if c in self._rows}
@@ -279,19 +282,26 @@ def _filtered_top(
     k: int,
     allow: Callable[[str], bool],
     floor: float = -np.inf,
+    ahead: Callable[[list[str]], None] | None = None,
 ) -> list[tuple[str, float]]:
     """Walk the ids in descending score order, asking ``allow`` about each, until ``k`` pass, the scores
     fall to ``floor`` or none are left.
 
     Candidates are fetched in geometrically growing batches, so a few rejections cost one more partition, not
-    a full sort. Positions already asked about are never asked again.
+    a full sort. Positions already asked about are never asked again. ``ahead`` hears each
+    batch's ids (those above the floor not asked about yet) before ``allow`` hears any of them.
     """
     hits: list[tuple[str, float]] = []
     asked = np.zeros(len(scores), dtype=bool)
     fetch = k
     while True:
         fetch = min(len(scores), max(fetch, 2 * k))
-        for pos in _top(scores, fetch).tolist():
+        batch = _top(scores, fetch).tolist()
+        if ahead is not None:
+            fresh = [ids(pos) for pos in batch if not asked[pos] and scores[pos] > floor]
+            if fresh:
+                ahead(fresh)
+        for pos in batch:
             if asked[pos]:
                 continue
             if not scores[pos] > floor:

@@ -376,6 +376,7 @@ class PostgresBackend:
                     reconnect=self._reconnect,
                     marker_of=self._own.marker,
                     repeatable=True,
+                    ends=True,
                 )
             self._open.append(txn)
             try:
@@ -384,9 +385,11 @@ class PostgresBackend:
                     if txn.begun:
                         txn._commit()
                 except psycopg.Error as exc:
+                    txn._abandon()
                     _rollback(txn.connection)
                     raise translate(exc, self.endpoint) from exc
                 except BaseException:
+                    txn._abandon()
                     _rollback(txn.connection)
                     raise
             finally:

@@ -7,6 +7,7 @@ bytes).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from functools import cache
 from typing import Any, TypeVar, cast
@@ -121,6 +122,19 @@ def _subject_pairs(lineage: Iterable[tuple[bytes, str]]) -> tuple[list[bytes], l
     return tokens, ids
 
 
+def _sync_without_waiting(pipeline: psycopg.Pipeline) -> None:
+    """Queue a Sync in ``pipeline`` (ending the implicit transaction of what was sent before it)
+    without waiting for the results so far, so what follows goes in the same round trip.
+    ``Pipeline.sync`` also waits; psycopg queues a Sync without waiting only inside (3.1-3.3:
+    ``_enqueue_sync``), so this falls back to the waiting one where that is missing: one round
+    trip more, never a different answer (``tests/postgres/test_round_trips.py`` counts them)."""
+    enqueue = getattr(pipeline, "_enqueue_sync", None)
+    if callable(enqueue):
+        enqueue()
+    else:  # pragma: no cover - a psycopg without it
+        pipeline.sync()
+
+
 class PostgresTxn(SQLHandlers, OpRunner):
     """A transaction on one pooled connection: the shared handlers (``backends.sql``) in
     PostgreSQL's dialect, and the few whose SQL is PostgreSQL's own."""
@@ -139,6 +153,7 @@ class PostgresTxn(SQLHandlers, OpRunner):
         repeatable: bool = False,
         clock: int | None = None,
         store_wide: bool = True,
+        ends: bool = False,
     ) -> None:
         self._c = conn
         self._store_wide = store_wide  # a write excluding every other (else: its target locks)
@@ -158,6 +173,19 @@ class PostgresTxn(SQLHandlers, OpRunner):
         self._begin = begin
         self._reconnect = reconnect
         self._marker_of = marker_of  # the change marker of a snapshot at a counter value
+        # a read of its own (not one inside another transaction) may end itself early: its
+        # closing statement (:meth:`run_last`) carries the COMMIT in its round trip
+        self._ends = ends and not commits
+        self._closing = False
+        self._ended = False
+        # a write stays in one pipeline until its COMMIT: a statement whose answer nobody reads
+        # (an INSERT, an UPDATE whose count is not asked for) waits for none, and its answer comes
+        # back with the next statement that is read, or with the COMMIT
+        self._pipe: contextlib.AbstractContextManager[psycopg.Pipeline] | None = None
+        self._pipeline: psycopg.Pipeline | None = None
+        if commits:
+            self._pipe = conn.pipeline()
+            self._pipeline = self._pipe.__enter__()
 
     @property
     def connection(self) -> Connection:
@@ -170,8 +198,25 @@ class PostgresTxn(SQLHandlers, OpRunner):
 
     @property
     def begun(self) -> bool:
-        """Has the transaction begun on the server (or was it begun before this object)?"""
-        return self._begin is None
+        """Is the transaction open on the server (begun, or begun before this object, and not
+        ended by its closing statement)?"""
+        return self._begin is None and not self._ended
+
+    def run_last(self, op: Op[R]) -> R:
+        """``op`` as this read's closing statement: its COMMIT goes in the same round trip (with
+        its BEGIN too, if it is the first), so a read of one statement is one round trip. A
+        statement after it (a key no row brought, a second batch of search hits) runs in a
+        snapshot of its own, no older: what it finds can only be more forgotten (tombstones and
+        destroyed keys are never undone), never less. Inside another transaction, or in a write,
+        it is :meth:`run`. Only the operation's first statement closes: give it one of a single
+        statement."""
+        if not self._ends or self._ended:
+            return self.run(op)
+        self._closing = True
+        try:
+            return self.run(op)
+        finally:
+            self._closing = False
 
     # -- what is sent ahead, and what is sent later ----------------------------------------
     @staticmethod
@@ -226,7 +271,7 @@ class PostgresTxn(SQLHandlers, OpRunner):
         """Send the deferred statements, and ``then``, in one pipeline (one round trip)."""
         deferred, self._deferred = self._deferred, []
         cursor = None
-        with self._c.pipeline():
+        with contextlib.nullcontext() if self._pipe is not None else self._c.pipeline():
             for sql, args in deferred:
                 self._c.execute(sql, args)
             if then is not None:
@@ -238,25 +283,49 @@ class PostgresTxn(SQLHandlers, OpRunner):
         if self._commits:
             self._deferred.append((BUMP, ()))
         self._flush(("COMMIT", ()))
+        if self._pipe is not None:
+            pipe, self._pipe, self._pipeline = self._pipe, None, None
+            pipe.__exit__(None, None, None)  # sends what waits, and raises the first refusal
+
+    def _abandon(self) -> None:
+        """Leave a write's pipeline after a failure, dropping what it left unread (a ROLLBACK
+        follows)."""
+        if self._pipe is not None:
+            pipe, self._pipe, self._pipeline = self._pipe, None, None
+            with contextlib.suppress(psycopg.Error):
+                pipe.__exit__(None, None, None)
+
+    def _settle(self) -> None:
+        """Wait for every statement sent so far (a row count is known only then; a refused one
+        raises here)."""
+        if self._pipeline is not None:
+            self._pipeline.sync()
 
     def _x(self, sql: Query, args: Params = ()) -> Cursor:
-        """``sql`` on the transaction's connection, beginning the transaction first if it has not."""
+        """``sql`` on the transaction's connection, beginning the transaction first if it has not
+        (and ending it with ``sql`` if it is the closing statement: a read's, never a write's)."""
+        closing, self._closing = self._closing, False
         if self._deferred:
             cursor = self._flush((sql, args))
             assert cursor is not None
             return cursor
-        if self._begin is None:
-            return self._c.execute(sql, args)
+        if self._begin is None and not closing:
+            return self._c.execute(sql, args)  # in the transaction, or (ended) a snapshot of its own
         begin, self._begin = self._begin, None
+        if closing:
+            self._ended = True
         for attempt in range(_RECONNECTS + 1):
             try:
                 with self._c.pipeline():
-                    self._c.execute(begin)
+                    if begin is not None:
+                        self._c.execute(begin)
                     cursor = self._c.execute(sql, args)
+                    if closing:
+                        self._c.execute("COMMIT")
                 return cursor
             except psycopg.OperationalError:
                 # broken before this transaction sent anything that counted: another connection
-                if not self._c.broken or self._reconnect is None or attempt == _RECONNECTS:
+                if begin is None or not self._c.broken or self._reconnect is None or attempt == _RECONNECTS:
                     raise
                 self._c = self._reconnect(self._c)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -275,7 +344,12 @@ class PostgresTxn(SQLHandlers, OpRunner):
         return self._x(sql, args).fetchall()
 
     def _count(self, sql: str, args: Sequence[Any]) -> int:
-        return self._x(sql, args).rowcount
+        cursor = self._x(sql, args)
+        self._settle()
+        return cursor.rowcount
+
+    def _changed(self, text: str, args: Sequence[Any] = ()) -> int:
+        return self._count(self._d.sql(text), args)
 
     def _many(self, sql: str, rows: Iterable[Sequence[Any]]) -> int:
         """``sql`` once per row (pipelined by psycopg); the rows it affected in all."""
@@ -287,6 +361,7 @@ class PostgresTxn(SQLHandlers, OpRunner):
             self._flush()
         cursor = self._c.cursor()
         cursor.executemany(sql, listed)
+        self._settle()
         return cursor.rowcount
 
     def _insert_rows(
@@ -323,7 +398,7 @@ class PostgresTxn(SQLHandlers, OpRunner):
         if self._clock is not None:
             return self._clock
         if self._begin is not None:  # a read: settled first, its snapshot begun after, one round trip
-            self._clock = self._settled_then_begin()
+            self._clock, _ = self._settled_then_begin()
             return self._clock
         settled = _first(self._x(_SETTLED))
         if self._repeatable:
@@ -334,19 +409,28 @@ class PostgresTxn(SQLHandlers, OpRunner):
         # READ COMMITTED: each later statement sees every version up to it
         return settled
 
-    def _settled_then_begin(self) -> int:
-        """The settled clock, then this read's BEGIN and a statement taking its snapshot, in one
-        round trip; a connection found broken then is swapped as in :meth:`_x`."""
+    def clock_marker(self) -> tuple[int, int]:
+        """The settled clock and this snapshot's change marker: in a read not begun yet, one
+        round trip (the clock, then BEGIN and the marker, which takes the snapshot)."""
+        if self._begin is not None and self._clock is None:
+            self._clock, cursor = self._settled_then_begin(SUM)
+            return self._clock, self._marker_of(int(_first(cursor)))
+        return self.count("clock"), self.marker()
+
+    def _settled_then_begin(self, first: Query = "SELECT 1") -> tuple[int, Cursor]:
+        """The settled clock, then this read's BEGIN and ``first``, the statement taking its
+        snapshot (and its cursor), in one round trip; a connection found broken then is swapped
+        as in :meth:`_x`."""
         assert self._begin is not None
         begin, self._begin = self._begin, None
         for attempt in range(_RECONNECTS + 1):
             try:
                 with self._c.pipeline() as pipeline:
                     cursor = self._c.execute(_SETTLED)
-                    pipeline.sync()  # its own implicit transaction, ended before BEGIN
+                    _sync_without_waiting(pipeline)  # its own implicit transaction, ended before BEGIN
                     self._c.execute(begin)
-                    self._c.execute("SELECT 1")  # the snapshot is taken by a statement, not by BEGIN
-                return _first(cursor)
+                    taken = self._c.execute(first)  # the snapshot is taken by a statement, not by BEGIN
+                return _first(cursor), taken
             except psycopg.OperationalError:
                 if not self._c.broken or self._reconnect is None or attempt == _RECONNECTS:
                     raise

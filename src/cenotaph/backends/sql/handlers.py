@@ -20,6 +20,7 @@ from .columns import (
     ERASURE_COLS,
     ERASURE_FIELDS,
     ERASURE_SELECT,
+    L_COLS,
     LINEAGE_COLS,
     R_COLS,
     RECORD_COLS,
@@ -57,6 +58,7 @@ class SQLHandlers:
     _d: ClassVar[Dialect]
     _commits: bool
     _after: list[Callable[[], None]]
+    marker: Callable[[], int]  # each backend's own (ops.Marker)
 
     # -- the primitives a backend supplies ----------------------------------------------
     def _x(self, sql: str, args: Sequence[Any] = ()) -> Cursor:
@@ -119,6 +121,9 @@ class SQLHandlers:
         self._run(f"RELEASE SAVEPOINT {_SAVEPOINT}")
 
     # -- counters and meta ---------------------------------------------------------------
+    def clock_marker(self) -> tuple[int, int]:
+        return self.count("clock"), self.marker()
+
     def count(self, name: str) -> int:
         return int(self._get("SELECT value FROM meta WHERE name=?", (name,)))
 
@@ -222,6 +227,15 @@ class SQLHandlers:
         sql = "SELECT token, parent, wrapped, epoch FROM scopes WHERE {In}"
         return {bytes(row[0]): ScopeKeyRow(*row) for row in self._in_parts(sql, "token", "bytea", tokens)}
 
+    def scope_chain_rows(self, token: bytes) -> dict[bytes, ScopeKeyRow]:
+        # one statement up the parent column (UNION: a tampered cycle ends)
+        sql = (
+            f"WITH RECURSIVE up(t) AS (SELECT {self._d.param('bytea')} UNION "
+            "SELECT s.parent FROM scopes s JOIN up ON s.token = up.t WHERE s.parent IS NOT NULL) "
+            "SELECT token, parent, wrapped, epoch FROM scopes WHERE token IN (SELECT t FROM up)"
+        )
+        return {bytes(row[0]): ScopeKeyRow(*row) for row in self._run(sql, (token,))}
+
     def insert_scopes(self, rows: Iterable[ScopeKeyRow]) -> None:
         self._insert_rows(
             "scopes",
@@ -263,6 +277,13 @@ class SQLHandlers:
             (record_id,),
         ).fetchone()
         return None if row is None else record_row(row)
+
+    def records_of_ids(self, ids: Sequence[str]) -> dict[str, tuple[RecordRow, LineageRow]]:
+        # one statement (a part of ids each, where the dialect sends them in parts)
+        sql = f"SELECT {R_COLS}, {L_COLS} FROM lineage l JOIN records r ON r.version = l.version WHERE {{In}}"
+        width = len(RecordRow._fields)
+        found = self._in_parts(sql, "l.record_id", "text", list(dict.fromkeys(ids)))
+        return {row[0]: (record_row(row[:width]), lineage_row(row[width:])) for row in found}
 
     def records_in_scopes(self, scope_tokens: Sequence[bytes]) -> list[RecordRow]:
         sql = f"SELECT {R_COLS} FROM lineage l JOIN records r ON r.version = l.version WHERE {{In}}"

@@ -28,7 +28,7 @@ from typing import TypeVar
 import numpy as np
 
 from ...backends import ops
-from ...backends.base import Txn
+from ...backends.base import LineageRow, RecordRow, Txn
 from ...crypto.aead import open_sealed, seal
 from ...index.atrest import sealed_part
 from ...ledger.plan import ForgetPlan
@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-Opener = Callable[[Txn, str], tuple[Record, bytes | None] | None]
+Opener = Callable[[Txn, RecordRow, LineageRow | None], tuple[Record, bytes | None] | None]
 _AAD = b"cenotaph-probes/1"
 MAX_PROBES_PER_REQUEST = 4096
 # records sampled per request, spread evenly over all it destroys: opening and embedding each one
@@ -104,16 +104,19 @@ def sample_records(txn: Txn, ids: Sequence[str], open_record: Opener) -> RecordS
     held = sorted(txn.run(ops.ExistingRecords(ids)) | live)
     chosen = _evenly(held, MAX_SAMPLED_RECORDS)
     lineage = txn.run(ops.Lineage(chosen))
+    rows = txn.run(ops.RecordsOfIds(chosen)) if chosen else {}  # every row and its lineage at once
     for record_id in chosen:
-        row = txn.run(ops.Record(record_id))
-        if row is not None:
-            cell = txn.run(ops.VectorCell(row.version))  # the search index's sealed vector
-            for blob in (row.ciphertext, row.vector, None if cell is None else sealed_part(cell)):
-                if blob:
-                    windows.extend(probe_windows(blob))
-            if row.wrapped:
-                keys.append(bytes(row.wrapped))
-        opened = open_record(txn, record_id)
+        found = rows.get(record_id)
+        if found is None:
+            continue  # no row left: its lineage keys are probed below
+        row, row_lineage = found
+        cell = txn.run(ops.VectorCell(row.version))  # the search index's sealed vector
+        for blob in (row.ciphertext, row.vector, None if cell is None else sealed_part(cell)):
+            if blob:
+                windows.extend(probe_windows(blob))
+        if row.wrapped:
+            keys.append(bytes(row.wrapped))
+        opened = open_record(txn, row, row_lineage)
         if opened is not None:
             record, vector = opened
             for text in _texts(record.value):

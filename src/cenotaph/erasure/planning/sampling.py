@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ...backends import ops
-from ...backends.base import Txn
+from ...backends.base import LineageRow, RecordRow, Txn
 from ...crypto.aead import new_key
 from ...crypto.keys import KeyChain
 from ...crypto.provider import KeyProvider
@@ -51,10 +51,11 @@ class ProbeSampler:
         txn.run(ops.InsertProbeKey(plan.request_id, wrapped, epoch))
         return seal_probes(key, plan.request_id, probes)
 
-    def open_record(self, txn: Txn, record_id: str) -> tuple[Record, bytes | None] | None:
-        """A record decrypted, and its vector's bytes, while its keys still exist."""
-        row = txn.run(ops.Record(record_id))
-        opened = None if row is None else self._crypto.open(txn, row)
+    def open_record(
+        self, txn: Txn, row: RecordRow, lineage: LineageRow | None
+    ) -> tuple[Record, bytes | None] | None:
+        """A record's row decrypted, and its vector's bytes, while its keys still exist."""
+        opened = self._crypto.open(txn, row, lineage)
         if opened is None:
             return None
         record = opened.record()

@@ -43,6 +43,7 @@ from .operations import (
     consumers_for,
     epochs_for,
     erasure_doc,
+    erasure_docs,
     erasures_for,
     export_for,
     forget_subject_for,
@@ -290,7 +291,7 @@ def _set_cookie(request: Request, response: Response, name: str, value: str, sec
 # -- erasure requests ---------------------------------------------------------------------------
 @router.get("/")
 def erasures(request: Request, op: OperatorDep) -> HTMLResponse:
-    docs = [erasure_doc(h, speak_console) for h in reversed(erasures_for(op.svc, op.key))]
+    docs = erasure_docs(op.svc, list(reversed(erasures_for(op.svc, op.key))), speak_console)
     return _page(request, "erasures.html", op=op, erasures=docs)
 
 

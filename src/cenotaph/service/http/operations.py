@@ -8,7 +8,7 @@ from typing import Any
 
 from cenotaph import Scope
 
-from ...model import ErasureRequest
+from ...model import ErasureRequest, ErasureStatus
 from ...remedies import Spelling
 from ..apikeys import ApiKey
 from .auth import owned_by_reach, subject_inside
@@ -21,6 +21,7 @@ __all__ = [
     "backups_for",
     "epochs_for",
     "erasure_doc",
+    "erasure_docs",
     "erasures_for",
     "consumers_for",
     "export_for",
@@ -67,10 +68,22 @@ def erasures_for(svc: Service, key: ApiKey) -> list[ErasureRequest]:
     return [h for h in svc.store.erasures() if h.id in mine]
 
 
-def erasure_doc(handle: ErasureRequest, spelling: Spelling = speak_http) -> dict[str, Any]:
+def erasure_doc(
+    handle: ErasureRequest, spelling: Spelling = speak_http, status: ErasureStatus | None = None
+) -> dict[str, Any]:
     """The request and where it stands, the store's words (gaps, next step, evidence) in
-    ``spelling``: the API's routes, or the console's actions."""
-    return {**handle.to_dict(), "status": spelling.document(handle.status().to_dict())}
+    ``spelling``: the API's routes, or the console's actions. ``status``: as a listing read it
+    (:func:`erasure_docs`), else asked of the handle."""
+    status = handle.status() if status is None else status
+    return {**handle.to_dict(), "status": spelling.document(status.to_dict())}
+
+
+def erasure_docs(
+    svc: Service, handles: list[ErasureRequest], spelling: Spelling = speak_http
+) -> list[dict[str, Any]]:
+    """:func:`erasure_doc` of each handle, every status read in one transaction (not one a handle)."""
+    statuses = {request.id: status for request, status in svc.store.erasure_statuses()} if handles else {}
+    return [erasure_doc(h, spelling, statuses.get(h.id)) for h in handles]
 
 
 def purge_for(svc: Service, key: ApiKey) -> dict[str, Any]:

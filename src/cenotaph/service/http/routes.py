@@ -37,6 +37,7 @@ from .operations import (
     backups_for,
     epochs_for,
     erasure_doc,
+    erasure_docs,
     erasures_for,
     export_for,
     forget_subject_for,
@@ -386,7 +387,7 @@ def list_erasures(
         listing="erasures",
         key=key,
     )
-    return {"erasures": [erasure_doc(h) for h in chunk], "next_cursor": next_cursor}
+    return {"erasures": erasure_docs(svc, chunk), "next_cursor": next_cursor}
 
 
 @router.get("/erasures/{request_id}", response_model=s.ErasureOut, responses=READ, tags=["erasure"])
