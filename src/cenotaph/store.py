@@ -489,8 +489,8 @@ class Store:
                             return self._first_found(txn, found, tokens, (scope, key, fallthrough), cacheable)
                 except NeedsSnapshot:
                     pass  # a key not in memory yet: read again, in a snapshot of its own
-            if not self._caches.quiet_ledger():
-                self._caches.sync_locked(changed=False)
+            if not self._caches.quiet():
+                self._caches.sync_locked()  # a complete sync: the next read may take the one statement
             with self._backend.read() as txn:
                 # one statement, the read's last: its COMMIT goes in the same round trip
                 marker, found = txn.run_last(ops.KeyRecords(tokens, key_token))
