@@ -223,6 +223,8 @@ class PostgresTxn(SQLHandlers, OpRunner):
     def _send_ahead(conn: Connection, op: Op[Any]) -> tuple[Cursor | None, Callable[[Cursor], Any]]:
         """Send ``op``'s statement on ``conn`` (in its pipeline) if it is one a write reads
         first: the cursor and how its result is read; (None, ...) for any other operation."""
+        if isinstance(op, ops.Marker):  # the stripes' sum: made a marker when it is used
+            return conn.execute(SUM), _first
         if isinstance(op, ops.MetaAll):
             return conn.execute(_META_ALL), lambda c: {str(n): int(v) for n, v in c.fetchall()}
         if isinstance(op, ops.Reserve):
@@ -256,7 +258,7 @@ class PostgresTxn(SQLHandlers, OpRunner):
                     return result
             elif op == sent:
                 del self._ahead[i]
-                return result
+                return self._marker_of(result) if isinstance(op, ops.Marker) else result
         return _MISSING
 
     def _send(self, sql: Query, args: Params = ()) -> None:
