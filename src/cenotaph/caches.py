@@ -158,6 +158,46 @@ class StoreCaches:
         quiet = self._quiet
         return quiet is not None and marker == quiet[0]
 
+    def quiet_hint(self) -> bytes | None:
+        """:meth:`quiet_ledger` for a write that reads the change marker in its own first round
+        trip: the ledger hint it was quiet at (read now, before the marker), else None (then the
+        write syncs completely before it begins, as a read does)."""
+        quiet = self._quiet
+        if quiet is None or self.sync_pending or not self._ledger.settled():
+            return None
+        hint = self._ledger_hint()
+        return hint if hint == quiet[1] else None
+
+    def sync_in_write(self, marker: Hashable, hint: bytes, forget_epoch: int) -> None:
+        """A write found the ledger quiet (:meth:`quiet_hint` gave ``hint``) and did not sync
+        before it began; it read the change marker first in its transaction, then the forget
+        epoch, and the marker shows another connection's commit since the last complete sync.
+        What :meth:`sync_locked` does then, from what the write read: no round trip of its own.
+        Call under ``backend.serial()``, inside the write, before it uses a cached key.
+
+        The ledger needs no replay here (its hint has not moved since a complete sync, which
+        replayed what it lacked); dominance is the ledger view's, refreshed inside the locked
+        transaction as ever. When the ledger is still as that sync left it, memory is now as fresh
+        as a sync begun at ``marker``: quiet from it (the marker was read before the epoch)."""
+        self._quiet = None
+        self.sync_pending = True  # a failure half way: the next call syncs completely
+        self._marker = marker
+        self.invalidate_resolved()
+        self._keys.drop_destroyed_epochs()  # a rotation elsewhere commits before it destroys
+        mark = self._provider.ledger_mark()
+        if self._ledger.view.refresh(mark):
+            self.forget(None)  # a forget in the ledger decides at once (S9), in any process
+        plans = len(self._ledger.view.plans)
+        if plans != self._plans_seen:
+            self._plans_seen = plans
+            self._backend.forgets_learnt()
+        if forget_epoch != self.forget_epoch:
+            self.forget(None)
+            self.forget_epoch = forget_epoch
+        self.sync_pending = False
+        if LedgerHint.settled(hint) and self._ledger.settled() and not self._ledger.changed(mark):
+            self._quiet = (marker, hint)
+
     def sync_locked(self, changed: bool | None = None) -> None:
         # the marker moves only on other connections' commits; a replay is our own commit.
         # Until this sync completes, the next one acts as if something changed: a failure half

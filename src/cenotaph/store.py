@@ -258,23 +258,44 @@ class Store:
     def _commit_writes(self, group: Sequence[Sequence[Prepared]]) -> list[list[SealedRecord] | BaseException]:
         """Commit a group of write_many calls in one transaction, each checked and refused on its
         own (a refusal rolls back that call's rows only); raises if the transaction fails."""
-        self._caches.sync()
         locks: WriteLocks | None = None
         ahead: list[ops.Op[Any]] = []
+        hint: bytes | None = None
         if self._backend.concurrent_writers:  # PostgreSQL: only the targets (writes/locks.py)
+            # the ledger quiet since the last complete sync: the change marker is read first in
+            # the write's own first round trip, and the caches synced from it there (below)
+            hint = self._caches.quiet_hint()
+            if hint is None:
+                self._caches.sync()
             # a ledger this process has not replayed yet: store-wide, where replaying is safe
             locks = None if self._ledger.changed() else write_locks(self._tokens, group)
-            ahead = write_ahead(self._tokens, group)
+            if locks is None and hint is not None:
+                self._caches.sync()  # a store-wide write may replay the ledger: synced before, as ever
+                hint = None
+            ahead = [ops.Marker()] if hint is not None else []
+            ahead += write_ahead(self._tokens, group)
+        else:
+            self._caches.sync()
+        self._caches.check_open()
         try:
-            return self._commit_group(group, locks, ahead)
+            return self._commit_group(group, locks, ahead, hint)
         except LostRace:  # another write made a key this one made too: store-wide, it finds it
-            return self._commit_group(group, None, ahead)
+            self._caches.sync()
+            ahead = [op for op in ahead if not isinstance(op, ops.Marker)]
+            return self._commit_group(group, None, ahead, None)
 
     def _commit_group(
-        self, group: Sequence[Sequence[Prepared]], locks: WriteLocks | None, ahead: Sequence[ops.Op[Any]]
+        self,
+        group: Sequence[Sequence[Prepared]],
+        locks: WriteLocks | None,
+        ahead: Sequence[ops.Op[Any]],
+        hint: bytes | None = None,
     ) -> list[list[SealedRecord] | BaseException]:
         try:
             with self._backend.write(locks, ahead) as txn:
+                # read first, before the counters: another connection's commit since the last
+                # complete sync is acted on before any cached key is used (caches.sync_in_write)
+                marker = None if hint is None else txn.run(ops.Marker())
                 mark: int | None = self._provider.ledger_mark()  # one stat, under the write lock
                 if self._ledger.changed(mark):
                     # only store-wide: under target locks a forget of other targets may be between
@@ -286,6 +307,8 @@ class Store:
                 if view.refresh(mark):
                     self._keys.clear()  # a forget elsewhere may have destroyed cached keys
                 meta = txn.run(ops.MetaAll())
+                if hint is not None and not self._caches.quiet_marker(marker):
+                    self._caches.sync_in_write(marker, hint, meta["forget_epoch"])
                 if meta["forget_epoch"] != self._caches.forget_epoch:
                     self._keys.clear()  # a forget since our last sync may have destroyed cached keys
                 if meta.get(KEK_EPOCH) != self._kek_seen:  # another process rotated: wrap under the new epoch

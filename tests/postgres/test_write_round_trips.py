@@ -1,5 +1,5 @@
-"""A write's transaction on PostgreSQL is two round trips on the wire: BEGIN, its locks and the
-reads it needs (the counters, a block of versions, the slots' rows) in one, its inserts, the
+"""A write on PostgreSQL is two round trips on the wire: BEGIN, its locks and the reads it needs
+(the change marker, the counters, a block of versions, the slots' rows) in one, its inserts, the
 change marker's bump and COMMIT in the other. Counted by ``bench/netdelay.py``'s relay between
 the store and the server (no delay: it only counts), so a statement that comes back on its own
 shows as a failure here, not only as a slower benchmark."""
@@ -78,8 +78,8 @@ def test_a_write_transaction_is_two_round_trips(
     relay.round_trips()
     store.write(SCOPE, "diet", "vegetarian")
     whole = relay.round_trips()
-    # the transaction alone: without the change-marker check that precedes it (the caches' sync)
-    monkeypatch.setattr(store._caches, "sync", lambda: None)
+    # nothing syncs before the write: the change marker is read in its first round trip
+    monkeypatch.setattr(store._caches, "sync", lambda: pytest.fail("a complete sync before a quiet write"))
     relay.round_trips()
     store.write(SCOPE, "drink", "tea")  # a new slot
     new_slot = relay.round_trips()
@@ -87,8 +87,35 @@ def test_a_write_transaction_is_two_round_trips(
     replaced = relay.round_trips()
     store.write_many([{"scope": SCOPE, "key": f"k{i}", "value": i} for i in range(20)])
     batch = relay.round_trips()
-    assert (new_slot, replaced, batch) == (2, 2, 2)
-    assert whole <= 3, whole  # and one for the marker, read before
+    assert (whole, new_slot, replaced, batch) == (2, 2, 2, 2)
     drink, last = store.read(SCOPE, "drink"), store.read(SCOPE, "k19")
     assert drink is not None and drink.value == "coffee"
     assert last is not None and last.value == 19
+
+
+def test_a_write_after_another_connection_committed_syncs_in_its_own_round_trips(
+    relayed: tuple[cenotaph.Store, Relay], pg_dsn: str, pg_schema: str, tmp_path: Path
+) -> None:
+    store, relay = relayed
+    store.write(SCOPE, "warm", "keys made and cached")
+    cached = store.read(SCOPE, "warm")
+    assert cached is not None and store._caches.resolved  # a resolved read held in memory
+    other = cenotaph.open(
+        f"{pg_dsn}?schema={pg_schema}" if "?" not in pg_dsn else f"{pg_dsn}&schema={pg_schema}",
+        key_provider=LocalKeyring(tmp_path / "keyring"),
+        auto_purge="off",
+    )
+    try:
+        other.write(SCOPE, "warm", "changed by another connection")
+    finally:
+        other.close()
+    relay.round_trips()
+    store.write(SCOPE, "after", "a write that finds the change")
+    assert relay.round_trips() == 2
+    assert not store._caches.resolved  # the change was acted on inside the write
+    assert store._caches.quiet()  # and memory is as fresh as a complete sync would leave it
+    relay.round_trips()
+    store.write(SCOPE, "later", "nothing changed since")
+    assert relay.round_trips() == 2
+    seen = store.read(SCOPE, "warm")
+    assert seen is not None and seen.value == "changed by another connection"

@@ -52,7 +52,8 @@ def write_locks(tokens: TokenMaker, group: Sequence[Sequence[Prepared]]) -> Writ
 
 def write_ahead(tokens: TokenMaker, group: Sequence[Sequence[Prepared]]) -> list[ops.Op[Any]]:
     """What the group's transaction reads before it writes, sent with its BEGIN: the counters,
-    a block of versions for every record, the slots' current rows."""
+    a block of versions for every record, the slots' current rows (the store puts the change
+    marker before them when its caches sync in the write)."""
     slots = list({(tokens.scope(p.scope), tokens.key(p.key)) for call in group for p in call})
     count = sum(len(call) for call in group)
     return [ops.MetaAll(), ops.Reserve(count), ops.RecordsInSlots(slots)]

@@ -12,7 +12,8 @@ every driver error becomes a StorageError in ``errors``.
   run at once; a write and a forget meet exactly where the forget could dominate the write.
 - Versions come from a sequence in blocks (``ops.Reserve``), the change marker is striped
   (``marker``): no row every writer updates.
-- A record write costs two round trips: BEGIN, the locks and the reads it needs (``ahead``), then
+- A record write costs two round trips: BEGIN, the locks and the reads it needs (``ahead``: the
+  change marker the store's caches check among them), then
   its inserts, the marker's bump and COMMIT (``PostgresTxn`` defers statements whose result
   nobody reads to the next one sent).
 - A read transaction is REPEATABLE READ, READ ONLY: one snapshot for all its statements.

@@ -91,6 +91,14 @@ def _unnest_insert_sql(table: str, columns: str, types: tuple[str, ...], tail: s
     return f"INSERT INTO {table} ({columns}) SELECT * FROM unnest({arrays}){tail}"
 
 
+@cache
+def _row_insert_sql(table: str, columns: str, types: tuple[str, ...], tail: str = "") -> str:
+    """One INSERT of one row, each value a typed parameter (sent binary): a lone row's values
+    cost the driver far less as scalars than as arrays of one element each."""
+    values = ", ".join(f"%b::{t}" for t in types)
+    return f"INSERT INTO {table} ({columns}) VALUES ({values}){tail}"
+
+
 _NOTHING = " ON CONFLICT DO NOTHING"
 # the PostgreSQL types of RECORD_COLS and LINEAGE_COLS, in their order
 _RECORD_TYPES = ("text", "bytea", "bytea", "bigint", "float8", "bigint", "bytea", "bigint", "bytea", "bytea")
@@ -223,6 +231,8 @@ class PostgresTxn(SQLHandlers, OpRunner):
     def _send_ahead(conn: Connection, op: Op[Any]) -> tuple[Cursor | None, Callable[[Cursor], Any]]:
         """Send ``op``'s statement on ``conn`` (in its pipeline) if it is one a write reads
         first: the cursor and how its result is read; (None, ...) for any other operation."""
+        if isinstance(op, ops.Marker):  # the stripes' sum: made a marker when it is used
+            return conn.execute(SUM), _first
         if isinstance(op, ops.MetaAll):
             return conn.execute(_META_ALL), lambda c: {str(n): int(v) for n, v in c.fetchall()}
         if isinstance(op, ops.Reserve):
@@ -256,7 +266,7 @@ class PostgresTxn(SQLHandlers, OpRunner):
                     return result
             elif op == sent:
                 del self._ahead[i]
-                return result
+                return self._marker_of(result) if isinstance(op, ops.Marker) else result
         return _MISSING
 
     def _send(self, sql: Query, args: Params = ()) -> None:
@@ -379,7 +389,14 @@ class PostgresTxn(SQLHandlers, OpRunner):
         self, table: str, columns: str, types: tuple[str, ...], rows: Iterable[Sequence[Any]], tail: str = ""
     ) -> None:
         """``rows`` into ``table`` in one statement (none when there are no rows)."""
-        arrays = [list(column) for column in zip(*rows, strict=True)]  # the rows' columns
+        listed = rows if isinstance(rows, list) else list(rows)
+        if len(listed) == 1:
+            row = listed[0]
+            if len(row) != len(types):
+                raise ValueError(f"{table}: rows of {len(row)} columns, {len(types)} types")
+            self._send(_row_insert_sql(table, columns, types, tail), tuple(row))
+            return
+        arrays = [list(column) for column in zip(*listed, strict=True)]  # the rows' columns
         if arrays:
             if len(arrays) != len(types):
                 raise ValueError(f"{table}: rows of {len(arrays)} columns, {len(types)} types")
