@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from ...backends import ops
 from ...backends.base import LineageRow, Txn, WriteLocks
@@ -143,6 +144,16 @@ class ForgetPlanner:
                     for a in target.scope.ancestors()
                 ]
         return WriteLocks(exclusive=frozenset(named), serial=True)
+
+    def read_ahead(self, target: ForgetTarget) -> list[ops.Op[Any]]:
+        """What :meth:`plan` reads before anything else, for the write to send with its BEGIN:
+        the ancestor scopes' rows of a key (:meth:`_ancestor_holders`)."""
+        if target.kind != "key" or target.exact:
+            return []
+        assert target.scope is not None and target.key_token is not None
+        return [
+            ops.RecordsInSlots([(self._tokens.scope(a), target.key_token) for a in target.scope.ancestors()])
+        ]
 
     # -- step 1: outside the write lock ------------------------------------------------
     def survey(self, reading: Reading, target: ForgetTarget) -> Survey:
