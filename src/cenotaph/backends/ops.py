@@ -398,6 +398,15 @@ class UnforgottenInScopes(Op[list[str]]):
 
 
 @dataclass(frozen=True, slots=True)
+class SampleRows(Op[dict[str, tuple[LineageRow, RecordRow | None, bytes | None]]]):
+    """Every lineage row of ``ids``, with its record row and that row's sealed vector cell where
+    they exist, in one statement (a part of ids each, where the dialect sends them in parts)."""
+
+    writes: ClassVar[bool] = False
+    ids: Sequence[str]
+
+
+@dataclass(frozen=True, slots=True)
 class UnforgottenInSubtree(Op[list[str]]):
     """:class:`UnforgottenInScopes` of ``scope_token``'s subtree (``exact``: of that scope alone)
     in one statement, its subtree walked in it; ``derived``: with every record derived from

@@ -285,6 +285,23 @@ class SQLHandlers:
         found = self._in_parts(sql, "l.record_id", "text", list(dict.fromkeys(ids)))
         return {row[0]: (record_row(row[:width]), lineage_row(row[width:])) for row in found}
 
+    def sample_rows(self, ids: Sequence[str]) -> dict[str, tuple[LineageRow, RecordRow | None, bytes | None]]:
+        sql = (
+            f"SELECT {L_COLS}, {R_COLS}, v.cell FROM lineage l LEFT JOIN records r ON r.version = l.version "
+            "LEFT JOIN vectors v ON v.version = r.version WHERE {In}"
+        )
+        width = len(LineageRow._fields)
+        found: dict[str, tuple[LineageRow, RecordRow | None, bytes | None]] = {}
+        for row in self._in_parts(sql, "l.record_id", "text", list(dict.fromkeys(ids))):
+            record = row[width:-1]
+            cell = row[-1]
+            found[row[0]] = (
+                lineage_row(row[:width]),
+                None if record[0] is None else record_row(record),
+                None if cell is None else bytes(cell),
+            )
+        return found
+
     def records_in_scopes(self, scope_tokens: Sequence[bytes]) -> list[RecordRow]:
         sql = f"SELECT {R_COLS} FROM lineage l JOIN records r ON r.version = l.version WHERE {{In}}"
         sql += self._d.order("r.version")
