@@ -163,10 +163,11 @@ def sample_probes(
     if records is None:
         records = sample_records(txn, plan.destroy_records, open_record)
     scopes, subjects = plan.keys_to_destroy(txn) if whole else plan.target_keys(txn)
-    for scope in txn.run(ops.ScopeRows(scopes)).values():
+    # (a key forget destroys no scope or subject key: nothing to read)
+    for scope in (txn.run(ops.ScopeRows(scopes)) if scopes else {}).values():
         if scope.wrapped:
             pinned.append(bytes(scope.wrapped))
-    for wrapped, _ in txn.run(ops.SubjectRows(subjects)).values():
+    for wrapped, _ in (txn.run(ops.SubjectRows(subjects)) if subjects else {}).values():
         if wrapped:
             pinned.append(bytes(wrapped))
     found = {"records": records.held, "keys": records.live_keys + len(pinned)}
