@@ -398,6 +398,49 @@ class UnforgottenInScopes(Op[list[str]]):
 
 
 @dataclass(frozen=True, slots=True)
+class SampleRows(Op[dict[str, tuple[LineageRow, RecordRow | None, bytes | None]]]):
+    """Every lineage row of ``ids``, with its record row and that row's sealed vector cell where
+    they exist, in one statement (a part of ids each, where the dialect sends them in parts)."""
+
+    writes: ClassVar[bool] = False
+    ids: Sequence[str]
+
+
+@dataclass(frozen=True, slots=True)
+class UnforgottenInSubtree(Op[list[str]]):
+    """:class:`UnforgottenInScopes` of ``scope_token``'s subtree (``exact``: of that scope alone)
+    in one statement, its subtree walked in it; ``derived``: with every record derived from
+    them, transitively, too (a compliance forget's closure). One statement reads one snapshot."""
+
+    writes: ClassVar[bool] = False
+    scope_token: bytes
+    key_token: bytes | None
+    before: int
+    _: KW_ONLY
+    exact: bool
+    compliance: bool
+    derived: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StillReadable(Op[list[str]]):
+    """A forget's postcondition in one statement where the engine takes lists whole
+    (PostgreSQL): those of ``hidden`` whose record row exists unhidden, of ``keyed`` whose record
+    or lineage row still holds a wrapped key, and (``scope_token`` not None)
+    :class:`UnforgottenInSubtree` of the target (without its derived records)."""
+
+    writes: ClassVar[bool] = False
+    hidden: Sequence[str]
+    keyed: Sequence[str]
+    scope_token: bytes | None
+    key_token: bytes | None
+    before: int
+    _: KW_ONLY
+    exact: bool
+    compliance: bool
+
+
+@dataclass(frozen=True, slots=True)
 class UnforgottenForSubject(Op[list[str]]):
     """The same, for records carrying a subject."""
 

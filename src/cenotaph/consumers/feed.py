@@ -173,9 +173,12 @@ def notify(txn: Txn, request_id: str, record_ids: Sequence[str], requested_at: s
     already asked about the request is not asked again. Returns how many consumers were asked."""
     if not record_ids:
         return 0
+    takers = txn.run(ops.TakersOf(record_ids))
+    if not takers:  # nobody took any: no consumer to ask (and none asked before)
+        return 0
     asked = {e.consumer_id for e in events(txn, request_id=request_id)}  # again: no second event
     taken: dict[str, list[tuple[str, int]]] = {}
-    for consumer_id, record_id, version in txn.run(ops.TakersOf(record_ids)):
+    for consumer_id, record_id, version in takers:
         if consumer_id not in asked:
             taken.setdefault(consumer_id, []).append((record_id, version))
     if not taken:

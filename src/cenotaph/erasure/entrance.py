@@ -235,18 +235,24 @@ class Erasure:
         whether it was applied whole."""
         if locks is not None and self._ledger.changed():
             locks = None  # a ledger this process has not replayed: store-wide, where replaying is safe
-        with self._backend.write(locks) as txn:
+        # what the transaction reads first goes with its BEGIN and lock (PostgreSQL: one round
+        # trip): the counters, its version, and the slots the plan checks for ancestor copies.
+        # Read once the lock is held, so as current as if each were read where it is used; a
+        # ledger replay's writes (below) drop them, and they are read again where used
+        ahead: list[ops.Op[Any]] = [ops.MetaAll(), ops.Reserve(1, self._ledger.view.max_version)]
+        ahead += self._planner.read_ahead(target)
+        with self._backend.write(locks, ahead) as txn:
             if locks is None:  # under target locks another forget may be between ledger and COMMIT
                 self._ledger.reconcile_if_changed(txn)
             # another process forgot since our last sync: its records are not in our plan
             others = (
-                txn.run(ops.Count("forget_epoch")) != self._caches.forget_epoch
+                txn.run(ops.MetaAll())["forget_epoch"] != self._caches.forget_epoch
                 or self._ledger.view.refresh() > 0
             )
             request_id = "er_" + os.urandom(12).hex()
-            # a version of its own: under target locks others take theirs meanwhile
-            floor = max(txn.run(ops.Count("clock")), self._ledger.view.max_version)
-            version = txn.run(ops.Reserve(1, floor)) + 1
+            # a version of its own (above every version reserved before, and the ledger's
+            # newest): under target locks others take theirs meanwhile
+            version = txn.run(ops.Reserve(1, self._ledger.view.max_version)) + 1
             plan = self._planner.plan(txn, request_id, version, target, survey)
             fault_point("forget.planned")
             whole = self._ledger.commit_plan(txn, plan, check_postcondition, sample)

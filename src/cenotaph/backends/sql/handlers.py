@@ -285,6 +285,23 @@ class SQLHandlers:
         found = self._in_parts(sql, "l.record_id", "text", list(dict.fromkeys(ids)))
         return {row[0]: (record_row(row[:width]), lineage_row(row[width:])) for row in found}
 
+    def sample_rows(self, ids: Sequence[str]) -> dict[str, tuple[LineageRow, RecordRow | None, bytes | None]]:
+        sql = (
+            f"SELECT {L_COLS}, {R_COLS}, v.cell FROM lineage l LEFT JOIN records r ON r.version = l.version "
+            "LEFT JOIN vectors v ON v.version = r.version WHERE {In}"
+        )
+        width = len(LineageRow._fields)
+        found: dict[str, tuple[LineageRow, RecordRow | None, bytes | None]] = {}
+        for row in self._in_parts(sql, "l.record_id", "text", list(dict.fromkeys(ids))):
+            record = row[width:-1]
+            cell = row[-1]
+            found[row[0]] = (
+                lineage_row(row[:width]),
+                None if record[0] is None else record_row(record),
+                None if cell is None else bytes(cell),
+            )
+        return found
+
     def records_in_scopes(self, scope_tokens: Sequence[bytes]) -> list[RecordRow]:
         sql = f"SELECT {R_COLS} FROM lineage l JOIN records r ON r.version = l.version WHERE {{In}}"
         sql += self._d.order("r.version")
@@ -417,6 +434,85 @@ class SQLHandlers:
             ):
                 found.update(r[0] for r in self._run(sql, args))
         return sorted(found)
+
+    def _unforgotten_ctes(
+        self, scope_token: bytes, key_token: bytes | None, before: int, exact: bool, compliance: bool
+    ) -> tuple[str, list[Any]]:
+        """Two common table expressions (for a ``WITH RECURSIVE``) and their parameters:
+        ``sub(t)``, the target's scopes (its subtree, or the scope alone), and ``unforgotten(id)``,
+        :meth:`unforgotten_in_scopes` of them."""
+        kept, shown = self._forgotten_tests(compliance)
+        first = self._d.param("bytea")
+        sub = f"sub(t) AS (SELECT {first})"
+        if not exact:  # UNION: a tampered cycle ends
+            sub = (
+                f"sub(t) AS (SELECT {first} UNION SELECT s.token FROM scopes s JOIN sub ON s.parent = sub.t)"
+            )
+        where = "l.scope_token IN (SELECT t FROM sub)"
+        args: list[Any] = []
+        if key_token is not None:
+            where += " AND l.key_token=?"
+            args.append(key_token)
+        where += " AND l.version < ?"
+        args.append(before)
+        unforgotten = (
+            f"unforgotten(id) AS (SELECT l.record_id FROM lineage l WHERE {where} AND {kept} UNION "
+            f"SELECT r.id FROM lineage l JOIN records r ON r.version = l.version WHERE {where} AND {shown})"
+        )
+        return f"{sub}, {unforgotten}", [scope_token, *args, *args]
+
+    def unforgotten_in_subtree(
+        self,
+        scope_token: bytes,
+        key_token: bytes | None,
+        before: int,
+        *,
+        exact: bool,
+        compliance: bool,
+        derived: bool = False,
+    ) -> list[str]:
+        ctes, args = self._unforgotten_ctes(scope_token, key_token, before, exact, compliance)
+        if derived:  # sources precede what derives from them; UNION: a tampered cycle ends
+            ctes += (
+                ", closure(id) AS (SELECT id FROM unforgotten UNION "
+                "SELECT d.derived_id FROM derivations d JOIN closure c ON d.source_id = c.id)"
+            )
+            return sorted(r[0] for r in self._run(f"WITH RECURSIVE {ctes} SELECT id FROM closure", args))
+        return sorted(r[0] for r in self._run(f"WITH RECURSIVE {ctes} SELECT id FROM unforgotten", args))
+
+    def still_readable(
+        self,
+        hidden: Sequence[str],
+        keyed: Sequence[str],
+        scope_token: bytes | None,
+        key_token: bytes | None,
+        before: int,
+        *,
+        exact: bool,
+        compliance: bool,
+    ) -> list[str]:
+        if not self._d.arrays:  # a list in parts of at most CHUNK: the parts, then the target
+            found = {*self.unhidden(hidden), *self.keyed(keyed)}
+            if scope_token is not None:
+                found.update(
+                    self.unforgotten_in_subtree(
+                        scope_token, key_token, before, exact=exact, compliance=compliance
+                    )
+                )
+            return sorted(found)
+        ctes, args = "", list[Any]()
+        if scope_token is not None:
+            ctes, args = self._unforgotten_ctes(scope_token, key_token, before, exact, compliance)
+        d = self._d
+        sql = (
+            f"SELECT id FROM records WHERE hidden_version IS NULL AND {self._by_ids(1)} UNION "
+            f"SELECT id FROM records WHERE wrapped IS NOT NULL AND {self._by_ids(1)} UNION "
+            f"SELECT record_id FROM lineage WHERE wrapped IS NOT NULL AND {d.any_of('record_id', 'text', 1)}"
+        )
+        args += [*d.list_args(hidden), *d.list_args(keyed), *d.list_args(keyed)]
+        if ctes:
+            sql = f"WITH RECURSIVE {ctes} {sql} UNION SELECT id FROM unforgotten"
+        return sorted(r[0] for r in self._run(sql, args))
 
     def unforgotten_for_subject(self, subject_token: bytes, before: int, *, compliance: bool) -> list[str]:
         kept, shown = self._forgotten_tests(compliance)

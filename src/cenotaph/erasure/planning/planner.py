@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from ...backends import ops
 from ...backends.base import LineageRow, Txn, WriteLocks
@@ -144,17 +145,44 @@ class ForgetPlanner:
                 ]
         return WriteLocks(exclusive=frozenset(named), serial=True)
 
+    def read_ahead(self, target: ForgetTarget) -> list[ops.Op[Any]]:
+        """What :meth:`plan` reads before anything else, for the write to send with its BEGIN:
+        the ancestor scopes' rows of a key (:meth:`_ancestor_holders`)."""
+        if target.kind != "key" or target.exact:
+            return []
+        assert target.scope is not None and target.key_token is not None
+        return [
+            ops.RecordsInSlots([(self._tokens.scope(a), target.key_token) for a in target.scope.ancestors()])
+        ]
+
     # -- step 1: outside the write lock ------------------------------------------------
     def survey(self, reading: Reading, target: ForgetTarget) -> Survey:
         """Enumerate ``target`` in read transactions (each short: other threads of this process
         get the connection between them)."""
+        if target.kind == "subject":
+            with reading() as txn:
+                since = txn.run(ops.Count("clock"))
+                ids = _unforgotten(txn, target, ALL_VERSIONS)
+            survey = Survey(since, hide=ids)
+            survey.destroy = survey.hide = with_derived_reading(reading, ids)
+            return survey
+        # a key's or a scope's: the clock, then one statement (the subtree, its unforgotten
+        # records and, compliance, what derives from them) closing the read in its round trip
         with reading() as txn:
             since = txn.run(ops.Count("clock"))
-            ids = _unforgotten(txn, target, ALL_VERSIONS)
+            ids = txn.run_last(
+                ops.UnforgottenInSubtree(
+                    target.token,
+                    target.key_token,
+                    ALL_VERSIONS,
+                    exact=target.exact,
+                    compliance=target.compliance,
+                    derived=target.compliance,
+                )
+            )
         survey = Survey(since, hide=ids)
         if target.compliance:
-            survey.destroy = with_derived_reading(reading, ids)
-            survey.hide = survey.destroy
+            survey.destroy = ids  # with its derived records' closure, in the same snapshot
         return survey
 
     # -- step 2: inside the forget's write transaction --------------------------------
@@ -225,8 +253,11 @@ def _unforgotten(txn: Txn, target: ForgetTarget, before: int) -> list[str]:
     """Records of ``target`` written before ``before`` that no forget of this mode covered yet."""
     if target.kind == "subject":
         return txn.run(ops.UnforgottenForSubject(target.token, before, compliance=True))
-    subtree = [target.token] if target.exact else txn.run(ops.SubtreeTokens(target.token))
-    return txn.run(ops.UnforgottenInScopes(subtree, target.key_token, before, compliance=target.compliance))
+    return txn.run(
+        ops.UnforgottenInSubtree(
+            target.token, target.key_token, before, exact=target.exact, compliance=target.compliance
+        )
+    )
 
 
 def _caught_up(txn: Txn, target: ForgetTarget, rows: Sequence[LineageRow], planned: set[str]) -> list[str]:
@@ -306,11 +337,27 @@ def check_postcondition(txn: Txn, plan: ForgetPlan, ids: Sequence[str] | None = 
     """W2/W3: nothing planned (or of ``ids``) is still readable, and (key and scope forgets) no
     visible record is left anywhere in the forgotten subtree. Raising rolls its transaction back."""
     listed = plan.hide if ids is None else ids
-    still = txn.run(ops.Unhidden(listed))
-    if plan.compliance:
-        still += txn.run(ops.Keyed(plan.destroy_records if ids is None else ids))
-    if ids is None:
-        still += sweep(txn, plan)
+    keyed = (plan.destroy_records if ids is None else ids) if plan.compliance else []
+    if (
+        ids is not None
+        or plan.target_kind == "subject"
+        or (plan.target_kind == "key" and plan.key_slot is None)
+    ):
+        still = txn.run(ops.Unhidden(listed))
+        if plan.compliance:
+            still += txn.run(ops.Keyed(keyed))
+        if ids is None:
+            still += sweep(txn, plan)
+    else:  # one statement: what it lists, and the target's sweep (what derives from a record
+        # the sweep finds only adds to a failure)
+        scope, key, exact = (
+            (plan.target, None, False) if plan.key_slot is None else (*plan.key_slot, plan.exact)
+        )
+        still = txn.run(
+            ops.StillReadable(
+                listed, keyed, scope, key, plan.version, exact=exact, compliance=plan.compliance
+            )
+        )
     if still:
         done = (
             "nothing was changed"

@@ -100,17 +100,28 @@ def sample_records(txn: Txn, ids: Sequence[str], open_record: Opener) -> RecordS
     destroyed; it reads every one of ``ids``, so a large forget calls it outside its transaction."""
     keys: list[bytes] = []  # wrapped record and lineage keys
     windows: list[bytes] = []  # ciphertext, plaintext and vector windows
-    live = txn.run(ops.LineageKeyed(ids))
-    held = sorted(txn.run(ops.ExistingRecords(ids)) | live)
-    chosen = _evenly(held, MAX_SAMPLED_RECORDS)
-    lineage = txn.run(ops.Lineage(chosen))
-    rows = txn.run(ops.RecordsOfIds(chosen)) if chosen else {}  # every row and its lineage at once
+    if len(ids) <= MAX_SAMPLED_RECORDS:  # every one is sampled: all read at once, one statement
+        every = txn.run(ops.SampleRows(ids))
+        live = {i for i, (line, _, _) in every.items() if line.wrapped is not None}
+        held = sorted({i for i, (_, row, _) in every.items() if row is not None} | live)
+        chosen = _evenly(held, MAX_SAMPLED_RECORDS)
+        lineage = {i: every[i][0] for i in chosen}
+        rows = {i: (row, line) for i, (line, row, _) in every.items() if row is not None}
+        cells = {i: cell for i, (_, _, cell) in every.items()}
+    else:
+        live = txn.run(ops.LineageKeyed(ids))
+        held = sorted(txn.run(ops.ExistingRecords(ids)) | live)
+        chosen = _evenly(held, MAX_SAMPLED_RECORDS)
+        lineage = txn.run(ops.Lineage(chosen))
+        rows = txn.run(ops.RecordsOfIds(chosen)) if chosen else {}  # every row and its lineage at once
+        cells = {}
     for record_id in chosen:
         found = rows.get(record_id)
         if found is None:
             continue  # no row left: its lineage keys are probed below
         row, row_lineage = found
-        cell = txn.run(ops.VectorCell(row.version))  # the search index's sealed vector
+        # the search index's sealed vector
+        cell = cells[record_id] if record_id in cells else txn.run(ops.VectorCell(row.version))
         for blob in (row.ciphertext, row.vector, None if cell is None else sealed_part(cell)):
             if blob:
                 windows.extend(probe_windows(blob))
@@ -152,10 +163,11 @@ def sample_probes(
     if records is None:
         records = sample_records(txn, plan.destroy_records, open_record)
     scopes, subjects = plan.keys_to_destroy(txn) if whole else plan.target_keys(txn)
-    for scope in txn.run(ops.ScopeRows(scopes)).values():
+    # (a key forget destroys no scope or subject key: nothing to read)
+    for scope in (txn.run(ops.ScopeRows(scopes)) if scopes else {}).values():
         if scope.wrapped:
             pinned.append(bytes(scope.wrapped))
-    for wrapped, _ in txn.run(ops.SubjectRows(subjects)).values():
+    for wrapped, _ in (txn.run(ops.SubjectRows(subjects)) if subjects else {}).values():
         if wrapped:
             pinned.append(bytes(wrapped))
     found = {"records": records.held, "keys": records.live_keys + len(pinned)}
