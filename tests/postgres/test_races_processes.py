@@ -13,7 +13,8 @@ reads a trial once more after its forgetter moved on (its forget had returned).
 Afterwards, for every trial:
 
 - every write that returned has ``version < v_f`` and started before the forget returned;
-- every other write raised ``ForgottenError`` with ``.version == v_f`` (or ``StaleWriteError``),
+- every other write raised ``ForgottenError`` with ``.version == v_f`` (or ``StaleWriteError``,
+  or, rarely on a loaded machine, the busy ``StorageError`` of a lock wait past its bound),
   and none of those ended before the forget started;
 - no read that started after the forget returned found the key;
 - a store opened afterwards reads nothing of any slot written and lists nothing in the scope;
@@ -59,6 +60,7 @@ class Tally:
     ok_writes: int = 0
     refused: int = 0  # ForgottenError
     stale: int = 0
+    busy: int = 0  # StorageError: waited past the lock-wait bound (load), the write failed whole
     late_reads: int = 0  # reads that started after the forget returned (all must miss)
     in_flight_refused: int = 0  # started before the forget started, refused
     in_flight_hidden: int = 0  # started before the forget started, returned after, forgotten with it
@@ -70,7 +72,7 @@ class Tally:
     def summary(self) -> str:
         return (
             f"trials={self.trials} resurrections={self.resurrections} ok_writes={self.ok_writes} "
-            f"refused={self.refused} stale={self.stale} late_reads={self.late_reads} "
+            f"refused={self.refused} stale={self.stale} busy={self.busy} late_reads={self.late_reads} "
             f"in_flight_refused={self.in_flight_refused} in_flight_hidden={self.in_flight_hidden} "
             f"problems={len(self.problems)} kinds={dict(self.kinds)} raced={dict(self.raced)}"
         )
@@ -113,6 +115,10 @@ def _check_trial(tally: Tally, forget: dict[str, Any], writes: list[dict[str, An
                 tally.problems.append(f"{where}: refused before the forget began")
         elif w["error"] == "StaleWriteError":
             tally.stale += 1
+        elif w["error"] == "StorageError" and "for too long" in str(w.get("detail")):
+            # a write that waited past CENOTAPH_BUSY_TIMEOUT_MS on a loaded machine failed whole:
+            # a failure the race allows (nothing of it may land: the fresh store checks every slot)
+            tally.busy += 1
         else:
             tally.problems.append(f"{where}: unexpected {w['error']}: {w.get('detail')}")
     return bad
@@ -221,6 +227,8 @@ def _run(tmp_path: Path, pg_dsn: str, pg_schema: str, trials: int, timeout: floa
     after = _fresh_store_resurrections(pg_dsn, pg_schema, tmp_path / "keyring", writes, trials)
     assert tally.trials == trials
     assert tally.problems == [] and after == [], (tally.problems[:10], after[:10])
+    # timing out on the lock is for a loaded machine, rarely: not how writes and forgets meet
+    assert tally.busy * 100 <= tally.ok_writes + tally.refused + tally.stale, tally.summary()
     assert tally.resurrections == 0
     # the race happened: writes were in flight when forgets started, and were refused or hidden
     assert tally.in_flight_refused + tally.in_flight_hidden > 0, tally.summary()
