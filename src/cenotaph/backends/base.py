@@ -300,7 +300,8 @@ class Backend(Protocol):
         """A write transaction: store-wide (``locks`` None: no other write meanwhile) or holding
         ``locks`` only. ``ahead``: operations the transaction will run first, which a backend
         may send with its BEGIN (PostgreSQL: one round trip); their results are returned when
-        the transaction runs them (unchanged by nothing it wrote before)."""
+        the transaction runs them (unchanged by nothing it wrote before: a backend drops each
+        when the transaction runs a write that could change it)."""
         ...
 
     def read(self) -> AbstractContextManager[Txn]: ...

@@ -39,7 +39,7 @@ from ..crypto.provider import KeyProvider
 from ..crypto.tokens import TokenMaker
 from ..errors import ErasureNotProvableError, StorageError
 from ..faults import fault_point
-from ..ledger.journal import Ledger, chunk_records
+from ..ledger.journal import AUDIT_CHAIN, Ledger, chunk_records
 from ..ledger.plan import ForgetPlan
 from ..model import (
     BackupInfo,
@@ -236,11 +236,14 @@ class Erasure:
         if locks is not None and self._ledger.changed():
             locks = None  # a ledger this process has not replayed: store-wide, where replaying is safe
         # what the transaction reads first goes with its BEGIN and lock (PostgreSQL: one round
-        # trip): the counters, its version, and the slots the plan checks for ancestor copies.
-        # Read once the lock is held, so as current as if each were read where it is used; a
-        # ledger replay's writes (below) drop them, and they are read again where used
+        # trip): the counters, its version, the slots the plan checks for ancestor copies, what
+        # was written since the survey's clock, the audit log's tail and the audit chain id.
+        # Read once the lock is held, so as current as if each were read where it is used (the
+        # audit log and the chain id change only in a transaction the lock excludes); a ledger
+        # replay's writes (below) drop those they may change, read again where used
         ahead: list[ops.Op[Any]] = [ops.MetaAll(), ops.Reserve(1, self._ledger.view.max_version)]
         ahead += self._planner.read_ahead(target)
+        ahead += [ops.WrittenSince(survey.since), ops.AuditTail(), ops.Meta(AUDIT_CHAIN)]
         with self._backend.write(locks, ahead) as txn:
             if locks is None:  # under target locks another forget may be between ledger and COMMIT
                 self._ledger.reconcile_if_changed(txn)

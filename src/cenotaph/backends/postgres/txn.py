@@ -29,6 +29,7 @@ from ..sql.columns import (
     lineage_row,
     record_row,
 )
+from ..sql.handlers import AUDIT_TAIL, META, WRITTEN_SINCE, audit_tail_of
 from .marker import BUMP, SUM
 
 __all__ = ["Connection", "PostgresTxn"]
@@ -111,6 +112,22 @@ def _first(cursor: Cursor) -> int:
     row = cursor.fetchone()
     assert row is not None
     return int(row[0])
+
+
+def _meta_value(cursor: Cursor) -> int | None:
+    row = cursor.fetchone()
+    return None if row is None else int(row[0])
+
+
+def _unchanged_by(read: Op[Any], write: Op[Any]) -> bool:
+    """Is ``read``'s result, read ahead, still current after this transaction runs ``write``?
+    Only for the reads no other write of the store changes: the audit log's tail (changed only
+    by an appended entry) and a meta value (only by setting or advancing that name)."""
+    if isinstance(read, ops.AuditTail):
+        return not isinstance(write, ops.AppendAudit)
+    if isinstance(read, ops.Meta):
+        return not (isinstance(write, ops.SetMeta | ops.Advance) and write.name == read.name)
+    return False
 
 
 def _slot_arrays(slots: Sequence[tuple[bytes, bytes]]) -> tuple[list[bytes], list[bytes]]:
@@ -240,6 +257,13 @@ class PostgresTxn(SQLHandlers, OpRunner):
         if isinstance(op, ops.RecordsInSlots):
             args = _slot_arrays(op.slots)
             return conn.execute(_RECORDS_IN_SLOTS, args), lambda c: [record_row(r) for r in c.fetchall()]
+        if isinstance(op, ops.WrittenSince):  # the shared handlers' statements and rows
+            cursor = conn.execute(POSTGRES.sql(WRITTEN_SINCE), (op.version, op.version))
+            return cursor, lambda c: [lineage_row(r) for r in c.fetchall()]
+        if isinstance(op, ops.AuditTail):
+            return conn.execute(POSTGRES.sql(AUDIT_TAIL)), lambda c: audit_tail_of(c.fetchone())
+        if isinstance(op, ops.Meta):
+            return conn.execute(POSTGRES.sql(META), (op.name,)), _meta_value
         return None, lambda c: None
 
     def run(self, op: Op[R]) -> R:
@@ -248,7 +272,9 @@ class PostgresTxn(SQLHandlers, OpRunner):
             if found is not _MISSING:
                 return cast(R, found)
             if op.writes and not isinstance(op, ops.Reserve):
-                self._ahead.clear()  # rows may change from here on: nothing read ahead is current
+                # rows may change from here on: nothing read ahead is current but what ``op``
+                # cannot change (the audit log's tail, a meta value it does not set)
+                self._ahead = [(o, r) for o, r in self._ahead if _unchanged_by(o, op)]
         return super().run(op)
 
     def _from_ahead(self, op: Op[Any]) -> Any:

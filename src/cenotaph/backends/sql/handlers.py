@@ -31,9 +31,25 @@ from .columns import (
 )
 from .dialect import Dialect
 
-__all__ = ["Cursor", "SQLHandlers", "by_ids"]
+__all__ = ["AUDIT_TAIL", "META", "WRITTEN_SINCE", "Cursor", "SQLHandlers", "audit_tail_of", "by_ids"]
 
 _SAVEPOINT = "cenotaph_write"
+# statements a backend may also send ahead of a write (PostgreSQL: with its BEGIN and locks),
+# written with ``?`` parameters (``Dialect.sql``)
+# the lineage rows of records written after a version (both ``?`` are that version): every write
+# inserts a records row at a fresh version (the table's key, so this is a range), and a replaced
+# version's lineage stays under the same slot
+WRITTEN_SINCE = (
+    f"SELECT {LINEAGE_COLS} FROM lineage WHERE version > ? AND (scope_token, key_token) IN "
+    "(SELECT scope_token, key_token FROM records WHERE version > ?) ORDER BY version"
+)
+AUDIT_TAIL = "SELECT seq, entry FROM audit ORDER BY seq DESC LIMIT 1"
+META = "SELECT value FROM meta WHERE name=?"  # one meta value (none: no row)
+
+
+def audit_tail_of(row: Sequence[Any] | None) -> tuple[int, str] | None:
+    """The audit log's tail (seq, entry) from :data:`AUDIT_TAIL`'s row (None: an empty log)."""
+    return None if row is None else (int(row[0]), str(row[1]))
 
 
 def by_ids(d: Dialect, n: int) -> str:
@@ -138,7 +154,7 @@ class SQLHandlers:
         return max(self.count("clock"), floor)
 
     def meta(self, name: str) -> int | None:
-        value = self._get("SELECT value FROM meta WHERE name=?", (name,))
+        value = self._get(META, (name,))
         return None if value is None else int(value)
 
     def meta_all(self) -> dict[str, int]:
@@ -396,13 +412,7 @@ class SQLHandlers:
         return sorted(seen - set(ids))
 
     def written_since(self, version: int) -> list[LineageRow]:
-        # every write inserts a records row at a fresh version (the table's key, so this is a
-        # range), and a replaced version's lineage stays under the same slot
-        sql = (
-            f"SELECT {LINEAGE_COLS} FROM lineage WHERE version > ? AND (scope_token, key_token) IN "
-            "(SELECT scope_token, key_token FROM records WHERE version > ?) ORDER BY version"
-        )
-        return [lineage_row(row) for row in self._run(sql, (version, version))]
+        return [lineage_row(row) for row in self._run(WRITTEN_SINCE, (version, version))]
 
     @staticmethod
     def _forgotten_tests(compliance: bool) -> tuple[str, str]:
@@ -772,8 +782,7 @@ class SQLHandlers:
         )
 
     def audit_tail(self) -> tuple[int, str] | None:
-        row = self._run("SELECT seq, entry FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
-        return None if row is None else (int(row[0]), str(row[1]))
+        return audit_tail_of(self._run(AUDIT_TAIL).fetchone())
 
     def append_audit(self, seq: int, entry: str) -> None:
         self._run("INSERT INTO audit (seq, entry) VALUES (?,?)", (seq, entry))
