@@ -185,18 +185,28 @@ class StoreCaches:
         self.invalidate_resolved()
         self._keys.drop_destroyed_epochs()  # a rotation elsewhere commits before it destroys
         mark = self._provider.ledger_mark()
+        self._learn_ledger(mark)
+        self._learn_epoch(forget_epoch)
+        self.sync_pending = False
+        if LedgerHint.settled(hint) and self._ledger.settled() and not self._ledger.changed(mark):
+            self._quiet = (marker, hint)
+
+    def _learn_ledger(self, mark: int | None) -> None:
+        """Refresh the ledger view to ``mark``: a forget in the ledger decides at once (S9), in any
+        process; forgets gained here (or by another thread's refresh) reach the backend, so no
+        read from a replica may predate them."""
         if self._ledger.view.refresh(mark):
-            self.forget(None)  # a forget in the ledger decides at once (S9), in any process
+            self.forget(None)
         plans = len(self._ledger.view.plans)
         if plans != self._plans_seen:
             self._plans_seen = plans
             self._backend.forgets_learnt()
-        if forget_epoch != self.forget_epoch:
+
+    def _learn_epoch(self, epoch: int) -> None:
+        """The store's forget epoch as just read: one that moved drops every cached record."""
+        if epoch != self.forget_epoch:
             self.forget(None)
-            self.forget_epoch = forget_epoch
-        self.sync_pending = False
-        if LedgerHint.settled(hint) and self._ledger.settled() and not self._ledger.changed(mark):
-            self._quiet = (marker, hint)
+            self.forget_epoch = epoch
 
     def sync_locked(self, changed: bool | None = None) -> None:
         # the marker moves only on other connections' commits; a replay is our own commit.
@@ -215,12 +225,7 @@ class StoreCaches:
         # inside a transaction (a callback called back into the store) the ledger waits for its
         # owner: a replay here could not begin its own, and would read uncommitted rows
         mark = self._provider.ledger_mark()
-        if self._ledger.view.refresh(mark):
-            self.forget(None)  # a forget in the ledger decides at once (S9), in any process
-        plans = len(self._ledger.view.plans)  # gained here, or by another thread's refresh
-        if plans != self._plans_seen:
-            self._plans_seen = plans
-            self._backend.forgets_learnt()  # no read from a replica may predate them
+        self._learn_ledger(mark)
         if not self._backend.in_transaction() and self._ledger.changed(mark):
             with self._backend.read() as txn:
                 missing = self._ledger.missing(txn)
@@ -232,9 +237,7 @@ class StoreCaches:
             self.invalidate_resolved()  # someone committed: a read may now resolve differently
             with self._backend.read() as txn:
                 epoch = txn.run(ops.Count("forget_epoch"))
-            if epoch != self.forget_epoch:
-                self.forget(None)
-                self.forget_epoch = epoch
+            self._learn_epoch(epoch)
         self.sync_pending = False
         # inside a transaction the ledger's replay waited for its owner: no quiet then
         if (
