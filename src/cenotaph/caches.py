@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Hashable, Iterable
+from typing import TypeVar
 
 from .backends import ops
 from .crypto.keys import KeyChain
@@ -26,6 +27,8 @@ from .records import OpenedRecord
 __all__ = ["RECORD_CACHE_LIMIT", "StoreCaches"]
 
 RECORD_CACHE_LIMIT = 65_536
+
+T = TypeVar("T")
 
 
 def _no_hint() -> bytes | None:
@@ -157,6 +160,20 @@ class StoreCaches:
         (with the rows) since the last complete sync began."""
         quiet = self._quiet
         return quiet is not None and marker == quiet[0]
+
+    def sync_around(self, read: Callable[[], tuple[Hashable, T]]) -> T:
+        """What ``read`` returns beside the change marker of its snapshot, with a complete sync
+        around it that sends no statement of its own (as a search syncs): the ledger half before
+        the snapshot (:meth:`quiet_ledger`, else a sync of it), then, if the marker shows
+        another connection's commit, the rest (:meth:`sync_locked`)."""
+        with self._backend.serial():
+            self.check_open()
+            if not self.quiet_ledger():
+                self.sync_locked(changed=False)
+            marker, result = read()
+            if self.saw(marker):
+                self.sync_locked(changed=True)
+            return result
 
     def quiet_hint(self) -> bytes | None:
         """:meth:`quiet_ledger` for a write that reads the change marker in its own first round

@@ -207,6 +207,11 @@ class Txn(Protocol):
         """``op`` as a read's last statement (see ``ops.OpRunner.run_last``)."""
         ...
 
+    def clock_marker_then(self, op: Op[T]) -> tuple[int, Hashable, T]:
+        """The settled clock and the change marker of a read's snapshot, then ``op`` as its last
+        statement (see ``ops.OpRunner.clock_marker_then``)."""
+        ...
+
     def after_commit(self, action: Callable[[], None]) -> None: ...
 
     # one savepoint at a time inside a write: a group commit undoes a refused write alone
@@ -264,6 +269,9 @@ class OneStatement:
 
     def run_last(self, op: Op[T]) -> T:
         return self.run(op)  # one statement, no transaction: nothing to close
+
+    def clock_marker_then(self, op: Op[T]) -> tuple[int, Hashable, T]:
+        raise NeedsSnapshot  # two operations
 
     def after_commit(self, action: Callable[[], None]) -> None:
         raise NeedsSnapshot

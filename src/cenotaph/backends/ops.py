@@ -862,3 +862,11 @@ class OpRunner:
         round trip does (PostgreSQL); a statement after it, if any, may read a snapshot of its
         own, no older. Here (SQLite, a write, a read inside another transaction): :meth:`run`."""
         return self.run(op)
+
+    def clock_marker_then(self, op: Op[R]) -> tuple[int, Hashable, R]:
+        """:class:`ClockMarker`, then ``op`` as the read's last statement (:meth:`run_last`): a
+        backend that can sends all of it at once (PostgreSQL: the settled clock, BEGIN, the marker
+        taking the snapshot, ``op``'s one statement and COMMIT, one round trip). A forget's survey
+        reads this way."""
+        clock, marker = self.run(ClockMarker())
+        return clock, marker, self.run_last(op)

@@ -167,6 +167,12 @@ def check_evidence(evidence: object) -> str:
     return text
 
 
+def notify_reads(record_ids: Sequence[str]) -> list[ops.Op[Any]]:
+    """What :func:`notify` of ``record_ids`` reads first, for a forget to send ahead with its
+    locks (a list equal to the one it notifies then: a record "written since" changes it)."""
+    return [ops.TakersOf(list(record_ids))] if record_ids else []
+
+
 def notify(txn: Txn, request_id: str, record_ids: Sequence[str], requested_at: str) -> int:
     """In a compliance forget's transaction: give every consumer that took one of ``record_ids``
     an event naming what it took of them, due its ``ack_days`` after ``requested_at``. A consumer

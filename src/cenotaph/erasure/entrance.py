@@ -23,7 +23,7 @@ they are) and the :class:`~cenotaph.ledger.journal.Ledger`.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -60,7 +60,7 @@ from .lifecycle.horizon import Horizons
 from .lifecycle.opening import settle_at_open
 from .lifecycle.rotation import Rotation
 from .planning.planner import ForgetPlanner, ForgetTarget, Survey, check_postcondition
-from .planning.probes import RecordSample
+from .planning.probes import RecordSample, sample_reads
 from .planning.sampling import ProbeSampler
 from .proof.audit_check import AuditCheck
 from .proof.integrity import find_tampering
@@ -200,10 +200,9 @@ class Erasure:
         """Survey the target outside the write lock, commit the plan (whole if small, else its
         head: tombstones and scope/subject keys) with its ledger entry, apply a large plan's
         records in chunks, then purge as the purge mode says."""
-        self._caches.sync()
         locks = self._planner.locks(target) if self._backend.concurrent_writers else None
         for attempt in range(ESCAPE_RETRIES + 1):
-            survey = self._planner.survey(self._backend.read, target)
+            survey = self._survey(target)
             sample = (
                 self._sample_ahead(survey) if target.compliance and survey.size > chunk_records() else None
             )
@@ -228,6 +227,16 @@ class Erasure:
             self.worker.nudge()
         return self.handle(plan.request_id, plan.version, plan.mode, plan.target_kind, plan.requested_at)
 
+    def _survey(self, target: ForgetTarget) -> Survey:
+        """The target surveyed outside the write lock, the caches synced around it with no round
+        trip of their own: the change marker comes with the survey's clock."""
+
+        def surveyed() -> tuple[Hashable, Survey]:
+            survey = self._planner.survey(self._backend.read, target)
+            return survey.marker, survey
+
+        return self._caches.sync_around(surveyed)
+
     def _commit_forget(
         self, target: ForgetTarget, survey: Survey, sample: RecordSample | None, locks: WriteLocks | None
     ) -> tuple[ForgetPlan, bool]:
@@ -237,21 +246,25 @@ class Erasure:
             locks = None  # a ledger this process has not replayed: store-wide, where replaying is safe
         # what the transaction reads first goes with its BEGIN and lock (PostgreSQL: one round
         # trip): the counters, its version, the slots the plan checks for ancestor copies, what
-        # was written since the survey's clock, the audit log's tail and the audit chain id.
-        # Read once the lock is held, so as current as if each were read where it is used (the
-        # audit log and the chain id change only in a transaction the lock excludes); a ledger
-        # replay's writes (below) drop those they may change, read again where used
+        # was written since the survey's clock, the audit log's tail and the audit chain id, and
+        # (compliance) its records' sample and the consumers that took one. Read once the lock is
+        # held, so as current as if each were read where it is used (the audit log, the chain id
+        # and the consumers' takes change only in a transaction the lock excludes; the sample is
+        # read before this one writes); a write drops what it may change (a ledger replay's, the
+        # forget's own), read again where used, as is a list that "written since" made longer
         ahead: list[ops.Op[Any]] = [ops.MetaAll(), ops.Reserve(1, self._ledger.view.max_version)]
         ahead += self._planner.read_ahead(target)
         ahead += [ops.WrittenSince(survey.since), ops.AuditTail(), ops.Meta(AUDIT_CHAIN)]
+        if target.compliance:  # its records, as the plan lists them unless some were written since
+            listed = sorted(set(survey.destroy))
+            ahead += sample_reads(listed) if sample is None else []
+            ahead += consumer_feed.notify_reads(listed)
         with self._backend.write(locks, ahead) as txn:
             if locks is None:  # under target locks another forget may be between ledger and COMMIT
                 self._ledger.reconcile_if_changed(txn)
             # another process forgot since our last sync: its records are not in our plan
-            others = (
-                txn.run(ops.MetaAll())["forget_epoch"] != self._caches.forget_epoch
-                or self._ledger.view.refresh() > 0
-            )
+            before = txn.run(ops.MetaAll())["forget_epoch"]
+            others = before != self._caches.forget_epoch or self._ledger.view.refresh() > 0
             request_id = "er_" + os.urandom(12).hex()
             # a version of its own (above every version reserved before, and the ledger's
             # newest): under target locks others take theirs meanwhile
@@ -260,7 +273,10 @@ class Erasure:
             fault_point("forget.planned")
             whole = self._ledger.commit_plan(txn, plan, check_postcondition, sample)
             self._ask_consumers(txn, plan)
-            epoch = txn.run(ops.Count("forget_epoch"))
+            # the plan's head advanced the epoch once (``apply_head``), and no other transaction
+            # can meanwhile: forgets are serial, and whatever else moves it (a replay, a chunk)
+            # is store-wide, excluded by this transaction's locks
+            epoch = before + 1
 
             def forgotten() -> None:
                 # under the backend lock, right after COMMIT: no other thread may see the forget

@@ -29,7 +29,18 @@ from ..sql.columns import (
     lineage_row,
     record_row,
 )
-from ..sql.handlers import AUDIT_TAIL, META, WRITTEN_SINCE, audit_tail_of
+from ..sql.handlers import (
+    AUDIT_TAIL,
+    META,
+    SAMPLE_ROWS,
+    SAMPLE_ROWS_IDS,
+    TAKERS_OF,
+    TAKERS_OF_IDS,
+    WRITTEN_SINCE,
+    audit_tail_of,
+    sample_rows_of,
+    takers_of,
+)
 from .marker import BUMP, SUM
 
 __all__ = ["Connection", "PostgresTxn"]
@@ -119,12 +130,21 @@ def _meta_value(cursor: Cursor) -> int | None:
     return None if row is None else int(row[0])
 
 
+@cache
+def _ids_in(text: str, column: str) -> str:
+    """A shared statement of one ``{In}`` list of record ids, as one array parameter."""
+    return POSTGRES.sql(text.format(In=POSTGRES.any_of(column, "text", 1)))
+
+
 def _unchanged_by(read: Op[Any], write: Op[Any]) -> bool:
     """Is ``read``'s result, read ahead, still current after this transaction runs ``write``?
     Only for the reads no other write of the store changes: the audit log's tail (changed only
-    by an appended entry) and a meta value (only by setting or advancing that name)."""
+    by an appended entry), a meta value (only by setting or advancing that name) and the
+    consumers' takes (only by a take's registration, store-wide)."""
     if isinstance(read, ops.AuditTail):
         return not isinstance(write, ops.AppendAudit)
+    if isinstance(read, ops.TakersOf):
+        return not isinstance(write, ops.InsertTakes)
     if isinstance(read, ops.Meta):
         return not (isinstance(write, ops.SetMeta | ops.Advance) and write.name == read.name)
     return False
@@ -198,6 +218,10 @@ class PostgresTxn(SQLHandlers, OpRunner):
         self._begin = begin
         self._reconnect = reconnect
         self._marker_of = marker_of  # the change marker of a snapshot at a counter value
+        # ``clock_marker_then``: the read's first statement sends the settled clock and the
+        # marker before it (the marker's counter, as read then)
+        self._led = False
+        self._led_marker = 0
         # a read of its own (not one inside another transaction) may end itself early: its
         # closing statement (:meth:`run_last`) carries the COMMIT in its round trip
         self._ends = ends and not commits
@@ -264,6 +288,12 @@ class PostgresTxn(SQLHandlers, OpRunner):
             return conn.execute(POSTGRES.sql(AUDIT_TAIL)), lambda c: audit_tail_of(c.fetchone())
         if isinstance(op, ops.Meta):
             return conn.execute(POSTGRES.sql(META), (op.name,)), _meta_value
+        if isinstance(op, ops.SampleRows):  # a compliance forget's records, sampled
+            ids = list(dict.fromkeys(op.ids))
+            return conn.execute(_ids_in(SAMPLE_ROWS, SAMPLE_ROWS_IDS), (ids,)), lambda c: sample_rows_of(c)
+        if isinstance(op, ops.TakersOf):  # the consumers a compliance forget asks
+            cursor = conn.execute(_ids_in(TAKERS_OF, TAKERS_OF_IDS), (list(op.record_ids),))
+            return cursor, lambda c: takers_of(c)
         return None, lambda c: None
 
     def run(self, op: Op[R]) -> R:
@@ -347,20 +377,39 @@ class PostgresTxn(SQLHandlers, OpRunner):
             return cursor
         if self._begin is None and not closing:
             return self._c.execute(sql, args)  # in the transaction, or (ended) a snapshot of its own
+        led, self._led = self._led, False
+        if not led:
+            return self._opening([(sql, args)], settled=False, closing=closing)[1][0]
+        # the settled clock first, and the marker taking the snapshot (``clock_marker_then``)
+        clock, (marker, cursor) = self._opening([(SUM, ()), (sql, args)], settled=True, closing=closing)
+        assert clock is not None
+        self._clock, self._led_marker = clock, _first(marker)
+        return cursor
+
+    def _opening(
+        self, statements: Sequence[tuple[Query, Params]], *, settled: bool, closing: bool
+    ) -> tuple[int | None, list[Cursor]]:
+        """``statements`` in one pipeline, after this read's BEGIN if it has not begun (and the
+        settled clock before it, ``settled``), before its COMMIT (``closing``): one round trip.
+        The clock (if read) and the statements' cursors. A connection found broken before the
+        transaction sent anything that counted is swapped for another and all of it sent again."""
         begin, self._begin = self._begin, None
         if closing:
             self._ended = True
         for attempt in range(_RECONNECTS + 1):
             try:
-                with self._c.pipeline():
+                with self._c.pipeline() as pipeline:
+                    clock = self._c.execute(_SETTLED) if settled else None
+                    if clock is not None:
+                        _sync_without_waiting(pipeline)  # its own implicit transaction, ended before BEGIN
                     if begin is not None:
                         self._c.execute(begin)
-                    cursor = self._c.execute(sql, args)
+                    # the snapshot is taken by the first statement, not by BEGIN
+                    cursors = [self._c.execute(sql, args) for sql, args in statements]
                     if closing:
                         self._c.execute("COMMIT")
-                return cursor
+                return (None if clock is None else _first(clock)), cursors
             except psycopg.OperationalError:
-                # broken before this transaction sent anything that counted: another connection
                 if begin is None or not self._c.broken or self._reconnect is None or attempt == _RECONNECTS:
                     raise
                 self._c = self._reconnect(self._c)
@@ -460,25 +509,32 @@ class PostgresTxn(SQLHandlers, OpRunner):
             return self._clock, self._marker_of(int(_first(cursor)))
         return self.count("clock"), self.marker()
 
+    def clock_marker_then(self, op: Op[R]) -> tuple[int, int, R]:
+        """The settled clock, this snapshot's change marker and ``op`` as the read's closing
+        statement: in a read of its own not begun yet, one round trip (the clock; BEGIN, the
+        marker taking the snapshot, ``op``'s statement; COMMIT). Give it an operation of one
+        statement."""
+        if self._begin is None or self._clock is not None or not self._ends:
+            clock, marker = self.clock_marker()
+            return clock, marker, self.run_last(op)
+        self._led = True  # the statement that begins the read sends the clock and the marker first
+        try:
+            result = self.run_last(op)
+        finally:
+            led, self._led = self._led, False
+        if led:  # ``op`` sent no statement: nothing began
+            clock, marker = self.clock_marker()
+            return clock, marker, result
+        assert self._clock is not None
+        return self._clock, self._marker_of(self._led_marker), result
+
     def _settled_then_begin(self, first: Query = "SELECT 1") -> tuple[int, Cursor]:
         """The settled clock, then this read's BEGIN and ``first``, the statement taking its
-        snapshot (and its cursor), in one round trip; a connection found broken then is swapped
-        as in :meth:`_x`."""
+        snapshot (and its cursor), in one round trip."""
         assert self._begin is not None
-        begin, self._begin = self._begin, None
-        for attempt in range(_RECONNECTS + 1):
-            try:
-                with self._c.pipeline() as pipeline:
-                    cursor = self._c.execute(_SETTLED)
-                    _sync_without_waiting(pipeline)  # its own implicit transaction, ended before BEGIN
-                    self._c.execute(begin)
-                    taken = self._c.execute(first)  # the snapshot is taken by a statement, not by BEGIN
-                return _first(cursor), taken
-            except psycopg.OperationalError:
-                if not self._c.broken or self._reconnect is None or attempt == _RECONNECTS:
-                    raise
-                self._c = self._reconnect(self._c)
-        raise AssertionError("unreachable")  # pragma: no cover
+        clock, (taken,) = self._opening([(first, ())], settled=True, closing=False)
+        assert clock is not None
+        return clock, taken
 
     def meta_all(self) -> dict[str, int]:
         return {str(n): int(v) for n, v in self._rows(_META_ALL)}

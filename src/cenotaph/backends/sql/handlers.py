@@ -31,7 +31,21 @@ from .columns import (
 )
 from .dialect import Dialect
 
-__all__ = ["AUDIT_TAIL", "META", "WRITTEN_SINCE", "Cursor", "SQLHandlers", "audit_tail_of", "by_ids"]
+__all__ = [
+    "AUDIT_TAIL",
+    "META",
+    "SAMPLE_ROWS",
+    "SAMPLE_ROWS_IDS",
+    "TAKERS_OF",
+    "TAKERS_OF_IDS",
+    "WRITTEN_SINCE",
+    "Cursor",
+    "SQLHandlers",
+    "audit_tail_of",
+    "by_ids",
+    "sample_rows_of",
+    "takers_of",
+]
 
 _SAVEPOINT = "cenotaph_write"
 # statements a backend may also send ahead of a write (PostgreSQL: with its BEGIN and locks),
@@ -45,6 +59,40 @@ WRITTEN_SINCE = (
 )
 AUDIT_TAIL = "SELECT seq, entry FROM audit ORDER BY seq DESC LIMIT 1"
 META = "SELECT value FROM meta WHERE name=?"  # one meta value (none: no row)
+
+
+# every lineage row of a list of ids with its record row and vector cell, if any (``{In}``: the
+# ids, see ``SQLHandlers._in_parts``); a compliance forget's sample, sent ahead with its locks
+SAMPLE_ROWS = (
+    f"SELECT {L_COLS}, {R_COLS}, v.cell FROM lineage l LEFT JOIN records r ON r.version = l.version "
+    "LEFT JOIN vectors v ON v.version = r.version WHERE {In}"
+)
+# every consumer's take of a list of record ids (``{In}``: the ids); only a consumer's
+# registration of a take (store-wide) changes it, so a forget sends it ahead with its locks
+TAKERS_OF = "SELECT consumer_id, record_id, version FROM consumer_takes WHERE {In}"
+SAMPLE_ROWS_IDS, TAKERS_OF_IDS = "l.record_id", "record_id"  # the columns their ``{In}`` lists
+
+
+def sample_rows_of(
+    rows: Iterable[Sequence[Any]],
+) -> dict[str, tuple[LineageRow, RecordRow | None, bytes | None]]:
+    """:data:`SAMPLE_ROWS`'s rows by record id: (lineage row, record row, vector cell)."""
+    width = len(LineageRow._fields)
+    found: dict[str, tuple[LineageRow, RecordRow | None, bytes | None]] = {}
+    for row in rows:
+        record = row[width:-1]
+        cell = row[-1]
+        found[row[0]] = (
+            lineage_row(row[:width]),
+            None if record[0] is None else record_row(record),
+            None if cell is None else bytes(cell),
+        )
+    return found
+
+
+def takers_of(rows: Iterable[Sequence[Any]]) -> list[tuple[str, str, int]]:
+    """:data:`TAKERS_OF`'s rows: (consumer id, record id, version)."""
+    return [(str(r[0]), str(r[1]), int(r[2])) for r in rows]
 
 
 def audit_tail_of(row: Sequence[Any] | None) -> tuple[int, str] | None:
@@ -302,21 +350,7 @@ class SQLHandlers:
         return {row[0]: (record_row(row[:width]), lineage_row(row[width:])) for row in found}
 
     def sample_rows(self, ids: Sequence[str]) -> dict[str, tuple[LineageRow, RecordRow | None, bytes | None]]:
-        sql = (
-            f"SELECT {L_COLS}, {R_COLS}, v.cell FROM lineage l LEFT JOIN records r ON r.version = l.version "
-            "LEFT JOIN vectors v ON v.version = r.version WHERE {In}"
-        )
-        width = len(LineageRow._fields)
-        found: dict[str, tuple[LineageRow, RecordRow | None, bytes | None]] = {}
-        for row in self._in_parts(sql, "l.record_id", "text", list(dict.fromkeys(ids))):
-            record = row[width:-1]
-            cell = row[-1]
-            found[row[0]] = (
-                lineage_row(row[:width]),
-                None if record[0] is None else record_row(record),
-                None if cell is None else bytes(cell),
-            )
-        return found
+        return sample_rows_of(self._in_parts(SAMPLE_ROWS, SAMPLE_ROWS_IDS, "text", list(dict.fromkeys(ids))))
 
     def records_in_scopes(self, scope_tokens: Sequence[bytes]) -> list[RecordRow]:
         sql = f"SELECT {R_COLS} FROM lineage l JOIN records r ON r.version = l.version WHERE {{In}}"
@@ -810,10 +844,7 @@ class SQLHandlers:
         )
 
     def takers_of(self, record_ids: Sequence[str]) -> list[tuple[str, str, int]]:
-        sql = "SELECT consumer_id, record_id, version FROM consumer_takes WHERE {In}"
-        return [
-            (str(r[0]), str(r[1]), int(r[2])) for r in self._in_parts(sql, "record_id", "text", record_ids)
-        ]
+        return takers_of(self._in_parts(TAKERS_OF, TAKERS_OF_IDS, "text", record_ids))
 
     def insert_consumer_events(self, rows: Sequence[tuple[str, str, str, str, str]]) -> None:
         for row in rows:

@@ -20,7 +20,7 @@ through to it), the forget fails closed with ScopeClosureError unless ``include_
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -78,9 +78,11 @@ class ForgetTarget:
 @dataclass
 class Survey:
     """What the target held when surveyed outside the write lock; ``since`` is the clock before
-    the first read, so whatever was written after it is caught up inside the lock."""
+    the first read, so whatever was written after it is caught up inside the lock; ``marker`` the
+    change marker of its snapshot (the caches' sync learns from it whether anyone committed)."""
 
     since: int
+    marker: Hashable = None  # None: unknown, the caches sync completely
     hide: list[str] = field(default_factory=list)
     destroy: list[str] = field(default_factory=list)
 
@@ -161,16 +163,16 @@ class ForgetPlanner:
         get the connection between them)."""
         if target.kind == "subject":
             with reading() as txn:
-                since = txn.run(ops.Count("clock"))
+                since, marker = txn.run(ops.ClockMarker())
                 ids = _unforgotten(txn, target, ALL_VERSIONS)
-            survey = Survey(since, hide=ids)
+            survey = Survey(since, marker, hide=ids)
             survey.destroy = survey.hide = with_derived_reading(reading, ids)
             return survey
-        # a key's or a scope's: the clock, then one statement (the subtree, its unforgotten
-        # records and, compliance, what derives from them) closing the read in its round trip
+        # a key's or a scope's: the clock and the marker, then one statement (the subtree, its
+        # unforgotten records and, compliance, what derives from them) closing the read, all in
+        # one round trip where the backend can (its snapshot still begins after the clock)
         with reading() as txn:
-            since = txn.run(ops.Count("clock"))
-            ids = txn.run_last(
+            since, marker, ids = txn.clock_marker_then(
                 ops.UnforgottenInSubtree(
                     target.token,
                     target.key_token,
@@ -180,7 +182,7 @@ class ForgetPlanner:
                     derived=target.compliance,
                 )
             )
-        survey = Survey(since, hide=ids)
+        survey = Survey(since, marker, hide=ids)
         if target.compliance:
             survey.destroy = ids  # with its derived records' closure, in the same snapshot
         return survey

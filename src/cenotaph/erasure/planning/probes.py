@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -40,6 +40,7 @@ __all__ = [
     "RecordSample",
     "open_probes",
     "sample_probes",
+    "sample_reads",
     "sample_records",
     "seal_probes",
 ]
@@ -90,6 +91,12 @@ class RecordSample:
     windows: list[bytes]
     held: int
     live_keys: int
+
+
+def sample_reads(ids: Sequence[str]) -> list[ops.Op[Any]]:
+    """What :func:`sample_records` of ``ids`` reads first, for a forget to send ahead with its
+    locks (a list equal to the one it samples then: a record "written since" changes it)."""
+    return [ops.SampleRows(list(ids))] if len(ids) <= MAX_SAMPLED_RECORDS else []
 
 
 def sample_records(txn: Txn, ids: Sequence[str], open_record: Opener) -> RecordSample:
