@@ -247,7 +247,8 @@ class Erasure:
         # what the transaction reads first goes with its BEGIN and lock (PostgreSQL: one round
         # trip): the counters, its version, the slots the plan checks for ancestor copies, what
         # was written since the survey's clock, the audit log's tail and the audit chain id, and
-        # (compliance) its records' sample and the consumers that took one. Read once the lock is
+        # (compliance) its records' sample, the target scope's key rows and the consumers that
+        # took one of its records. Read once the lock is
         # held, so as current as if each were read where it is used (the audit log, the chain id
         # and the consumers' takes change only in a transaction the lock excludes; the sample is
         # read before this one writes); a write drops what it may change (a ledger replay's, the
@@ -257,7 +258,8 @@ class Erasure:
         ahead += [ops.WrittenSince(survey.since), ops.AuditTail(), ops.Meta(AUDIT_CHAIN)]
         if target.compliance:  # its records, as the plan lists them unless some were written since
             listed = sorted(set(survey.destroy))
-            ahead += sample_reads(listed) if sample is None else []
+            scope = None if target.kind == "subject" else target.token
+            ahead += sample_reads(listed, scope) if sample is None and listed else []
             ahead += consumer_feed.notify_reads(listed)
         with self._backend.write(locks, ahead) as txn:
             if locks is None:  # under target locks another forget may be between ledger and COMMIT

@@ -39,6 +39,8 @@ from ..sql.handlers import (
     WRITTEN_SINCE,
     audit_tail_of,
     sample_rows_of,
+    scope_chain,
+    scope_rows_of,
     takers_of,
 )
 from .marker import BUMP, SUM
@@ -291,6 +293,8 @@ class PostgresTxn(SQLHandlers, OpRunner):
         if isinstance(op, ops.SampleRows):  # a compliance forget's records, sampled
             ids = list(dict.fromkeys(op.ids))
             return conn.execute(_ids_in(SAMPLE_ROWS, SAMPLE_ROWS_IDS), (ids,)), lambda c: sample_rows_of(c)
+        if isinstance(op, ops.ScopeChainRows):  # the scope keys opening a forget's sampled records
+            return conn.execute(POSTGRES.sql(scope_chain(POSTGRES)), (op.token,)), lambda c: scope_rows_of(c)
         if isinstance(op, ops.TakersOf):  # the consumers a compliance forget asks
             cursor = conn.execute(_ids_in(TAKERS_OF, TAKERS_OF_IDS), (list(op.record_ids),))
             return cursor, lambda c: takers_of(c)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import cache
 from typing import Any, ClassVar, Protocol
 
 from ..base import ErasureRow, LineageRow, RecordRow, ScopeKeyRow
@@ -44,6 +45,8 @@ __all__ = [
     "audit_tail_of",
     "by_ids",
     "sample_rows_of",
+    "scope_chain",
+    "scope_rows_of",
     "takers_of",
 ]
 
@@ -71,6 +74,23 @@ SAMPLE_ROWS = (
 # registration of a take (store-wide) changes it, so a forget sends it ahead with its locks
 TAKERS_OF = "SELECT consumer_id, record_id, version FROM consumer_takes WHERE {In}"
 SAMPLE_ROWS_IDS, TAKERS_OF_IDS = "l.record_id", "record_id"  # the columns their ``{In}`` lists
+
+
+@cache
+def scope_chain(d: Dialect) -> str:
+    """The scopes rows of a scope (the one parameter) and of every ancestor its parent column
+    leads to: one statement up the parent column (UNION: a tampered cycle ends). A forget sends
+    it ahead with its locks, for the keys that open its sampled records."""
+    return (
+        f"WITH RECURSIVE up(t) AS (SELECT {d.param('bytea')} UNION "
+        "SELECT s.parent FROM scopes s JOIN up ON s.token = up.t WHERE s.parent IS NOT NULL) "
+        "SELECT token, parent, wrapped, epoch FROM scopes WHERE token IN (SELECT t FROM up)"
+    )
+
+
+def scope_rows_of(rows: Iterable[Sequence[Any]]) -> dict[bytes, ScopeKeyRow]:
+    """Rows of ``token, parent, wrapped, epoch`` by token."""
+    return {bytes(row[0]): ScopeKeyRow(*row) for row in rows}
 
 
 def sample_rows_of(
@@ -292,13 +312,7 @@ class SQLHandlers:
         return {bytes(row[0]): ScopeKeyRow(*row) for row in self._in_parts(sql, "token", "bytea", tokens)}
 
     def scope_chain_rows(self, token: bytes) -> dict[bytes, ScopeKeyRow]:
-        # one statement up the parent column (UNION: a tampered cycle ends)
-        sql = (
-            f"WITH RECURSIVE up(t) AS (SELECT {self._d.param('bytea')} UNION "
-            "SELECT s.parent FROM scopes s JOIN up ON s.token = up.t WHERE s.parent IS NOT NULL) "
-            "SELECT token, parent, wrapped, epoch FROM scopes WHERE token IN (SELECT t FROM up)"
-        )
-        return {bytes(row[0]): ScopeKeyRow(*row) for row in self._run(sql, (token,))}
+        return scope_rows_of(self._run(scope_chain(self._d), (token,)))
 
     def insert_scopes(self, rows: Iterable[ScopeKeyRow]) -> None:
         self._insert_rows(

@@ -93,10 +93,14 @@ class RecordSample:
     live_keys: int
 
 
-def sample_reads(ids: Sequence[str]) -> list[ops.Op[Any]]:
+def sample_reads(ids: Sequence[str], scope: bytes | None) -> list[ops.Op[Any]]:
     """What :func:`sample_records` of ``ids`` reads first, for a forget to send ahead with its
-    locks (a list equal to the one it samples then: a record "written since" changes it)."""
-    return [ops.SampleRows(list(ids))] if len(ids) <= MAX_SAMPLED_RECORDS else []
+    locks (a list equal to the one it samples then: a record "written since" changes it), and
+    the key rows of ``scope`` and its ancestors, which open the records held in ``scope`` (the
+    target's; a record elsewhere reads its own)."""
+    if len(ids) > MAX_SAMPLED_RECORDS:
+        return []
+    return [ops.SampleRows(list(ids))] + ([] if scope is None else [ops.ScopeChainRows(scope)])
 
 
 def sample_records(txn: Txn, ids: Sequence[str], open_record: Opener) -> RecordSample:
