@@ -258,8 +258,8 @@ class Erasure:
         ahead += [ops.WrittenSince(survey.since), ops.AuditTail(), ops.Meta(AUDIT_CHAIN)]
         if target.compliance:  # its records, as the plan lists them unless some were written since
             listed = sorted(set(survey.destroy))
-            scope = None if target.kind == "subject" else target.token
-            ahead += sample_reads(listed, scope) if sample is None and listed else []
+            keys = self._planner.opening_keys(target)
+            ahead += sample_reads(listed, *keys) if sample is None and listed else []
             ahead += consumer_feed.notify_reads(listed)
         with self._backend.write(locks, ahead) as txn:
             if locks is None:  # under target locks another forget may be between ledger and COMMIT

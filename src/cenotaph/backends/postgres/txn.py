@@ -8,7 +8,7 @@ bytes).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from functools import cache
 from typing import Any, TypeVar, cast
 
@@ -34,6 +34,7 @@ from ..sql.handlers import (
     META,
     SAMPLE_ROWS,
     SAMPLE_ROWS_IDS,
+    SUBJECT_ROWS,
     TAKERS_OF,
     TAKERS_OF_IDS,
     WRITTEN_SINCE,
@@ -41,6 +42,7 @@ from ..sql.handlers import (
     sample_rows_of,
     scope_chain,
     scope_rows_of,
+    subject_rows_of,
     takers_of,
 )
 from .marker import BUMP, SUM
@@ -133,9 +135,10 @@ def _meta_value(cursor: Cursor) -> int | None:
 
 
 @cache
-def _ids_in(text: str, column: str) -> str:
-    """A shared statement of one ``{In}`` list of record ids, as one array parameter."""
-    return POSTGRES.sql(text.format(In=POSTGRES.any_of(column, "text", 1)))
+def _list_in(text: str, column: str, sql_type: str = "text") -> str:
+    """A shared statement of one ``{In}`` list (record ids unless ``sql_type`` says), as one
+    array parameter."""
+    return POSTGRES.sql(text.format(In=POSTGRES.any_of(column, sql_type, 1)))
 
 
 def _unchanged_by(read: Op[Any], write: Op[Any]) -> bool:
@@ -292,11 +295,14 @@ class PostgresTxn(SQLHandlers, OpRunner):
             return conn.execute(POSTGRES.sql(META), (op.name,)), _meta_value
         if isinstance(op, ops.SampleRows):  # a compliance forget's records, sampled
             ids = list(dict.fromkeys(op.ids))
-            return conn.execute(_ids_in(SAMPLE_ROWS, SAMPLE_ROWS_IDS), (ids,)), lambda c: sample_rows_of(c)
+            return conn.execute(_list_in(SAMPLE_ROWS, SAMPLE_ROWS_IDS), (ids,)), lambda c: sample_rows_of(c)
         if isinstance(op, ops.ScopeChainRows):  # the scope keys opening a forget's sampled records
             return conn.execute(POSTGRES.sql(scope_chain(POSTGRES)), (op.token,)), lambda c: scope_rows_of(c)
+        if isinstance(op, ops.SubjectRows):  # the subject keys opening a forget's sampled records
+            cursor = conn.execute(_list_in(SUBJECT_ROWS, "token", "bytea"), ([bytes(t) for t in op.tokens],))
+            return cursor, lambda c: subject_rows_of(c)
         if isinstance(op, ops.TakersOf):  # the consumers a compliance forget asks
-            cursor = conn.execute(_ids_in(TAKERS_OF, TAKERS_OF_IDS), (list(op.record_ids),))
+            cursor = conn.execute(_list_in(TAKERS_OF, TAKERS_OF_IDS), (list(op.record_ids),))
             return cursor, lambda c: takers_of(c)
         return None, lambda c: None
 
@@ -319,6 +325,11 @@ class PostgresTxn(SQLHandlers, OpRunner):
                 if wanted <= {(bytes(a), bytes(b)) for a, b in sent.slots}:
                     del self._ahead[i]
                     return [r for r in result if (bytes(r.scope_token), bytes(r.key_token)) in wanted]
+            elif isinstance(op, ops.SubjectRows) and isinstance(sent, ops.SubjectRows):
+                tokens = {bytes(t) for t in op.tokens}
+                if tokens <= {bytes(t) for t in sent.tokens}:
+                    del self._ahead[i]
+                    return {t: row for t, row in result.items() if t in tokens}
             elif isinstance(op, ops.Reserve) and isinstance(sent, ops.Reserve):
                 if op.count == sent.count and result >= op.floor:
                     del self._ahead[i]
@@ -513,7 +524,7 @@ class PostgresTxn(SQLHandlers, OpRunner):
             return self._clock, self._marker_of(int(_first(cursor)))
         return self.count("clock"), self.marker()
 
-    def clock_marker_then(self, op: Op[R]) -> tuple[int, int, R]:
+    def clock_marker_then(self, op: Op[R]) -> tuple[int, Hashable, R]:
         """The settled clock, this snapshot's change marker and ``op`` as the read's closing
         statement: in a read of its own not begun yet, one round trip (the clock; BEGIN, the
         marker taking the snapshot, ``op``'s statement; COMMIT). Give it an operation of one

@@ -37,6 +37,7 @@ __all__ = [
     "META",
     "SAMPLE_ROWS",
     "SAMPLE_ROWS_IDS",
+    "SUBJECT_ROWS",
     "TAKERS_OF",
     "TAKERS_OF_IDS",
     "WRITTEN_SINCE",
@@ -47,6 +48,7 @@ __all__ = [
     "sample_rows_of",
     "scope_chain",
     "scope_rows_of",
+    "subject_rows_of",
     "takers_of",
 ]
 
@@ -86,6 +88,16 @@ def scope_chain(d: Dialect) -> str:
         "SELECT s.parent FROM scopes s JOIN up ON s.token = up.t WHERE s.parent IS NOT NULL) "
         "SELECT token, parent, wrapped, epoch FROM scopes WHERE token IN (SELECT t FROM up)"
     )
+
+
+# the subjects rows of a list of tokens (``{In}``: ``token`` one of them); a forget sends those of
+# its target scope's subjects ahead with its locks, for the keys that open its sampled records
+SUBJECT_ROWS = "SELECT token, wrapped, epoch FROM subjects WHERE {In}"
+
+
+def subject_rows_of(rows: Iterable[Sequence[Any]]) -> dict[bytes, tuple[bytes | None, int | None]]:
+    """:data:`SUBJECT_ROWS`'s rows: (wrapped key, epoch) by token."""
+    return {bytes(t): (w, e) for t, w, e in rows}
 
 
 def scope_rows_of(rows: Iterable[Sequence[Any]]) -> dict[bytes, ScopeKeyRow]:
@@ -323,8 +335,7 @@ class SQLHandlers:
         )
 
     def subject_rows(self, tokens: Sequence[bytes]) -> dict[bytes, tuple[bytes | None, int | None]]:
-        sql = "SELECT token, wrapped, epoch FROM subjects WHERE {In}"
-        return {bytes(t): (w, e) for t, w, e in self._in_parts(sql, "token", "bytea", tokens)}
+        return subject_rows_of(self._in_parts(SUBJECT_ROWS, "token", "bytea", tokens))
 
     def insert_subjects(self, rows: Iterable[tuple[bytes, bytes, int]]) -> None:
         self._insert_rows("subjects", "token, wrapped, epoch", ("bytea", "bytea", "bigint"), rows)
@@ -620,6 +631,8 @@ class SQLHandlers:
             )
 
     def _destroy_keys(self, table: str, tokens: Sequence[bytes], version: int) -> None:
+        if not tokens:  # a key forget's: no statement (PostgreSQL would send an empty array)
+            return
         for part in self._d.chunks(tokens):
             self._run(
                 f"UPDATE {table} SET wrapped=NULL, epoch=NULL, destroyed_version=coalesce(destroyed_version, ?) "

@@ -35,7 +35,7 @@ from ...ledger.exclusive_keys import split_tokens
 from ...ledger.plan import ForgetPlan
 from ...model import Mode
 from ...records import is_visible
-from ...scope import Scope
+from ...scope import Scope, default_subjects
 
 __all__ = [
     "ForgetPlanner",
@@ -156,6 +156,14 @@ class ForgetPlanner:
         return [
             ops.RecordsInSlots([(self._tokens.scope(a), target.key_token) for a in target.scope.ancestors()])
         ]
+
+    def opening_keys(self, target: ForgetTarget) -> tuple[bytes | None, list[bytes]]:
+        """The key rows that open a record of the target's scope, for its probes to read ahead:
+        the scope's token (its chain) and the tokens of the subjects its scope gives every record
+        written there (``default_subjects``). None and none for a subject's target."""
+        if target.scope is None:
+            return None, []
+        return target.token, [self._tokens.subject(s) for s in default_subjects(target.scope)]
 
     # -- step 1: outside the write lock ------------------------------------------------
     def survey(self, reading: Reading, target: ForgetTarget) -> Survey:

@@ -93,14 +93,18 @@ class RecordSample:
     live_keys: int
 
 
-def sample_reads(ids: Sequence[str], scope: bytes | None) -> list[ops.Op[Any]]:
+def sample_reads(ids: Sequence[str], scope: bytes | None, subjects: Sequence[bytes]) -> list[ops.Op[Any]]:
     """What :func:`sample_records` of ``ids`` reads first, for a forget to send ahead with its
     locks (a list equal to the one it samples then: a record "written since" changes it), and
-    the key rows of ``scope`` and its ancestors, which open the records held in ``scope`` (the
-    target's; a record elsewhere reads its own)."""
+    the key rows that open a record of ``scope`` (the target's): the scope's and its ancestors',
+    and those of ``subjects``, the subjects every record of the scope carries. A record
+    elsewhere, or with other subjects, reads the rest of its own."""
     if len(ids) > MAX_SAMPLED_RECORDS:
         return []
-    return [ops.SampleRows(list(ids))] + ([] if scope is None else [ops.ScopeChainRows(scope)])
+    keys: list[ops.Op[Any]] = [] if scope is None else [ops.ScopeChainRows(scope)]
+    if subjects:
+        keys.append(ops.SubjectRows(list(subjects)))
+    return [ops.SampleRows(list(ids)), *keys]
 
 
 def sample_records(txn: Txn, ids: Sequence[str], open_record: Opener) -> RecordSample:
