@@ -27,16 +27,15 @@ from cenotaph.backends.postgres import PostgresBackend
 
 SCOPE = "tenant:acme/user:u1"
 RUNS = 8
-# measured 5 for a one-key compliance forget whose keys are not cached (4 with them cached; 12
-# before its survey took its clock, the change marker and its statement in one round trip and its
-# sample, the target scope's key rows, the consumers' takes went with its lock and its forget epoch
-# was derived, 15 before "written since", the audit log's tail and
-# the audit chain id went with its lock, 17 before its probes read no empty list of scope and
-# subject keys, 18 before the consumers' requests were read only where a consumer took a record, 22
-# before its sample's reads were one statement, 26 before its first reads went with its lock, 36
-# before its survey and its postcondition were one statement each, 49 before its writes were
-# pipelined)
-FORGET_ROUND_TRIPS = 6
+# measured 4 for a one-key compliance forget (12 before its survey took the clock, the change
+# marker and its statement in one round trip, its sample, the keys that open it and the consumers'
+# takes went with its lock and its forget epoch was derived; 15 before "written since", the audit
+# log's tail and the audit chain id went with its lock, 17 before its probes read no empty list
+# of scope and subject keys, 18 before the consumers' requests were read only where a consumer
+# took a record, 22 before its sample's reads were one statement, 26 before its first reads went
+# with its lock, 36 before its survey and its postcondition were one statement each, 49 before its
+# writes were pipelined)
+FORGET_ROUND_TRIPS = 5
 
 
 @pytest.fixture
