@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 import cenotaph
+from cenotaph.backends import ops
 from cenotaph.backends.base import (
     BUSY_TIMEOUT_ENV,
     Backend,
@@ -225,6 +226,26 @@ def test_a_snapshot_s_marker_is_the_marker_of_its_snapshot(open_backend: Open) -
     with mine.read() as txn:
         after, _ = txn.key_records([_tok("s")], _tok("k"))
     assert after != before and after == mine.marker()
+
+
+def test_the_clock_the_marker_and_a_statement_are_one_read(open_backend: Open) -> None:
+    """``clock_marker_then`` (a forget's survey): the settled clock read before the snapshot, the
+    marker of that snapshot and the statement's rows in it, as ``ClockMarker`` then the statement
+    give (in one round trip: ``test_round_trips`` counts the forget's)."""
+    mine, theirs = open_backend(), open_backend()
+    with theirs.write() as other:
+        other.advance("clock", 7)
+        other.set_meta("x", 1)
+    with mine.read() as txn:
+        expected = txn.run(ops.ClockMarker())
+    with mine.read() as txn:
+        clock, marker, x = txn.clock_marker_then(ops.Meta("x"))
+    assert (clock, marker, x) == (*expected, 1) and clock >= 7
+    with theirs.write() as other:
+        other.set_meta("x", 2)
+    with mine.read() as txn:
+        again, moved, x = txn.clock_marker_then(ops.Meta("x"))
+    assert again == clock and moved != marker and x == 2
 
 
 def test_after_commit_runs_after_commit_and_not_on_rollback(open_backend: Open) -> None:
