@@ -320,6 +320,8 @@ class PostgresTxn(SQLHandlers, OpRunner):
     def _from_ahead(self, op: Op[Any]) -> Any:
         """``op``'s result as read with BEGIN, or _MISSING (each is used once)."""
         for i, (sent, result) in enumerate(self._ahead):
+            if type(sent) is not type(op):  # every answer below is one of the same operation
+                continue
             if isinstance(op, ops.RecordsInSlots) and isinstance(sent, ops.RecordsInSlots):
                 wanted = {(bytes(a), bytes(b)) for a, b in op.slots}
                 if wanted <= {(bytes(a), bytes(b)) for a, b in sent.slots}:
