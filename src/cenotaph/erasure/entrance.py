@@ -248,11 +248,11 @@ class Erasure:
         # trip): the counters, its version, the slots the plan checks for ancestor copies, what
         # was written since the survey's clock, the audit log's tail and the audit chain id, and
         # (compliance) its records' sample, the target scope's key rows and the consumers that
-        # took one of its records. Read once the lock is
-        # held, so as current as if each were read where it is used (the audit log, the chain id
-        # and the consumers' takes change only in a transaction the lock excludes; the sample is
-        # read before this one writes); a write drops what it may change (a ledger replay's, the
-        # forget's own), read again where used, as is a list that "written since" made longer
+        # took one of its records. Read once the lock is held, so as current as if each were
+        # read where it is used (the audit log, the chain id and the consumers' takes change only
+        # in a transaction the lock excludes; the sample and its keys are used before this one
+        # writes); a write drops what it may change (a ledger replay's, the forget's own), read
+        # again where used, as is a list that "written since" made longer
         ahead: list[ops.Op[Any]] = [ops.MetaAll(), ops.Reserve(1, self._ledger.view.max_version)]
         ahead += self._planner.read_ahead(target)
         ahead += [ops.WrittenSince(survey.since), ops.AuditTail(), ops.Meta(AUDIT_CHAIN)]
