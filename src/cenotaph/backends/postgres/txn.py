@@ -43,13 +43,6 @@ _RECONNECTS = 4  # a pool's worth of stale connections after a server restart
 
 # records rows of a list of ids, found through their lineage rows (records are keyed by version alone)
 _BY_IDS = "version IN (SELECT version FROM lineage WHERE record_id = ANY(%s::text[]))"
-# the newest lineage version of each (scope, key) slot, and its record row (a slot's record row,
-# if any, is its newest version's: a write replaces the row it finds)
-_SLOTS = (
-    "unnest(%s::bytea[], %s::bytea[]) AS s(scope_token, key_token) CROSS JOIN LATERAL "
-    "(SELECT * FROM lineage n WHERE n.scope_token = s.scope_token AND n.key_token = s.key_token "
-    "ORDER BY n.version DESC LIMIT 1) AS l JOIN records r ON r.version = l.version"
-)
 # a key's rows in a few scopes with their lineage rows, and the change marker, in one snapshot
 # (one row of NULLs beside the marker when no scope holds the key)
 _KEY_RECORDS = (
@@ -59,12 +52,18 @@ _KEY_RECORDS = (
     "ORDER BY n.version DESC LIMIT 1) AS l JOIN records r ON r.version = l.version) ON true"
 )
 # the counters with the clock read from its sequence (schema 3: the 'clock' row is not kept)
-_META_ALL = (
-    "SELECT name, value FROM meta WHERE name <> 'clock' UNION ALL SELECT 'clock', last_value FROM clock_seq"
-)
+_META_ALL = "SELECT name, value FROM counters()"
 _RESERVE = "SELECT reserve_versions(%s, %s)"
 _SETTLED = "SELECT clock_settled()"
-_RECORDS_IN_SLOTS = f"SELECT {R_COLS} FROM {_SLOTS} ORDER BY r.version"
+# each slot's record row (schema 5's slot_records: a slot's row is its newest version's)
+_RECORDS_IN_SLOTS = "SELECT * FROM slot_records(%s::bytea[], %s::bytea[]) ORDER BY version"
+# a write transaction's lock_timeout and advisory locks (schema 5's lock_write; keys from
+# ``backend.lock_keys``), and a record write's first round trip in one statement (write_begin)
+_LOCK_WRITE = "SELECT lock_write(%s::bigint[], %s::boolean[], %s::integer)"
+_WRITE_BEGIN = (
+    "SELECT * FROM write_begin(%s::bigint[], %s::boolean[], %s::integer, %s::boolean, %s::bigint, "
+    "%s::bigint, %s::bytea[], %s::bytea[])"
+)
 _DELETE_RECORDS = f"DELETE FROM records WHERE {_BY_IDS}"
 _MISSING = object()
 _PK_TYPES = {"records": "bigint", "lineage": "text", "scopes": "bytea", "subjects": "bytea"}
@@ -108,6 +107,14 @@ _LINEAGE_TYPES = (
 )  # fmt: skip
 
 
+# one record's rows, and the marker's bump when sent with COMMIT (schema 5's write_record): the
+# id it replaces, the bump, the subject tokens, then the record row and the lineage row (binary)
+_WRITE_RECORD = "SELECT write_record(%b::text, %b::boolean, %b::bytea[], {})".format(
+    ", ".join(f"%b::{t}" for t in (*_RECORD_TYPES, *_LINEAGE_TYPES))
+)
+LockKeys = tuple[list[int], list[bool]]  # advisory lock keys, and whether each is exclusive
+
+
 def _first(cursor: Cursor) -> int:
     row = cursor.fetchone()
     assert row is not None
@@ -136,15 +143,60 @@ def _slot_arrays(slots: Sequence[tuple[bytes, bytes]]) -> tuple[list[bytes], lis
     return [s for s, _ in unique], [k for _, k in unique]
 
 
+def _subject_tokens(packed: bytes) -> list[bytes]:
+    """A lineage row's subject tokens (its ``subject_tokens``: 32-byte tokens end to end)."""
+    return [bytes(packed[i : i + 32]) for i in range(0, len(packed), 32)]
+
+
 def _subject_pairs(lineage: Iterable[tuple[bytes, str]]) -> tuple[list[bytes], list[str]]:
-    """(subject tokens, record ids): one pair per 32-byte token of each ``(tokens, record id)``."""
+    """(subject tokens, record ids): one pair per token of each ``(tokens, record id)``."""
     tokens: list[bytes] = []
     ids: list[str] = []
     for packed, record_id in lineage:
-        for i in range(0, len(packed), 32):
-            tokens.append(bytes(packed[i : i + 32]))
-            ids.append(record_id)
+        split = _subject_tokens(packed)
+        tokens += split
+        ids += [record_id] * len(split)
     return tokens, ids
+
+
+def _write_shape(ahead: Sequence[Op[Any]]) -> tuple[bool, ops.Reserve, ops.RecordsInSlots] | None:
+    """``ahead`` as a record write's first reads (``writes.locks.write_ahead``: the change marker
+    or not, the counters, a block of versions, the slots' rows, in that order), or None."""
+    marker = bool(ahead) and type(ahead[0]) is ops.Marker
+    rest = ahead[1:] if marker else ahead
+    if [type(op) for op in rest] != [ops.MetaAll, ops.Reserve, ops.RecordsInSlots]:
+        return None
+    return marker, cast(ops.Reserve, rest[1]), cast(ops.RecordsInSlots, rest[2])
+
+
+def _begin_answers(cursor: Cursor, ahead: Sequence[Op[Any]]) -> list[tuple[Op[Any], Any]]:
+    """Each of ``ahead``'s answers from write_begin's rows (one per answer, told apart by kind)."""
+    marker = last = 0
+    counters: dict[str, int] = {}
+    records: list[RecordRow] = []
+    for row in cursor.fetchall():
+        kind = row[0]
+        if kind == "r":
+            records.append(RecordRow(*row[3:]))
+        elif kind == "c":
+            counters[str(row[1])] = int(row[2])
+        elif kind == "m":
+            marker = int(row[2])
+        else:
+            last = int(row[2])
+    answers = {ops.Marker: marker, ops.MetaAll: counters, ops.Reserve: last, ops.RecordsInSlots: records}
+    return [(op, answers[type(op)]) for op in ahead]
+
+
+def _write_record_args(row: RecordRow, lineage: LineageRow, replaced: Sequence[str]) -> tuple[Any, ...]:
+    """write_record's parameters (without the bump: the commit sets it where it is the last)."""
+    return (
+        replaced[0] if replaced else None,
+        False,
+        _subject_tokens(lineage.subject_tokens),
+        *row,
+        *lineage_values(lineage),
+    )
 
 
 def _sync_without_waiting(pipeline: psycopg.Pipeline) -> None:
@@ -245,6 +297,24 @@ class PostgresTxn(SQLHandlers, OpRunner):
 
     # -- what is sent ahead, and what is sent later ----------------------------------------
     @staticmethod
+    def _send_begin(
+        conn: Connection, locks: LockKeys, timeout_ms: int, ahead: Sequence[Op[Any]]
+    ) -> Callable[[], list[tuple[Op[Any], Any]]]:
+        """Send on ``conn`` (in its pipeline, after the write transaction's BEGIN) the statements
+        taking its locks and reading ``ahead``; returns how to read their answers once the
+        pipeline is synced. A record write's first reads go in one statement with the locks
+        (write_begin); anything else after lock_write, a statement each (:meth:`_send_ahead`)."""
+        shape = _write_shape(ahead)
+        if shape is not None:
+            marker, reserve, slots = shape
+            args = (*locks, timeout_ms, marker, reserve.count, reserve.floor, *_slot_arrays(slots.slots))
+            cursor = conn.execute(_WRITE_BEGIN, args)
+            return lambda: _begin_answers(cursor, ahead)
+        conn.execute(_LOCK_WRITE, (*locks, timeout_ms))
+        sent = [(op, PostgresTxn._send_ahead(conn, op)) for op in ahead]
+        return lambda: [(op, read(cursor)) for op, (cursor, read) in sent if cursor is not None]
+
+    @staticmethod
     def _send_ahead(conn: Connection, op: Op[Any]) -> tuple[Cursor | None, Callable[[Cursor], Any]]:
         """Send ``op``'s statement on ``conn`` (in its pipeline) if it is one a write reads
         first: the cursor and how its result is read; (None, ...) for any other operation."""
@@ -315,9 +385,15 @@ class PostgresTxn(SQLHandlers, OpRunner):
         return cursor
 
     def _commit(self) -> None:
-        """The deferred statements, the change marker's bump and COMMIT: one round trip."""
+        """The deferred statements, the change marker's bump and COMMIT: one round trip. A lone
+        record's write_record, when it is the last, bumps the marker itself: one statement less."""
         if self._commits:
-            self._deferred.append((BUMP, ()))
+            last = self._deferred[-1] if self._deferred else None
+            if last is not None and last[0] == _WRITE_RECORD:
+                replaced, _, *rest = cast(tuple[Any, ...], last[1])
+                self._deferred[-1] = (_WRITE_RECORD, (replaced, True, *rest))
+            else:
+                self._deferred.append((BUMP, ()))
         self._flush(("COMMIT", ()))
         if self._pipe is not None:
             pipe, self._pipe, self._pipeline = self._pipe, None, None
@@ -560,7 +636,15 @@ class PostgresTxn(SQLHandlers, OpRunner):
         ]
         return self._marker_of(int(rows[0][0])), found
 
-    def insert_records(self, rows: Sequence[RecordRow], lineage: Sequence[LineageRow]) -> None:
+    def insert_records(
+        self, rows: Sequence[RecordRow], lineage: Sequence[LineageRow], replaced: Sequence[str] = ()
+    ) -> None:
+        self._start()
+        # deferred: they go in one round trip with whatever the transaction sends next (its COMMIT)
+        if len(rows) == 1 and len(lineage) == 1 and len(replaced) <= 1 and not lineage[0].sources:
+            self._send(_WRITE_RECORD, _write_record_args(rows[0], lineage[0], replaced))
+            return
+        self.delete_records(replaced)
         # one pipeline, one round trip, one statement a table; a RecordRow is a tuple in RECORD_COLS
         # order (expires_at made a float: an array holds one type)
         tokens, subject_ids = _subject_pairs((x.subject_tokens, x.record_id) for x in lineage)
@@ -570,8 +654,6 @@ class PostgresTxn(SQLHandlers, OpRunner):
             else r._replace(expires_at=float(r.expires_at))
             for r in rows
         )
-        self._start()
-        # deferred: they go in one round trip with whatever the transaction sends next (its COMMIT)
         self._insert("records", RECORD_COLS, _RECORD_TYPES, records)
         self._insert("lineage", LINEAGE_COLS, _LINEAGE_TYPES, map(lineage_values, lineage))
         if tokens:
