@@ -459,7 +459,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             kind "char", name text, value bigint, id text, scope_token bytea, key_token bytea,
             version bigint, expires_at double precision, hidden_version bigint, wrapped bytea,
             epoch bigint, ciphertext bytea, vector bytea
-        ) LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+        ) LANGUAGE plpgsql SET search_path FROM CURRENT SET plan_cache_mode = force_generic_plan AS $$
         BEGIN
             PERFORM lock_write(keys, exclusive, timeout_ms);
             IF with_marker THEN
@@ -492,7 +492,8 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             l_record_id text, l_scope_token bytea, l_key_token bytea, l_version bigint, l_wrapped bytea,
             l_epoch bigint, l_subject_tokens bytea, l_subjects bytea, l_sources text,
             l_destroyed_version bigint, l_forgotten_version bigint
-        ) RETURNS void LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+        ) RETURNS void LANGUAGE plpgsql SET search_path FROM CURRENT SET plan_cache_mode = force_generic_plan
+        AS $$
         BEGIN
             IF replaced IS NOT NULL THEN
                 DELETE FROM records WHERE version IN (
