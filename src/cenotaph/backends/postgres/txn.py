@@ -59,10 +59,11 @@ _SETTLED = "SELECT clock_settled()"
 _RECORDS_IN_SLOTS = "SELECT * FROM slot_records(%s::bytea[], %s::bytea[]) ORDER BY version"
 # a write transaction's lock_timeout and advisory locks (schema 5's lock_write; keys from
 # ``backend.lock_keys``), and a record write's first round trip in one statement (write_begin)
-_LOCK_WRITE = "SELECT lock_write(%s::bigint[], %s::boolean[], %s::integer)"
+# (binary parameters: an array in text is quoted element by element)
+_LOCK_WRITE = "SELECT lock_write(%b::bigint[], %b::boolean[], %b::integer)"
 _WRITE_BEGIN = (
-    "SELECT * FROM write_begin(%s::bigint[], %s::boolean[], %s::integer, %s::boolean, %s::bigint, "
-    "%s::bigint, %s::bytea[], %s::bytea[])"
+    "SELECT * FROM write_begin(%b::bigint[], %b::boolean[], %b::integer, %b::boolean, %b::bigint, "
+    "%b::bigint, %b::bytea[], %b::bytea[])"
 )
 _DELETE_RECORDS = f"DELETE FROM records WHERE {_BY_IDS}"
 _MISSING = object()
