@@ -44,6 +44,7 @@ from ..base import WriteLocks, busy_timeout_ms, run_after_commit
 from ..ops import Op
 from .errors import Endpoint, endpoint, translate, translate_connect
 from .marker import SUM, OwnCommits
+from .record_write import LockKeys
 from .routing import FLOOR, ReadRouter
 from .schema import (
     DEFAULT_SCHEMA,
@@ -56,7 +57,7 @@ from .schema import (
     created_objects,
     set_search_path,
 )
-from .txn import Connection, LockKeys, PostgresTxn
+from .txn import Connection, PostgresTxn
 
 if TYPE_CHECKING:
     from .physical import PostgresPhysical
@@ -271,17 +272,14 @@ class PostgresBackend:
     ) -> tuple[Connection, list[tuple[Op[Any], Any]]]:
         """A pooled connection inside a new write transaction holding ``locks`` (see
         :func:`lock_keys`), and the results of the ``ahead`` operations it can send with
-        them: one round trip (``PostgresTxn._send_begin``). A connection found broken (a server
+        them: one round trip (``PostgresTxn._begin_write``). A connection found broken (a server
         restart) is dropped and the next one tried: nothing was sent on it yet."""
         keys = lock_keys(self.schema, locks)
         attempt = 0
         while True:
             conn = self._getconn()
             try:
-                with conn.pipeline():
-                    conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
-                    answers = PostgresTxn._send_begin(conn, keys, self._lock_timeout_ms(), ahead)
-                return conn, answers()
+                return conn, PostgresTxn._begin_write(conn, keys, self._lock_timeout_ms(), ahead)
             except BaseException as exc:
                 broken = conn.broken
                 _rollback(conn)

@@ -399,11 +399,13 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
     (
         5,
         """
-        -- A record write in four statements (BEGIN, write_begin; write_record, COMMIT), was
-        -- twelve: each statement costs the client's driver and the server's protocol its own work,
-        -- whatever it does (docs/architecture.md, "A write is two round trips"). The reads are
-        -- set-returning SQL functions, which the planner inlines into the statement calling them,
-        -- so the one text of each serves every statement that reads it.
+        -- A record write in five statements, two messages (BEGIN, write_begin; write_record, the
+        -- marker's bump, COMMIT), was twelve: each statement costs the client's driver and the
+        -- server its own work, whatever it does (docs/architecture.md, "A write is two round
+        -- trips"). The reads are set-returning SQL functions, which the planner inlines into the
+        -- statement calling them, so the one text of each serves every statement that reads it.
+        -- write_begin and write_record plan their statements once (force_generic_plan): their
+        -- lookups are by key, and the planner would otherwise plan the slots' probe at every call.
 
         -- the change marker: the sum of its stripes (marker.py)
         CREATE FUNCTION change_marker_sum() RETURNS TABLE (value bigint) LANGUAGE sql STABLE AS $$
@@ -482,10 +484,9 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
 
         -- one record's rows in one statement: the slot's old record row (by the id it replaces,
         -- through its lineage row), the record, its lineage row, a record_subjects row per subject
-        -- token, and (bump: the statement sent with COMMIT) the change marker's bump. Many
-        -- records, or one derived from others, go as one statement a table instead (txn.py)
+        -- token. Many records, or one derived from others, go as one statement a table instead
         CREATE FUNCTION write_record(
-            replaced text, bump boolean, subject_list bytea[],
+            replaced text, subject_list bytea[],
             r_id text, r_scope_token bytea, r_key_token bytea, r_version bigint,
             r_expires_at double precision, r_hidden_version bigint, r_wrapped bytea, r_epoch bigint,
             r_ciphertext bytea, r_vector bytea,
@@ -515,9 +516,6 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             );
             INSERT INTO record_subjects (subject_token, record_id)
                 SELECT t, l_record_id FROM unnest(subject_list) AS t ON CONFLICT DO NOTHING;
-            IF bump THEN
-                PERFORM bump_marker();
-            END IF;
         END
         $$;
         """,

@@ -31,6 +31,18 @@ from ..sql.columns import (
 )
 from ..sql.handlers import AUDIT_TAIL, META, WRITTEN_SINCE, audit_tail_of
 from .marker import BUMP, SUM
+from .record_write import (
+    BEGIN,
+    LINEAGE_TYPES,
+    RECORD_TYPES,
+    LockKeys,
+    begin_answers,
+    begin_statement,
+    record_statement,
+    slot_arrays,
+    subject_tokens,
+    write_shape,
+)
 
 __all__ = ["Connection", "PostgresTxn"]
 
@@ -38,7 +50,7 @@ R = TypeVar("R")
 Connection = psycopg.Connection[tuple[Any, ...]]
 Cursor = psycopg.Cursor[tuple[Any, ...]]
 Query = str | SQL | Composed
-Params = Sequence[Any] | dict[str, Any]
+Params = Sequence[Any] | dict[str, Any] | None  # None: a statement sent whole (``record_write``)
 _RECONNECTS = 4  # a pool's worth of stale connections after a server restart
 
 # records rows of a list of ids, found through their lineage rows (records are keyed by version alone)
@@ -58,13 +70,8 @@ _SETTLED = "SELECT clock_settled()"
 # each slot's record row (schema 5's slot_records: a slot's row is its newest version's)
 _RECORDS_IN_SLOTS = "SELECT * FROM slot_records(%s::bytea[], %s::bytea[]) ORDER BY version"
 # a write transaction's lock_timeout and advisory locks (schema 5's lock_write; keys from
-# ``backend.lock_keys``), and a record write's first round trip in one statement (write_begin)
-# (binary parameters: an array in text is quoted element by element)
+# ``backend.lock_keys``); a record write sends write_begin instead (``record_write``)
 _LOCK_WRITE = "SELECT lock_write(%b::bigint[], %b::boolean[], %b::integer)"
-_WRITE_BEGIN = (
-    "SELECT * FROM write_begin(%b::bigint[], %b::boolean[], %b::integer, %b::boolean, %b::bigint, "
-    "%b::bigint, %b::bytea[], %b::bytea[])"
-)
 _DELETE_RECORDS = f"DELETE FROM records WHERE {_BY_IDS}"
 _MISSING = object()
 _PK_TYPES = {"records": "bigint", "lineage": "text", "scopes": "bytea", "subjects": "bytea"}
@@ -101,19 +108,6 @@ def _row_insert_sql(table: str, columns: str, types: tuple[str, ...], tail: str 
 
 
 _NOTHING = " ON CONFLICT DO NOTHING"
-# the PostgreSQL types of RECORD_COLS and LINEAGE_COLS, in their order
-_RECORD_TYPES = ("text", "bytea", "bytea", "bigint", "float8", "bigint", "bytea", "bigint", "bytea", "bytea")
-_LINEAGE_TYPES = (
-    "text", "bytea", "bytea", "bigint", "bytea", "bigint", "bytea", "bytea", "text", "bigint", "bigint"
-)  # fmt: skip
-
-
-# one record's rows, and the marker's bump when sent with COMMIT (schema 5's write_record): the
-# id it replaces, the bump, the subject tokens, then the record row and the lineage row (binary)
-_WRITE_RECORD = "SELECT write_record(%b::text, %b::boolean, %b::bytea[], {})".format(
-    ", ".join(f"%b::{t}" for t in (*_RECORD_TYPES, *_LINEAGE_TYPES))
-)
-LockKeys = tuple[list[int], list[bool]]  # advisory lock keys, and whether each is exclusive
 
 
 def _first(cursor: Cursor) -> int:
@@ -138,66 +132,15 @@ def _unchanged_by(read: Op[Any], write: Op[Any]) -> bool:
     return False
 
 
-def _slot_arrays(slots: Sequence[tuple[bytes, bytes]]) -> tuple[list[bytes], list[bytes]]:
-    """The (scope tokens, key tokens) arrays of ``slots``, each slot once."""
-    unique = list(dict.fromkeys((bytes(s), bytes(k)) for s, k in slots))
-    return [s for s, _ in unique], [k for _, k in unique]
-
-
-def _subject_tokens(packed: bytes) -> list[bytes]:
-    """A lineage row's subject tokens (its ``subject_tokens``: 32-byte tokens end to end)."""
-    return [bytes(packed[i : i + 32]) for i in range(0, len(packed), 32)]
-
-
 def _subject_pairs(lineage: Iterable[tuple[bytes, str]]) -> tuple[list[bytes], list[str]]:
     """(subject tokens, record ids): one pair per token of each ``(tokens, record id)``."""
     tokens: list[bytes] = []
     ids: list[str] = []
     for packed, record_id in lineage:
-        split = _subject_tokens(packed)
+        split = subject_tokens(packed)
         tokens += split
         ids += [record_id] * len(split)
     return tokens, ids
-
-
-def _write_shape(ahead: Sequence[Op[Any]]) -> tuple[bool, ops.Reserve, ops.RecordsInSlots] | None:
-    """``ahead`` as a record write's first reads (``writes.locks.write_ahead``: the change marker
-    or not, the counters, a block of versions, the slots' rows, in that order), or None."""
-    marker = bool(ahead) and type(ahead[0]) is ops.Marker
-    rest = ahead[1:] if marker else ahead
-    if [type(op) for op in rest] != [ops.MetaAll, ops.Reserve, ops.RecordsInSlots]:
-        return None
-    return marker, cast(ops.Reserve, rest[1]), cast(ops.RecordsInSlots, rest[2])
-
-
-def _begin_answers(cursor: Cursor, ahead: Sequence[Op[Any]]) -> list[tuple[Op[Any], Any]]:
-    """Each of ``ahead``'s answers from write_begin's rows (one per answer, told apart by kind)."""
-    marker = last = 0
-    counters: dict[str, int] = {}
-    records: list[RecordRow] = []
-    for row in cursor.fetchall():
-        kind = row[0]
-        if kind == "r":
-            records.append(RecordRow(*row[3:]))
-        elif kind == "c":
-            counters[str(row[1])] = int(row[2])
-        elif kind == "m":
-            marker = int(row[2])
-        else:
-            last = int(row[2])
-    answers = {ops.Marker: marker, ops.MetaAll: counters, ops.Reserve: last, ops.RecordsInSlots: records}
-    return [(op, answers[type(op)]) for op in ahead]
-
-
-def _write_record_args(row: RecordRow, lineage: LineageRow, replaced: Sequence[str]) -> tuple[Any, ...]:
-    """write_record's parameters (without the bump: the commit sets it where it is the last)."""
-    return (
-        replaced[0] if replaced else None,
-        False,
-        _subject_tokens(lineage.subject_tokens),
-        *row,
-        *lineage_values(lineage),
-    )
 
 
 def _sync_without_waiting(pipeline: psycopg.Pipeline) -> None:
@@ -256,14 +199,12 @@ class PostgresTxn(SQLHandlers, OpRunner):
         self._ends = ends and not commits
         self._closing = False
         self._ended = False
-        # a write stays in one pipeline until its COMMIT: a statement whose answer nobody reads
-        # (an INSERT, an UPDATE whose count is not asked for) waits for none, and its answer comes
-        # back with the next statement that is read, or with the COMMIT
+        # a write stays in one pipeline from its first statement after BEGIN until its COMMIT
+        # (:meth:`_piped`): a statement whose answer nobody reads (an INSERT, an UPDATE whose count
+        # is not asked for) waits for none, and its answer comes back with the next statement
+        # that is read, or with the COMMIT
         self._pipe: contextlib.AbstractContextManager[psycopg.Pipeline] | None = None
         self._pipeline: psycopg.Pipeline | None = None
-        if commits:
-            self._pipe = conn.pipeline()
-            self._pipeline = self._pipe.__enter__()
 
     @property
     def connection(self) -> Connection:
@@ -298,22 +239,22 @@ class PostgresTxn(SQLHandlers, OpRunner):
 
     # -- what is sent ahead, and what is sent later ----------------------------------------
     @staticmethod
-    def _send_begin(
+    def _begin_write(
         conn: Connection, locks: LockKeys, timeout_ms: int, ahead: Sequence[Op[Any]]
-    ) -> Callable[[], list[tuple[Op[Any], Any]]]:
-        """Send on ``conn`` (in its pipeline, after the write transaction's BEGIN) the statements
-        taking its locks and reading ``ahead``; returns how to read their answers once the
-        pipeline is synced. A record write's first reads go in one statement with the locks
-        (write_begin); anything else after lock_write, a statement each (:meth:`_send_ahead`)."""
-        shape = _write_shape(ahead)
+    ) -> list[tuple[Op[Any], Any]]:
+        """Begin a write transaction on ``conn`` holding ``locks``, and read ``ahead`` in it: one
+        round trip. A record write's is one message (``record_write``: BEGIN and write_begin);
+        any other is a pipeline of BEGIN, lock_write and a statement each (:meth:`_send_ahead`)."""
+        shape = write_shape(ahead)
         if shape is not None:
-            marker, reserve, slots = shape
-            args = (*locks, timeout_ms, marker, reserve.count, reserve.floor, *_slot_arrays(slots.slots))
-            cursor = conn.execute(_WRITE_BEGIN, args)
-            return lambda: _begin_answers(cursor, ahead)
-        conn.execute(_LOCK_WRITE, (*locks, timeout_ms))
-        sent = [(op, PostgresTxn._send_ahead(conn, op)) for op in ahead]
-        return lambda: [(op, read(cursor)) for op, (cursor, read) in sent if cursor is not None]
+            cursor = conn.execute(begin_statement(locks, timeout_ms, shape), prepare=False)
+            cursor.nextset()  # past BEGIN's result
+            return begin_answers(cursor, ahead)
+        with conn.pipeline():
+            conn.execute(BEGIN)
+            conn.execute(_LOCK_WRITE, (*locks, timeout_ms))
+            sent = [(op, PostgresTxn._send_ahead(conn, op)) for op in ahead]
+        return [(op, read(cursor)) for op, (cursor, read) in sent if cursor is not None]
 
     @staticmethod
     def _send_ahead(conn: Connection, op: Op[Any]) -> tuple[Cursor | None, Callable[[Cursor], Any]]:
@@ -326,7 +267,7 @@ class PostgresTxn(SQLHandlers, OpRunner):
         if isinstance(op, ops.Reserve):
             return conn.execute(_RESERVE, (op.count, op.floor)), _first
         if isinstance(op, ops.RecordsInSlots):
-            args = _slot_arrays(op.slots)
+            args = slot_arrays(op.slots)
             return conn.execute(_RECORDS_IN_SLOTS, args), lambda c: [record_row(r) for r in c.fetchall()]
         if isinstance(op, ops.WrittenSince):  # the shared handlers' statements and rows
             cursor = conn.execute(POSTGRES.sql(WRITTEN_SINCE), (op.version, op.version))
@@ -386,15 +327,16 @@ class PostgresTxn(SQLHandlers, OpRunner):
         return cursor
 
     def _commit(self) -> None:
-        """The deferred statements, the change marker's bump and COMMIT: one round trip. A lone
-        record's write_record, when it is the last, bumps the marker itself: one statement less."""
+        """The deferred statements, the change marker's bump and COMMIT: one round trip. A write
+        whose statements all went whole (``record_write``) and none in its pipeline yet sends
+        them as one message."""
         if self._commits:
-            last = self._deferred[-1] if self._deferred else None
-            if last is not None and last[0] == _WRITE_RECORD:
-                replaced, _, *rest = cast(tuple[Any, ...], last[1])
-                self._deferred[-1] = (_WRITE_RECORD, (replaced, True, *rest))
-            else:
-                self._deferred.append((BUMP, ()))
+            self._deferred.append((BUMP, None))
+            if self._pipe is None and all(args is None for _, args in self._deferred):
+                whole = [str(sql) for sql, _ in self._deferred]
+                self._deferred = []
+                self._c.execute("; ".join([*whole, "COMMIT"]), prepare=False)
+                return
         self._flush(("COMMIT", ()))
         if self._pipe is not None:
             pipe, self._pipe, self._pipeline = self._pipe, None, None
@@ -408,6 +350,13 @@ class PostgresTxn(SQLHandlers, OpRunner):
             with contextlib.suppress(psycopg.Error):
                 pipe.__exit__(None, None, None)
 
+    def _piped(self) -> None:
+        """Enter a write's pipeline, if it has not yet: it lasts until the COMMIT. (A write
+        whose only statements are sent whole at its COMMIT never enters one: ``_commit``.)"""
+        if self._commits and self._pipe is None:
+            self._pipe = self._c.pipeline()
+            self._pipeline = self._pipe.__enter__()
+
     def _settle(self) -> None:
         """Wait for every statement sent so far (a row count is known only then; a refused one
         raises here)."""
@@ -418,6 +367,7 @@ class PostgresTxn(SQLHandlers, OpRunner):
         """``sql`` on the transaction's connection, beginning the transaction first if it has not
         (and ending it with ``sql`` if it is the closing statement: a read's, never a write's)."""
         closing, self._closing = self._closing, False
+        self._piped()
         if self._deferred:
             cursor = self._flush((sql, args))
             assert cursor is not None
@@ -470,6 +420,7 @@ class PostgresTxn(SQLHandlers, OpRunner):
         if not listed:
             return 0
         self._start()
+        self._piped()
         if self._deferred:
             self._flush()
         cursor = self._c.cursor()
@@ -579,7 +530,7 @@ class PostgresTxn(SQLHandlers, OpRunner):
     # -- records ---------------------------------------------------------------------
     def records_in_slots(self, slots: Sequence[tuple[bytes, bytes]]) -> list[RecordRow]:
         # one statement for every slot: a lateral probe of lineage_slot each
-        return [record_row(row) for row in self._rows(_RECORDS_IN_SLOTS, _slot_arrays(slots))]
+        return [record_row(row) for row in self._rows(_RECORDS_IN_SLOTS, slot_arrays(slots))]
 
     # -- key rows: a write made them first, or another did (target locks do not exclude that)
     def insert_scopes(self, rows: Iterable[ScopeKeyRow]) -> None:
@@ -643,7 +594,7 @@ class PostgresTxn(SQLHandlers, OpRunner):
         self._start()
         # deferred: they go in one round trip with whatever the transaction sends next (its COMMIT)
         if len(rows) == 1 and len(lineage) == 1 and len(replaced) <= 1 and not lineage[0].sources:
-            self._send(_WRITE_RECORD, _write_record_args(rows[0], lineage[0], replaced))
+            self._send(record_statement(rows[0], lineage[0], replaced), None)
             return
         self.delete_records(replaced)
         # one pipeline, one round trip, one statement a table; a RecordRow is a tuple in RECORD_COLS
@@ -655,8 +606,8 @@ class PostgresTxn(SQLHandlers, OpRunner):
             else r._replace(expires_at=float(r.expires_at))
             for r in rows
         )
-        self._insert("records", RECORD_COLS, _RECORD_TYPES, records)
-        self._insert("lineage", LINEAGE_COLS, _LINEAGE_TYPES, map(lineage_values, lineage))
+        self._insert("records", RECORD_COLS, RECORD_TYPES, records)
+        self._insert("lineage", LINEAGE_COLS, LINEAGE_TYPES, map(lineage_values, lineage))
         if tokens:
             self._send(
                 "INSERT INTO record_subjects (subject_token, record_id) "
