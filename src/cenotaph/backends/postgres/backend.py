@@ -15,8 +15,8 @@ every driver error becomes a StorageError in ``errors``.
 - A record write costs two round trips: BEGIN, the locks and the reads it needs (``ahead``: the
   change marker the store's caches check among them), then
   its inserts, the marker's bump and COMMIT (``PostgresTxn`` defers statements whose result
-  nobody reads to the next one sent). Each is two statements: BEGIN and write_begin, a lone
-  record's write_record and COMMIT (schema 5's functions).
+  nobody reads to the next one sent). Each is one message (``record_write``): BEGIN and schema
+  5's write_begin, then a lone record's write_record, the bump and COMMIT.
 - A read transaction is REPEATABLE READ, READ ONLY: one snapshot for all its statements.
 - With ``read_replicas``, a read transaction may begin on a streaming replica instead, when that
   replica has replayed past every forget this process knows of and its own commits
