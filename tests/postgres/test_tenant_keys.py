@@ -109,7 +109,8 @@ def test_a_store_of_schema_3_gets_its_tenants_filled(
     pg_dsn: str, pg_schema: str, keyring: LocalKeyring, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with monkeypatch.context() as old:
-        earlier = tuple((n, s) for n, s in MIGRATIONS if n <= 3)
+        # every migration but 4 (this code's statements need 5's functions, which do not need 4)
+        earlier = tuple((n, s) for n, s in MIGRATIONS if n != 4)
         old.setattr(backend_module, "MIGRATIONS", earlier)
         old.setattr(backend_module, "NUMBERS", frozenset(n for n, _ in earlier))
         store = Store(open_postgres(pg_dsn, schema=pg_schema), keyring, auto_purge="off")

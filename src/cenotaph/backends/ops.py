@@ -294,9 +294,13 @@ class LiveRecords(Op[Iterator[RecordRow]]):
 
 @dataclass(frozen=True, slots=True)
 class InsertRecords(Op[None]):
+    """Insert records' rows and their lineage rows, after deleting the record rows of the ids
+    ``replaced`` names (the slots' old records: a write replaces the row it finds)."""
+
     writes: ClassVar[bool] = True
     rows: Sequence[RecordRow]
     lineage: Sequence[LineageRow]
+    replaced: Sequence[str] = ()
 
 
 # the search index's sealed vectors (index.atrest), keyed by record version; a cell dies with its record
@@ -322,12 +326,6 @@ class LiveVectors(Op[list[tuple[str, int, bytes, bytes, int, bytes | None]]]):
 class VectorCell(Op[bytes | None]):
     writes: ClassVar[bool] = False
     version: int
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteRecords(Op[None]):
-    writes: ClassVar[bool] = True
-    ids: Sequence[str]
 
 
 @dataclass(frozen=True, slots=True)

@@ -202,8 +202,8 @@ class RecordWriter:
                 key_token=targets.key_token,
                 material=randomness[n * RANDOM_BYTES : (n + 1) * RANDOM_BYTES],
             )
-        txn.run(ops.DeleteRecords(replaced))
-        txn.run(ops.InsertRecords([s.row for s in sealed.values()], [s.lineage for s in sealed.values()]))
+        rows = list(sealed.values())
+        txn.run(ops.InsertRecords([s.row for s in rows], [s.lineage for s in rows], replaced))
         txn.run(ops.Advance("clock", version))
         for s in sealed.values():
             self._keys.remember_lineage(s.opened.id, s.lineage_key)

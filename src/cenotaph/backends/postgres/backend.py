@@ -3,7 +3,7 @@ advisory locks and one-snapshot read transactions. Every statement is :class:`Po
 every driver error becomes a StorageError in ``errors``.
 
 - A write transaction runs READ COMMITTED (each statement sees every commit before it) and takes
-  its advisory locks first (``lock_statement``): store-wide ones (``write()``: migrations,
+  its advisory locks first (``lock_keys``): store-wide ones (``write()``: migrations,
   rotation, purge, restore, consumers, ...) the store's key exclusive, SQLite's ``BEGIN
   IMMEDIATE``; a record write or a forget (``write(WriteLocks)``) the store's key shared, then
   one key per tombstone target (shared for a write covered by it, exclusive for a forget naming
@@ -15,7 +15,8 @@ every driver error becomes a StorageError in ``errors``.
 - A record write costs two round trips: BEGIN, the locks and the reads it needs (``ahead``: the
   change marker the store's caches check among them), then
   its inserts, the marker's bump and COMMIT (``PostgresTxn`` defers statements whose result
-  nobody reads to the next one sent).
+  nobody reads to the next one sent). Each is one message (``record_write``): BEGIN and schema
+  5's write_begin, then a lone record's write_record, the bump and COMMIT.
 - A read transaction is REPEATABLE READ, READ ONLY: one snapshot for all its statements.
 - With ``read_replicas``, a read transaction may begin on a streaming replica instead, when that
   replica has replayed past every forget this process knows of and its own commits
@@ -43,6 +44,7 @@ from ..base import WriteLocks, busy_timeout_ms, run_after_commit
 from ..ops import Op
 from .errors import Endpoint, endpoint, translate, translate_connect
 from .marker import SUM, OwnCommits
+from .record_write import LockKeys
 from .routing import FLOOR, ReadRouter
 from .schema import (
     DEFAULT_SCHEMA,
@@ -67,7 +69,7 @@ _READ = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 __all__ = [
     "PostgresBackend",
     "advisory_key",
-    "lock_statement",
+    "lock_keys",
     "target_key",
     "no_store_message",
     "schema_description",
@@ -99,13 +101,13 @@ def serial_key(schema: str) -> int:
     return advisory_key(f"{schema}\0serial")
 
 
-def lock_statement(schema: str, locks: WriteLocks | None) -> tuple[str, tuple[Any, ...]]:
-    """The statement taking a write transaction's advisory locks, in the one order every
-    transaction uses: the store's key (exclusive when ``locks`` is None, store-wide; else
+def lock_keys(schema: str, locks: WriteLocks | None) -> LockKeys:
+    """A write transaction's advisory lock keys and whether each is exclusive, in the one order
+    every transaction uses: the store's key (exclusive when ``locks`` is None, store-wide; else
     shared), the targets by key (exclusive wins where a target is named both ways), then the
-    serial key. ``lock_targets`` takes them one by one in the array's order."""
+    serial key. ``lock_targets`` takes them one by one in the arrays' order."""
     if locks is None:
-        return "SELECT pg_advisory_xact_lock(%s::bigint)", (advisory_key(schema),)
+        return [advisory_key(schema)], [True]
     modes: dict[int, bool] = {target_key(schema, t): False for t in locks.shared}
     modes.update({target_key(schema, t): True for t in locks.exclusive})
     keys = [advisory_key(schema), *sorted(modes)]
@@ -113,7 +115,7 @@ def lock_statement(schema: str, locks: WriteLocks | None) -> tuple[str, tuple[An
     if locks.serial:
         keys.append(serial_key(schema))
         exclusive.append(True)
-    return "SELECT lock_targets(%s::bigint[], %s::boolean[])", (keys, exclusive)
+    return keys, exclusive
 
 
 def schema_description(schema: str, database: str, server: str) -> str:
@@ -269,20 +271,15 @@ class PostgresBackend:
         self, locks: WriteLocks | None, ahead: Sequence[Op[Any]]
     ) -> tuple[Connection, list[tuple[Op[Any], Any]]]:
         """A pooled connection inside a new write transaction holding ``locks`` (see
-        :func:`lock_statement`), and the results of the ``ahead`` operations it can send with
-        them: one round trip. A connection found broken (a server restart) is dropped and the
-        next one tried: nothing was sent on it yet."""
-        lock, args = lock_statement(self.schema, locks)
+        :func:`lock_keys`), and the results of the ``ahead`` operations it can send with
+        them: one round trip (``PostgresTxn._begin_write``). A connection found broken (a server
+        restart) is dropped and the next one tried: nothing was sent on it yet."""
+        keys = lock_keys(self.schema, locks)
         attempt = 0
         while True:
             conn = self._getconn()
             try:
-                with conn.pipeline():
-                    conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
-                    conn.execute(f"SET LOCAL lock_timeout = {self._lock_timeout_ms()}")
-                    conn.execute(lock, args)
-                    sent = [(op, PostgresTxn._send_ahead(conn, op)) for op in ahead]
-                return conn, [(op, read(cursor)) for op, (cursor, read) in sent if cursor is not None]
+                return conn, PostgresTxn._begin_write(conn, keys, self._lock_timeout_ms(), ahead)
             except BaseException as exc:
                 broken = conn.broken
                 _rollback(conn)

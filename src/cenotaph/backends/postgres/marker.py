@@ -13,9 +13,10 @@ from __future__ import annotations
 
 __all__ = ["BUMP", "OwnCommits", "STRIPES", "SUM"]
 
-STRIPES = 64  # rows of change_marker (migration 3 makes 0 .. 63)
-BUMP = f"UPDATE change_marker SET value = value + 1 WHERE stripe = mod(pg_backend_pid(), {STRIPES})"
-SUM = "SELECT coalesce(sum(value), 0)::bigint FROM change_marker"
+STRIPES = 64  # rows of change_marker (migration 3 makes 0 .. 63; migration 5's bump_marker picks one)
+# both are migration 5's functions, the one text of each (write_begin and write_record use them too)
+BUMP = "SELECT bump_marker()"
+SUM = "SELECT value FROM change_marker_sum()"
 
 
 class OwnCommits:

@@ -49,7 +49,7 @@ __all__ = ["APPLICATION_NAME", "FLOOR", "ReadRouter", "lsn_number"]
 
 # the change counter, the forget epoch, then the primary's WAL position (after the snapshot)
 FLOOR = (
-    "SELECT (SELECT coalesce(sum(value), 0)::bigint FROM change_marker), f.value, "
+    "SELECT (SELECT value FROM change_marker_sum()), f.value, "
     "pg_current_wal_lsn()::text FROM meta f WHERE f.name = 'forget_epoch'"
 )
 APPLICATION_NAME = "cenotaph-read"  # how a replica's pg_stat_activity names a store's read sessions

@@ -396,6 +396,130 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         CREATE INDEX vectors_version ON vectors (version);
         """,
     ),
+    (
+        5,
+        """
+        -- A record write in five statements, two messages (BEGIN, write_begin; write_record, the
+        -- marker's bump, COMMIT), was twelve: each statement costs the client's driver and the
+        -- server its own work, whatever it does (docs/architecture.md, "A write is two round
+        -- trips"). The reads are set-returning SQL functions, which the planner inlines into the
+        -- statement calling them, so the one text of each serves every statement that reads it.
+        -- write_begin and write_record plan their statements once (force_generic_plan): their
+        -- lookups are by key, and the planner would otherwise plan the slots' probe at every call.
+
+        -- the change marker: the sum of its stripes (marker.py)
+        CREATE FUNCTION change_marker_sum() RETURNS TABLE (value bigint) LANGUAGE sql STABLE AS $$
+            SELECT coalesce(sum(c.value), 0)::bigint FROM change_marker c
+        $$;
+        -- a write transaction's bump: one stripe, its connection's (by backend pid)
+        CREATE FUNCTION bump_marker() RETURNS void LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+        BEGIN
+            UPDATE change_marker SET value = value + 1 WHERE stripe = mod(pg_backend_pid(), 64);
+        END
+        $$;
+        -- the counters: every meta row but 'clock', and the clock from its sequence (schema 3)
+        CREATE FUNCTION counters() RETURNS TABLE (name text, value bigint) LANGUAGE sql STABLE AS $$
+            SELECT m.name, m.value FROM meta m WHERE m.name <> 'clock'
+            UNION ALL SELECT 'clock', q.last_value FROM clock_seq q
+        $$;
+        -- each (scope, key) slot's record row, if any: its newest lineage version's (a write
+        -- replaces the row it finds), by a lateral probe of lineage_slot each
+        CREATE FUNCTION slot_records(scope_tokens bytea[], key_tokens bytea[]) RETURNS TABLE (
+            id text, scope_token bytea, key_token bytea, version bigint, expires_at double precision,
+            hidden_version bigint, wrapped bytea, epoch bigint, ciphertext bytea, vector bytea
+        ) LANGUAGE sql STABLE AS $$
+            SELECT r.id, r.scope_token, r.key_token, r.version, r.expires_at, r.hidden_version,
+                r.wrapped, r.epoch, r.ciphertext, r.vector
+            FROM unnest(scope_tokens, key_tokens) AS s(scope_token, key_token) CROSS JOIN LATERAL (
+                SELECT n.version FROM lineage n
+                WHERE n.scope_token = s.scope_token AND n.key_token = s.key_token
+                ORDER BY n.version DESC LIMIT 1
+            ) AS l JOIN records r ON r.version = l.version
+        $$;
+
+        -- a write transaction's lock_timeout (for the rest of the transaction, as SET LOCAL) and
+        -- its advisory locks, taken by lock_targets one by one in the arrays' order
+        CREATE FUNCTION lock_write(keys bigint[], exclusive boolean[], timeout_ms integer) RETURNS void
+            LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+        BEGIN
+            PERFORM set_config('lock_timeout', timeout_ms::text, true);
+            PERFORM lock_targets(keys, exclusive);
+        END
+        $$;
+
+        -- a record write's first round trip in one statement: lock_write, then what the write
+        -- reads first, in this order, each statement of a VOLATILE function taking a snapshot of
+        -- its own (READ COMMITTED), so each sees every commit before the locks were granted: the
+        -- change marker (with_marker), the counters, a block of versions (reserve_versions), the
+        -- slots' rows. One row per answer, told apart by kind: 'm' the marker (value), 'c' a
+        -- counter (name, value), 'v' the last version before the block (value), 'r' a slot's
+        -- record row (the remaining columns)
+        CREATE FUNCTION write_begin(
+            keys bigint[], exclusive boolean[], timeout_ms integer, with_marker boolean,
+            versions bigint, floor_version bigint, scope_tokens bytea[], key_tokens bytea[]
+        ) RETURNS TABLE (
+            kind "char", name text, value bigint, id text, scope_token bytea, key_token bytea,
+            version bigint, expires_at double precision, hidden_version bigint, wrapped bytea,
+            epoch bigint, ciphertext bytea, vector bytea
+        ) LANGUAGE plpgsql SET search_path FROM CURRENT SET plan_cache_mode = force_generic_plan AS $$
+        BEGIN
+            PERFORM lock_write(keys, exclusive, timeout_ms);
+            IF with_marker THEN
+                kind := 'm';
+                SELECT s.value INTO value FROM change_marker_sum() s;
+                RETURN NEXT;
+            END IF;
+            kind := 'c';
+            FOR name, value IN SELECT c.name, c.value FROM counters() c LOOP
+                RETURN NEXT;
+            END LOOP;
+            kind := 'v';
+            name := NULL;
+            value := reserve_versions(versions, floor_version);
+            RETURN NEXT;
+            RETURN QUERY SELECT 'r'::"char", NULL::text, NULL::bigint, r.*
+                FROM slot_records(scope_tokens, key_tokens) r ORDER BY r.version;
+        END
+        $$;
+
+        -- one record's rows in one statement: the slot's old record row (by the id it replaces,
+        -- through its lineage row), the record, its lineage row, a record_subjects row per subject
+        -- token. Many records, or one derived from others, go as one statement a table instead
+        CREATE FUNCTION write_record(
+            replaced text, subject_list bytea[],
+            r_id text, r_scope_token bytea, r_key_token bytea, r_version bigint,
+            r_expires_at double precision, r_hidden_version bigint, r_wrapped bytea, r_epoch bigint,
+            r_ciphertext bytea, r_vector bytea,
+            l_record_id text, l_scope_token bytea, l_key_token bytea, l_version bigint, l_wrapped bytea,
+            l_epoch bigint, l_subject_tokens bytea, l_subjects bytea, l_sources text,
+            l_destroyed_version bigint, l_forgotten_version bigint
+        ) RETURNS void LANGUAGE plpgsql SET search_path FROM CURRENT SET plan_cache_mode = force_generic_plan
+        AS $$
+        BEGIN
+            IF replaced IS NOT NULL THEN
+                DELETE FROM records WHERE version IN (
+                    SELECT o.version FROM lineage o WHERE o.record_id = replaced);
+            END IF;
+            INSERT INTO records (
+                id, scope_token, key_token, version, expires_at, hidden_version, wrapped, epoch,
+                ciphertext, vector
+            ) VALUES (
+                r_id, r_scope_token, r_key_token, r_version, r_expires_at, r_hidden_version, r_wrapped,
+                r_epoch, r_ciphertext, r_vector
+            );
+            INSERT INTO lineage (
+                record_id, scope_token, key_token, version, wrapped, epoch, subject_tokens, subjects,
+                sources, destroyed_version, forgotten_version
+            ) VALUES (
+                l_record_id, l_scope_token, l_key_token, l_version, l_wrapped, l_epoch,
+                l_subject_tokens, l_subjects, l_sources, l_destroyed_version, l_forgotten_version
+            );
+            INSERT INTO record_subjects (subject_token, record_id)
+                SELECT t, l_record_id FROM unnest(subject_list) AS t ON CONFLICT DO NOTHING;
+        END
+        $$;
+        """,
+    ),
 )
 
 LATEST = MIGRATIONS[-1][0]

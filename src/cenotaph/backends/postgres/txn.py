@@ -46,6 +46,18 @@ from ..sql.handlers import (
     takers_of,
 )
 from .marker import BUMP, SUM
+from .record_write import (
+    BEGIN,
+    LINEAGE_TYPES,
+    RECORD_TYPES,
+    LockKeys,
+    begin_answers,
+    begin_statement,
+    record_statement,
+    slot_arrays,
+    subject_tokens,
+    write_shape,
+)
 
 __all__ = ["Connection", "PostgresTxn"]
 
@@ -53,18 +65,11 @@ R = TypeVar("R")
 Connection = psycopg.Connection[tuple[Any, ...]]
 Cursor = psycopg.Cursor[tuple[Any, ...]]
 Query = str | SQL | Composed
-Params = Sequence[Any] | dict[str, Any]
+Params = Sequence[Any] | dict[str, Any] | None  # None: a statement sent whole (``record_write``)
 _RECONNECTS = 4  # a pool's worth of stale connections after a server restart
 
 # records rows of a list of ids, found through their lineage rows (records are keyed by version alone)
 _BY_IDS = "version IN (SELECT version FROM lineage WHERE record_id = ANY(%s::text[]))"
-# the newest lineage version of each (scope, key) slot, and its record row (a slot's record row,
-# if any, is its newest version's: a write replaces the row it finds)
-_SLOTS = (
-    "unnest(%s::bytea[], %s::bytea[]) AS s(scope_token, key_token) CROSS JOIN LATERAL "
-    "(SELECT * FROM lineage n WHERE n.scope_token = s.scope_token AND n.key_token = s.key_token "
-    "ORDER BY n.version DESC LIMIT 1) AS l JOIN records r ON r.version = l.version"
-)
 # a key's rows in a few scopes with their lineage rows, and the change marker, in one snapshot
 # (one row of NULLs beside the marker when no scope holds the key)
 _KEY_RECORDS = (
@@ -74,12 +79,14 @@ _KEY_RECORDS = (
     "ORDER BY n.version DESC LIMIT 1) AS l JOIN records r ON r.version = l.version) ON true"
 )
 # the counters with the clock read from its sequence (schema 3: the 'clock' row is not kept)
-_META_ALL = (
-    "SELECT name, value FROM meta WHERE name <> 'clock' UNION ALL SELECT 'clock', last_value FROM clock_seq"
-)
+_META_ALL = "SELECT name, value FROM counters()"
 _RESERVE = "SELECT reserve_versions(%s, %s)"
 _SETTLED = "SELECT clock_settled()"
-_RECORDS_IN_SLOTS = f"SELECT {R_COLS} FROM {_SLOTS} ORDER BY r.version"
+# each slot's record row (schema 5's slot_records: a slot's row is its newest version's)
+_RECORDS_IN_SLOTS = "SELECT * FROM slot_records(%s::bytea[], %s::bytea[]) ORDER BY version"
+# a write transaction's lock_timeout and advisory locks (schema 5's lock_write; keys from
+# ``backend.lock_keys``); a record write sends write_begin instead (``record_write``)
+_LOCK_WRITE = "SELECT lock_write(%b::bigint[], %b::boolean[], %b::integer)"
 _DELETE_RECORDS = f"DELETE FROM records WHERE {_BY_IDS}"
 _MISSING = object()
 _PK_TYPES = {"records": "bigint", "lineage": "text", "scopes": "bytea", "subjects": "bytea"}
@@ -116,11 +123,6 @@ def _row_insert_sql(table: str, columns: str, types: tuple[str, ...], tail: str 
 
 
 _NOTHING = " ON CONFLICT DO NOTHING"
-# the PostgreSQL types of RECORD_COLS and LINEAGE_COLS, in their order
-_RECORD_TYPES = ("text", "bytea", "bytea", "bigint", "float8", "bigint", "bytea", "bigint", "bytea", "bytea")
-_LINEAGE_TYPES = (
-    "text", "bytea", "bytea", "bigint", "bytea", "bigint", "bytea", "bytea", "text", "bigint", "bigint"
-)  # fmt: skip
 
 
 def _first(cursor: Cursor) -> int:
@@ -155,20 +157,14 @@ def _unchanged_by(read: Op[Any], write: Op[Any]) -> bool:
     return False
 
 
-def _slot_arrays(slots: Sequence[tuple[bytes, bytes]]) -> tuple[list[bytes], list[bytes]]:
-    """The (scope tokens, key tokens) arrays of ``slots``, each slot once."""
-    unique = list(dict.fromkeys((bytes(s), bytes(k)) for s, k in slots))
-    return [s for s, _ in unique], [k for _, k in unique]
-
-
 def _subject_pairs(lineage: Iterable[tuple[bytes, str]]) -> tuple[list[bytes], list[str]]:
-    """(subject tokens, record ids): one pair per 32-byte token of each ``(tokens, record id)``."""
+    """(subject tokens, record ids): one pair per token of each ``(tokens, record id)``."""
     tokens: list[bytes] = []
     ids: list[str] = []
     for packed, record_id in lineage:
-        for i in range(0, len(packed), 32):
-            tokens.append(bytes(packed[i : i + 32]))
-            ids.append(record_id)
+        split = subject_tokens(packed)
+        tokens += split
+        ids += [record_id] * len(split)
     return tokens, ids
 
 
@@ -232,14 +228,12 @@ class PostgresTxn(SQLHandlers, OpRunner):
         self._ends = ends and not commits
         self._closing = False
         self._ended = False
-        # a write stays in one pipeline until its COMMIT: a statement whose answer nobody reads
-        # (an INSERT, an UPDATE whose count is not asked for) waits for none, and its answer comes
-        # back with the next statement that is read, or with the COMMIT
+        # a write stays in one pipeline from its first statement after BEGIN until its COMMIT
+        # (:meth:`_piped`): a statement whose answer nobody reads (an INSERT, an UPDATE whose count
+        # is not asked for) waits for none, and its answer comes back with the next statement
+        # that is read, or with the COMMIT
         self._pipe: contextlib.AbstractContextManager[psycopg.Pipeline] | None = None
         self._pipeline: psycopg.Pipeline | None = None
-        if commits:
-            self._pipe = conn.pipeline()
-            self._pipeline = self._pipe.__enter__()
 
     @property
     def connection(self) -> Connection:
@@ -274,6 +268,24 @@ class PostgresTxn(SQLHandlers, OpRunner):
 
     # -- what is sent ahead, and what is sent later ----------------------------------------
     @staticmethod
+    def _begin_write(
+        conn: Connection, locks: LockKeys, timeout_ms: int, ahead: Sequence[Op[Any]]
+    ) -> list[tuple[Op[Any], Any]]:
+        """Begin a write transaction on ``conn`` holding ``locks``, and read ``ahead`` in it: one
+        round trip. A record write's is one message (``record_write``: BEGIN and write_begin);
+        any other is a pipeline of BEGIN, lock_write and a statement each (:meth:`_send_ahead`)."""
+        shape = write_shape(ahead)
+        if shape is not None:
+            cursor = conn.execute(begin_statement(locks, timeout_ms, shape), prepare=False)
+            cursor.nextset()  # past BEGIN's result
+            return begin_answers(cursor, ahead)
+        with conn.pipeline():
+            conn.execute(BEGIN)
+            conn.execute(_LOCK_WRITE, (*locks, timeout_ms))
+            sent = [(op, PostgresTxn._send_ahead(conn, op)) for op in ahead]
+        return [(op, read(cursor)) for op, (cursor, read) in sent if cursor is not None]
+
+    @staticmethod
     def _send_ahead(conn: Connection, op: Op[Any]) -> tuple[Cursor | None, Callable[[Cursor], Any]]:
         """Send ``op``'s statement on ``conn`` (in its pipeline) if it is one a write reads
         first: the cursor and how its result is read; (None, ...) for any other operation."""
@@ -284,7 +296,7 @@ class PostgresTxn(SQLHandlers, OpRunner):
         if isinstance(op, ops.Reserve):
             return conn.execute(_RESERVE, (op.count, op.floor)), _first
         if isinstance(op, ops.RecordsInSlots):
-            args = _slot_arrays(op.slots)
+            args = slot_arrays(op.slots)
             return conn.execute(_RECORDS_IN_SLOTS, args), lambda c: [record_row(r) for r in c.fetchall()]
         if isinstance(op, ops.WrittenSince):  # the shared handlers' statements and rows
             cursor = conn.execute(POSTGRES.sql(WRITTEN_SINCE), (op.version, op.version))
@@ -362,9 +374,16 @@ class PostgresTxn(SQLHandlers, OpRunner):
         return cursor
 
     def _commit(self) -> None:
-        """The deferred statements, the change marker's bump and COMMIT: one round trip."""
+        """The deferred statements, the change marker's bump and COMMIT: one round trip. A write
+        whose statements all went whole (``record_write``) and none in its pipeline yet sends
+        them as one message."""
         if self._commits:
-            self._deferred.append((BUMP, ()))
+            self._deferred.append((BUMP, None))
+            if self._pipe is None and all(args is None for _, args in self._deferred):
+                whole = [str(sql) for sql, _ in self._deferred]
+                self._deferred = []
+                self._c.execute("; ".join([*whole, "COMMIT"]), prepare=False)
+                return
         self._flush(("COMMIT", ()))
         if self._pipe is not None:
             pipe, self._pipe, self._pipeline = self._pipe, None, None
@@ -378,6 +397,13 @@ class PostgresTxn(SQLHandlers, OpRunner):
             with contextlib.suppress(psycopg.Error):
                 pipe.__exit__(None, None, None)
 
+    def _piped(self) -> None:
+        """Enter a write's pipeline, if it has not yet: it lasts until the COMMIT. (A write
+        whose only statements are sent whole at its COMMIT never enters one: ``_commit``.)"""
+        if self._commits and self._pipe is None:
+            self._pipe = self._c.pipeline()
+            self._pipeline = self._pipe.__enter__()
+
     def _settle(self) -> None:
         """Wait for every statement sent so far (a row count is known only then; a refused one
         raises here)."""
@@ -388,6 +414,7 @@ class PostgresTxn(SQLHandlers, OpRunner):
         """``sql`` on the transaction's connection, beginning the transaction first if it has not
         (and ending it with ``sql`` if it is the closing statement: a read's, never a write's)."""
         closing, self._closing = self._closing, False
+        self._piped()
         if self._deferred:
             cursor = self._flush((sql, args))
             assert cursor is not None
@@ -459,6 +486,7 @@ class PostgresTxn(SQLHandlers, OpRunner):
         if not listed:
             return 0
         self._start()
+        self._piped()
         if self._deferred:
             self._flush()
         cursor = self._c.cursor()
@@ -575,7 +603,7 @@ class PostgresTxn(SQLHandlers, OpRunner):
     # -- records ---------------------------------------------------------------------
     def records_in_slots(self, slots: Sequence[tuple[bytes, bytes]]) -> list[RecordRow]:
         # one statement for every slot: a lateral probe of lineage_slot each
-        return [record_row(row) for row in self._rows(_RECORDS_IN_SLOTS, _slot_arrays(slots))]
+        return [record_row(row) for row in self._rows(_RECORDS_IN_SLOTS, slot_arrays(slots))]
 
     # -- key rows: a write made them first, or another did (target locks do not exclude that)
     def insert_scopes(self, rows: Iterable[ScopeKeyRow]) -> None:
@@ -633,7 +661,15 @@ class PostgresTxn(SQLHandlers, OpRunner):
         ]
         return self._marker_of(int(rows[0][0])), found
 
-    def insert_records(self, rows: Sequence[RecordRow], lineage: Sequence[LineageRow]) -> None:
+    def insert_records(
+        self, rows: Sequence[RecordRow], lineage: Sequence[LineageRow], replaced: Sequence[str] = ()
+    ) -> None:
+        self._start()
+        # deferred: they go in one round trip with whatever the transaction sends next (its COMMIT)
+        if len(rows) == 1 and len(lineage) == 1 and len(replaced) <= 1 and not lineage[0].sources:
+            self._send(record_statement(rows[0], lineage[0], replaced), None)
+            return
+        self.delete_records(replaced)
         # one pipeline, one round trip, one statement a table; a RecordRow is a tuple in RECORD_COLS
         # order (expires_at made a float: an array holds one type)
         tokens, subject_ids = _subject_pairs((x.subject_tokens, x.record_id) for x in lineage)
@@ -643,10 +679,8 @@ class PostgresTxn(SQLHandlers, OpRunner):
             else r._replace(expires_at=float(r.expires_at))
             for r in rows
         )
-        self._start()
-        # deferred: they go in one round trip with whatever the transaction sends next (its COMMIT)
-        self._insert("records", RECORD_COLS, _RECORD_TYPES, records)
-        self._insert("lineage", LINEAGE_COLS, _LINEAGE_TYPES, map(lineage_values, lineage))
+        self._insert("records", RECORD_COLS, RECORD_TYPES, records)
+        self._insert("lineage", LINEAGE_COLS, LINEAGE_TYPES, map(lineage_values, lineage))
         if tokens:
             self._send(
                 "INSERT INTO record_subjects (subject_token, record_id) "

@@ -204,7 +204,10 @@ class SQLiteTxn(SQLHandlers, OpRunner):
                 found.append((RecordRow(*row[1:11]), None if row[11] is None else lineage_row(row[11:])))
         return int(rows[0][0]), found
 
-    def insert_records(self, rows: Sequence[RecordRow], lineage: Sequence[LineageRow]) -> None:
+    def insert_records(
+        self, rows: Sequence[RecordRow], lineage: Sequence[LineageRow], replaced: Sequence[str] = ()
+    ) -> None:
+        self.delete_records(replaced)
         # a RecordRow is a tuple in RECORD_COLS order (checked at import): no copy per row
         self._c.executemany(f"INSERT INTO records ({RECORD_COLS}) VALUES ({_marks(10)})", rows)
         self._c.executemany(
