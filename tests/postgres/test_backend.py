@@ -454,11 +454,18 @@ def _reads(txn: SQLiteTxn | PostgresTxn) -> dict[str, Any]:
     }
 
 
+def _hidden(txn: SQLiteTxn | PostgresTxn) -> list[tuple[Any, ...]]:
+    rows = txn._run("SELECT id, hidden_version, hidden_mode FROM records ORDER BY id").fetchall()
+    return [tuple(r) for r in rows]
+
+
 def _changes(txn: SQLiteTxn | PostgresTxn) -> dict[str, Any]:
     out: dict[str, Any] = {}
     out["vectors_kept"] = txn.store_vectors([(b"cell1", "r1", 1), (b"cell3", "r3", 3), (b"stale", "r2", 7)])
-    out["hidden"] = txn.hide_records(["r3", "nope"], 6, "operational")
-    out["hidden_again"] = txn.hide_records(["r3"], 7, "operational")
+    txn.hide_records(["r3", "nope"], 6, "operational")
+    out["hidden"] = _hidden(txn)
+    txn.hide_records(["r3"], 7, "operational")  # hidden already: its version stays 6
+    out["hidden_again"] = _hidden(txn)
     txn.destroy_record_keys(["r2"], 8)
     txn.destroy_keys([S3], [_tok("never")], 8)
     txn.advance("forget_epoch")

@@ -7,6 +7,7 @@ times it waits for the server, so a statement that stops sharing a round trip sh
   with the COMMIT)
 - a write transaction's statements whose answers nobody reads wait for none: a forget's writes
   ride with its next read; the forget's whole count is pinned so that it only goes down
+- an operational key forget: 4 (its hiding reads no row count)
 - every request's status for a listing: as many round trips with twenty requests as with one
 """
 
@@ -171,3 +172,16 @@ def test_every_requests_status_is_read_in_as_many_round_trips_with_twenty_reques
     assert [(r.id, s) for r, s in listed] == [(r.id, r.status()) for r, _ in listed]  # as each says
     # the same statements a call (one request more was one status call more: ~7 round trips)
     assert abs(crowded - alone) <= RUNS, (alone, crowded)
+
+
+def test_an_operational_forget_is_four_round_trips(store: Store, wire: Wire) -> None:
+    """Its survey; its locks and first reads; its writes with the read they ride with; the marker's
+    bump with COMMIT. Hiding reads no row count, so it waits for nothing of its own."""
+    _fill(store, RUNS + 1)
+    store.forget(SCOPE, "k0", mode="operational")  # whatever a first forget warms up
+
+    with _counting(store, wire) as trips:
+        for i in range(RUNS):
+            store.forget(SCOPE, f"k{i + 1}", mode="operational")
+    assert _about(trips[0], 4 * RUNS), trips[0]
+    assert all(store.read(SCOPE, f"k{i + 1}") is None for i in range(RUNS))

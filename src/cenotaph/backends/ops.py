@@ -453,7 +453,7 @@ class UnforgottenForSubject(Op[list[str]]):
 
 
 @dataclass(frozen=True, slots=True)
-class HideRecords(Op[int]):
+class HideRecords(Op[None]):
     writes: ClassVar[bool] = True
     ids: Sequence[str]
     version: int
