@@ -407,6 +407,8 @@ def _reads(txn: SQLiteTxn | PostgresTxn) -> dict[str, Any]:
         "scope_rows": txn.scope_rows([S1, S2, S3, K1]),
         "subject_rows": txn.subject_rows([SUBJECT]),
         "subtree": txn.subtree_tokens(S1),
+        "subtree_rows": txn.subtree_rows(S1),
+        "chain_rows": txn.scope_chain_rows(S2),
         "slots": txn.records_in_slots([(S1, K1), (S2, K1), (S2, K2), (S3, K1), (S1, K1), (S1, K2)]),
         "one_slot": txn.records_in_slots([(S2, K2)]),
         "key_records": keyed,

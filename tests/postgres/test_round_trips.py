@@ -8,6 +8,7 @@ times it waits for the server, so a statement that stops sharing a round trip sh
 - a write transaction's statements whose answers nobody reads wait for none: a forget's writes
   ride with its next read; the forget's whole count is pinned so that it only goes down
 - an operational key forget: 4 (its hiding reads no row count)
+- a compliance scope forget: as many whatever the child scopes its records are in
 - every request's status for a listing: as many round trips with twenty requests as with one
 """
 
@@ -37,6 +38,9 @@ RUNS = 8
 # with its lock, 36 before its survey and its postcondition were one statement each, 49 before its
 # writes were pipelined)
 FORGET_ROUND_TRIPS = 5
+# measured 5 for a compliance scope forget of records in one or four child scopes (9 and 12 before
+# the subtree's scopes rows and the records' lineage tokens went with its lock)
+SCOPE_FORGET_ROUND_TRIPS = 5
 
 
 @pytest.fixture
@@ -185,3 +189,25 @@ def test_an_operational_forget_is_four_round_trips(store: Store, wire: Wire) -> 
             store.forget(SCOPE, f"k{i + 1}", mode="operational")
     assert _about(trips[0], 4 * RUNS), trips[0]
     assert all(store.read(SCOPE, f"k{i + 1}") is None for i in range(RUNS))
+
+
+def test_a_compliance_scope_forget_reads_its_subtrees_keys_with_its_locks(store: Store, wire: Wire) -> None:
+    """Records in several child scopes: the keys that open each (its scope's chain) and those the
+    forget destroys (the subtree's) come with the locks, read once, as do the records' lineage
+    tokens; so the count does not grow with the child scopes sampled."""
+    counts = []
+    for n, children in enumerate((1, 4)):
+        scope = f"tenant:acme/user:s{n}"
+        store.write_many(
+            [
+                {"scope": f"{scope}/session:c{i % children}", "key": f"k{i}", "value": f"note {i}"}
+                for i in range(8)
+            ]
+        )
+        with _counting(store, wire) as trips:
+            request = store.forget(scope)
+        assert request.status().state == "shredded"
+        assert store.list(scope) == []
+        counts.append(trips[0])
+    assert counts[1] == counts[0], counts
+    assert counts[1] <= SCOPE_FORGET_ROUND_TRIPS, counts

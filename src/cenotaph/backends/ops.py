@@ -231,6 +231,14 @@ class SubtreeTokens(Op[list[bytes]]):
 
 
 @dataclass(frozen=True, slots=True)
+class SubtreeRows(Op[dict[bytes, ScopeKeyRow]]):
+    """The scopes rows of ``token`` and of every scope below it, at once."""
+
+    writes: ClassVar[bool] = False
+    token: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class ReplaceScopeKey(Op[None]):
     writes: ClassVar[bool] = True
     token: bytes

@@ -248,7 +248,8 @@ class Erasure:
         # trip): the counters, its version, the slots the plan checks for ancestor copies, what
         # was written since the survey's clock, the audit log's tail and the audit chain id, and
         # (compliance) its records' sample, the target scope's key rows and the consumers that
-        # took one of its records. Read once the lock is held, so as current as if each were
+        # took one of its records, and (scope or subject) where the keys only its records use
+        # are found. Read once the lock is held, so as current as if each were
         # read where it is used (the audit log, the chain id and the consumers' takes change only
         # in a transaction the lock excludes; the sample and its keys are used before this one
         # writes); a write drops what it may change (a ledger replay's, the forget's own), read
@@ -261,6 +262,7 @@ class Erasure:
             keys = self._planner.opening_keys(target)
             ahead += sample_reads(listed, *keys) if sample is None and listed else []
             ahead += consumer_feed.notify_reads(listed)
+            ahead += self._planner.unshared_reads(target, listed) if len(listed) <= chunk_records() else []
         with self._backend.write(locks, ahead) as txn:
             if locks is None:  # under target locks another forget may be between ledger and COMMIT
                 self._ledger.reconcile_if_changed(txn)

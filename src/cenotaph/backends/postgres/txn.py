@@ -31,6 +31,7 @@ from ..sql.columns import (
 )
 from ..sql.handlers import (
     AUDIT_TAIL,
+    LINEAGE_TOKENS,
     META,
     SAMPLE_ROWS,
     SAMPLE_ROWS_IDS,
@@ -43,7 +44,9 @@ from ..sql.handlers import (
     scope_chain,
     scope_rows_of,
     subject_rows_of,
+    subtree_rows,
     takers_of,
+    token_pairs_of,
 )
 from .marker import BUMP, SUM
 from .record_write import (
@@ -313,6 +316,11 @@ class PostgresTxn(SQLHandlers, OpRunner):
         if isinstance(op, ops.SubjectRows):  # the subject keys opening a forget's sampled records
             cursor = conn.execute(_list_in(SUBJECT_ROWS, "token", "bytea"), ([bytes(t) for t in op.tokens],))
             return cursor, lambda c: subject_rows_of(c)
+        if isinstance(op, ops.SubtreeRows):  # the scope keys a compliance scope forget destroys
+            return conn.execute(POSTGRES.sql(subtree_rows(POSTGRES)), (op.token,)), scope_rows_of
+        if isinstance(op, ops.LineageTokens):  # where the keys only a forget's records use are found
+            query = _list_in(LINEAGE_TOKENS, "record_id") + POSTGRES.order("version")
+            return conn.execute(query, (list(op.ids),)), token_pairs_of
         if isinstance(op, ops.TakersOf):  # the consumers a compliance forget asks
             cursor = conn.execute(_list_in(TAKERS_OF, TAKERS_OF_IDS), (list(op.record_ids),))
             return cursor, lambda c: takers_of(c)
@@ -330,7 +338,10 @@ class PostgresTxn(SQLHandlers, OpRunner):
         return super().run(op)
 
     def _from_ahead(self, op: Op[Any]) -> Any:
-        """``op``'s result as read with BEGIN, or _MISSING (each is used once)."""
+        """``op``'s result as read with BEGIN, or _MISSING (each is used once; the scopes rows
+        read ahead answer every read of scopes rows they hold, until the first write)."""
+        if isinstance(op, ops.ScopeChainRows | ops.ScopeRows | ops.SubtreeTokens):
+            return self._from_scope_rows(op)
         for i, (sent, result) in enumerate(self._ahead):
             if type(sent) is not type(op):  # every answer below is one of the same operation
                 continue
@@ -353,6 +364,30 @@ class PostgresTxn(SQLHandlers, OpRunner):
                 del self._ahead[i]
                 return self._marker_of(result) if isinstance(op, ops.Marker) else result
         return _MISSING
+
+    def _from_scope_rows(self, op: ops.ScopeChainRows | ops.ScopeRows | ops.SubtreeTokens) -> Any:
+        """``op``'s answer from the scopes rows read ahead (a scope's chain, a subtree), where
+        they hold all of it, or _MISSING. Read under the transaction's locks: a scope row only
+        ever changes by a forget destroying its key, and forgets are serial."""
+        if isinstance(op, ops.SubtreeTokens):
+            subtree = next((r for o, r in self._ahead if o == ops.SubtreeRows(op.token)), None)
+            return _MISSING if subtree is None else list(subtree)
+        known: dict[bytes, ScopeKeyRow] = {}
+        for sent, result in self._ahead:
+            if isinstance(sent, ops.ScopeChainRows | ops.SubtreeRows):
+                known.update(result)
+        if isinstance(op, ops.ScopeRows):
+            tokens = [bytes(t) for t in op.tokens]
+            return {t: known[t] for t in tokens} if all(t in known for t in tokens) else _MISSING
+        chain: dict[bytes, ScopeKeyRow] = {}
+        current: bytes | None = bytes(op.token)
+        while current is not None and current not in chain:  # a tampered cycle ends
+            row = known.get(current)
+            if row is None:
+                return _MISSING
+            chain[current] = row
+            current = None if row.parent is None else bytes(row.parent)
+        return chain
 
     def _send(self, sql: Query, args: Params = ()) -> None:
         """``sql``, whose result nobody reads, sent with the next statement of the transaction

@@ -34,6 +34,7 @@ from .dialect import Dialect
 
 __all__ = [
     "AUDIT_TAIL",
+    "LINEAGE_TOKENS",
     "META",
     "SAMPLE_ROWS",
     "SAMPLE_ROWS_IDS",
@@ -49,7 +50,11 @@ __all__ = [
     "scope_chain",
     "scope_rows_of",
     "subject_rows_of",
+    "subtree_rows",
+    "subtree_tokens",
     "takers_of",
+    "token_pairs_of",
+    "tokens_of",
 ]
 
 _SAVEPOINT = "cenotaph_write"
@@ -88,6 +93,39 @@ def scope_chain(d: Dialect) -> str:
         "SELECT s.parent FROM scopes s JOIN up ON s.token = up.t WHERE s.parent IS NOT NULL) "
         "SELECT token, parent, wrapped, epoch FROM scopes WHERE token IN (SELECT t FROM up)"
     )
+
+
+@cache
+def subtree_tokens(d: Dialect) -> str:
+    """The tokens of a scope (the one parameter) and of every scope below it."""
+    return (
+        f"WITH RECURSIVE sub(t) AS (SELECT {d.param('bytea')} UNION "
+        "SELECT s.token FROM scopes s JOIN sub ON s.parent = sub.t) SELECT t FROM sub"
+    )
+
+
+@cache
+def subtree_rows(d: Dialect) -> str:
+    """The scopes rows of :func:`subtree_tokens`. A compliance scope forget sends it ahead with
+    its locks: the keys it destroys, and (with the target's :func:`scope_chain`) those opening
+    every record it samples."""
+    return f"SELECT token, parent, wrapped, epoch FROM scopes WHERE token IN ({subtree_tokens(d)})"
+
+
+# (scope token, subject tokens) of the lineage rows of a list of ids (``{In}``: the ids), in
+# version order where the engine needs one; a compliance scope or subject forget sends it ahead
+# with its locks, for the keys only its records use
+LINEAGE_TOKENS = "SELECT scope_token, subject_tokens FROM lineage WHERE {In}"
+
+
+def tokens_of(rows: Iterable[Sequence[Any]]) -> list[bytes]:
+    """The first column's tokens."""
+    return [bytes(r[0]) for r in rows]
+
+
+def token_pairs_of(rows: Iterable[Sequence[Any]]) -> list[tuple[bytes, bytes]]:
+    """:data:`LINEAGE_TOKENS`'s rows."""
+    return [(bytes(a), bytes(b)) for a, b in rows]
 
 
 # the subjects rows of a list of tokens (``{In}``: ``token`` one of them); a forget sends those of
@@ -353,11 +391,10 @@ class SQLHandlers:
         )
 
     def subtree_tokens(self, token: bytes) -> list[bytes]:
-        sql = (
-            f"WITH RECURSIVE sub(t) AS (SELECT {self._d.param('bytea')} UNION "
-            "SELECT s.token FROM scopes s JOIN sub ON s.parent = sub.t) SELECT t FROM sub"
-        )
-        return [bytes(r[0]) for r in self._run(sql, (token,))]
+        return tokens_of(self._run(subtree_tokens(self._d), (token,)))
+
+    def subtree_rows(self, token: bytes) -> dict[bytes, ScopeKeyRow]:
+        return scope_rows_of(self._run(subtree_rows(self._d), (token,)))
 
     # -- records ---------------------------------------------------------------------
     def record(self, record_id: str) -> RecordRow | None:
@@ -424,8 +461,8 @@ class SQLHandlers:
         return {row[0]: lineage_row(row) for row in self._in_parts(sql, "record_id", "text", ids)}
 
     def lineage_tokens(self, ids: Sequence[str]) -> list[tuple[bytes, bytes]]:
-        sql = "SELECT scope_token, subject_tokens FROM lineage WHERE {In}" + self._d.order("version")
-        return [(bytes(s), bytes(t)) for s, t in self._in_parts(sql, "record_id", "text", ids)]
+        sql = LINEAGE_TOKENS + self._d.order("version")
+        return token_pairs_of(self._in_parts(sql, "record_id", "text", ids))
 
     def lineage_keyed(self, ids: Sequence[str]) -> set[str]:
         sql = "SELECT record_id FROM lineage WHERE wrapped IS NOT NULL AND {In}"

@@ -165,6 +165,18 @@ class ForgetPlanner:
             return None, []
         return target.token, [self._tokens.subject(s) for s in default_subjects(target.scope)]
 
+    @staticmethod
+    def unshared_reads(target: ForgetTarget, listed: Sequence[str]) -> list[ops.Op[Any]]:
+        """What finding the keys only ``listed`` use (``ForgetPlan.keys_to_destroy``, a compliance
+        scope or subject forget's) reads first, for its write to send ahead with its locks: the
+        records' lineage tokens (an operation equal to the one made where the plan is applied,
+        so a record written since, a longer list, reads its own again) and a scope's subtree,
+        whose rows also hold the keys that open its records."""
+        if not target.compliance or target.kind == "key":
+            return []
+        reads: list[ops.Op[Any]] = [ops.LineageTokens(list(listed))] if listed else []
+        return [*reads, ops.SubtreeRows(target.token)] if target.kind == "scope" else reads
+
     # -- step 1: outside the write lock ------------------------------------------------
     def survey(self, reading: Reading, target: ForgetTarget) -> Survey:
         """Enumerate ``target`` in read transactions (each short: other threads of this process
