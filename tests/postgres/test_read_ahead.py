@@ -1,7 +1,8 @@
 """What a write transaction reads with its BEGIN and locks answers its later reads exactly as the
 server would (``PostgresTxn._from_ahead``): the scopes rows read ahead (a scope's chain, a
-subtree) answer every read of scopes rows they hold in full, and nothing after the transaction's
-first write; a read they hold only in part goes to the server."""
+subtree) and the subjects rows answer every read of the rows they hold in full, as often as it
+is made, and nothing after the transaction's first write; a read they hold only in part goes to
+the server."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ def _tok(name: str) -> bytes:
 ROOT, USER, A, TASK, B, OTHER, ELSEWHERE = (
     _tok(n) for n in ("root", "user", "a", "task", "b", "other", "else")
 )
+P, Q = _tok("person p"), _tok("person q")
 TREE = {ROOT: None, USER: ROOT, A: USER, TASK: A, B: USER, OTHER: None, ELSEWHERE: OTHER}
 ASKED: list[ops.Op[Any]] = [
     ops.ScopeChainRows(TASK),
@@ -34,12 +36,15 @@ ASKED: list[ops.Op[Any]] = [
     ops.ScopeRows([A, TASK, B]),
     ops.ScopeRows([A, USER, ROOT]),
     ops.SubtreeTokens(USER),
+    ops.SubjectRows([P]),
+    ops.SubjectRows([P, Q]),
 ]
 OUTSIDE: list[ops.Op[Any]] = [  # rows the read-ahead does not hold
     ops.ScopeChainRows(ELSEWHERE),
     ops.ScopeRows([A, OTHER]),
     ops.ScopeRows([_tok("nowhere")]),
     ops.SubtreeTokens(A),
+    ops.SubjectRows([P, _tok("person r")]),
 ]
 
 
@@ -52,6 +57,7 @@ def store_backend(open_backend: Callable[[], PostgresBackend]) -> PostgresBacken
                 ScopeKeyRow(token, parent, b"wrapped-" + token[:4], 1) for token, parent in TREE.items()
             )
         )
+        txn.run(ops.InsertSubjects((token, b"wrapped-" + token[:4], 1) for token in (P, Q)))
     return opened
 
 
@@ -85,7 +91,7 @@ def _statements(backend: PostgresBackend, asked: list[ops.Op[Any]], ahead: list[
 
 
 def test_the_rows_read_ahead_answer_as_the_server_does(store_backend: PostgresBackend) -> None:
-    ahead: list[ops.Op[Any]] = [ops.ScopeChainRows(USER), ops.SubtreeRows(USER)]
+    ahead: list[ops.Op[Any]] = [ops.ScopeChainRows(USER), ops.SubtreeRows(USER), ops.SubjectRows([P, Q])]
     from_server = _answers(store_backend, ASKED + OUTSIDE, [])
     assert _answers(store_backend, ASKED + OUTSIDE, ahead) == from_server
     assert from_server[0] == {
@@ -97,14 +103,14 @@ def test_the_rows_read_ahead_answer_as_the_server_does(store_backend: PostgresBa
 def test_reads_held_in_full_send_nothing_and_the_others_go_to_the_server(
     store_backend: PostgresBackend,
 ) -> None:
-    ahead: list[ops.Op[Any]] = [ops.ScopeChainRows(USER), ops.SubtreeRows(USER)]
+    ahead: list[ops.Op[Any]] = [ops.ScopeChainRows(USER), ops.SubtreeRows(USER), ops.SubjectRows([P, Q])]
     assert _statements(store_backend, ASKED, ahead) == 0
     assert _statements(store_backend, ASKED, []) == len(ASKED)
     assert _statements(store_backend, OUTSIDE, ahead) == len(OUTSIDE)
 
 
 def test_after_the_first_write_every_read_goes_to_the_server(store_backend: PostgresBackend) -> None:
-    ahead: list[ops.Op[Any]] = [ops.ScopeChainRows(USER), ops.SubtreeRows(USER)]
+    ahead: list[ops.Op[Any]] = [ops.ScopeChainRows(USER), ops.SubtreeRows(USER), ops.SubjectRows([P, Q])]
     with store_backend.write(None, ahead) as txn:
         txn.run(ops.DestroyKeys([A], [], 9))
         chain = txn.run(ops.ScopeChainRows(TASK))

@@ -338,8 +338,9 @@ class PostgresTxn(SQLHandlers, OpRunner):
         return super().run(op)
 
     def _from_ahead(self, op: Op[Any]) -> Any:
-        """``op``'s result as read with BEGIN, or _MISSING (each is used once; the scopes rows
-        read ahead answer every read of scopes rows they hold, until the first write)."""
+        """``op``'s result as read with BEGIN, or _MISSING (each is used once; the scopes and
+        subjects rows read ahead answer every read of the rows they hold, until the first
+        write)."""
         if isinstance(op, ops.ScopeChainRows | ops.ScopeRows | ops.SubtreeTokens):
             return self._from_scope_rows(op)
         for i, (sent, result) in enumerate(self._ahead):
@@ -352,8 +353,7 @@ class PostgresTxn(SQLHandlers, OpRunner):
                     return [r for r in result if (bytes(r.scope_token), bytes(r.key_token)) in wanted]
             elif isinstance(op, ops.SubjectRows) and isinstance(sent, ops.SubjectRows):
                 tokens = {bytes(t) for t in op.tokens}
-                if tokens <= {bytes(t) for t in sent.tokens}:
-                    del self._ahead[i]
+                if tokens <= {bytes(t) for t in sent.tokens}:  # kept, like the scopes rows
                     return {t: row for t, row in result.items() if t in tokens}
             elif isinstance(op, ops.Reserve) and isinstance(sent, ops.Reserve):
                 if op.count == sent.count and result >= op.floor:
