@@ -367,8 +367,11 @@ class PostgresTxn(SQLHandlers, OpRunner):
 
     def _from_scope_rows(self, op: ops.ScopeChainRows | ops.ScopeRows | ops.SubtreeTokens) -> Any:
         """``op``'s answer from the scopes rows read ahead (a scope's chain, a subtree), where
-        they hold all of it, or _MISSING. Read under the transaction's locks: a scope row only
-        ever changes by a forget destroying its key, and forgets are serial."""
+        they hold all of it, or _MISSING. As current as a read now: they were read under the
+        transaction's locks, and a scope row changes only by a forget destroying its key or in a
+        store-wide transaction (a rotation's rewrap, a reauthorization's new key), both of which
+        those locks exclude; a row added since is not among them, so its read goes to the
+        server."""
         if isinstance(op, ops.SubtreeTokens):
             subtree = next((r for o, r in self._ahead if o == ops.SubtreeRows(op.token)), None)
             return _MISSING if subtree is None else list(subtree)

@@ -51,10 +51,8 @@ __all__ = [
     "scope_rows_of",
     "subject_rows_of",
     "subtree_rows",
-    "subtree_tokens",
     "takers_of",
     "token_pairs_of",
-    "tokens_of",
 ]
 
 _SAVEPOINT = "cenotaph_write"
