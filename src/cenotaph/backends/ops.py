@@ -492,9 +492,13 @@ class DestroyKeys(Op[None]):
 
 
 @dataclass(frozen=True, slots=True)
-class ChildScopes(Op[Iterator[bytes]]):
+class LiveInSubtree(Op[list[str]]):
+    """Ids of records with live keys anywhere in the subtree of ``token`` (the scope and every
+    scope below it), at most ``limit`` of them: one statement, whatever the subtree's size."""
+
     writes: ClassVar[bool] = False
     token: bytes
+    limit: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,8 +16,9 @@ These are found again from the records wherever the plan is applied -- the forge
 replay on open or restore -- and never listed in the plan: a list of tokens in the ledger or in
 the request's row would be exactly the name-confirmation oracle this module removes.
 
-Cost grows with the forgotten records, not with the store: every check stops at the first row
-that says "shared" (a scope's children and lineage are read lazily).
+Cost grows with the forgotten records and the depth of their scopes, not with the store's history:
+a scope's whole subtree is asked in one statement that stops after one more live record than the
+forget destroys, and a shared scope's ancestors are not asked at all.
 """
 
 from __future__ import annotations
@@ -64,39 +65,40 @@ def _used_elsewhere(lineage: Iterator[tuple[str, int, bool]], destroyed: set[str
 def _unshared_scopes(txn: Txn, destroyed: set[str], leaves: set[bytes]) -> list[bytes]:
     """Scopes holding ``destroyed`` records, and their ancestors, whose whole subtree holds no
     other record with live keys; with each such scope, its whole subtree (empty descendants too:
-    a row must never outlive its parent's, or a later subtree walk would lose it)."""
-    verdicts: dict[bytes, set[bytes] | None] = {}
+    a row must never outlive its parent's, or a later subtree walk would lose it).
 
-    def subtree_if_unshared(token: bytes) -> set[bytes] | None:
-        if token in verdicts:
-            return verdicts[token]
-        verdicts[token] = None
-        if _used_elsewhere(txn.run(ops.ScopeLineage(token)), destroyed):
-            return None
-        found = {token}
-        for child in txn.run(ops.ChildScopes(token)):
-            below = subtree_if_unshared(child)
-            if below is None:
-                return None
-            found |= below
-        verdicts[token] = found
-        return found
-
+    Each scope is asked once, in one statement for its whole subtree, for at most one more live
+    record than the forget destroys: if every one it finds is destroyed, it found them all (ids
+    are distinct), so the subtree holds no other. A shared scope's ancestors are shared too."""
+    parents, order = _with_ancestors(txn, leaves)
+    shared: set[bytes] = set()
     unshared: set[bytes] = set()
-    for token in _with_ancestors(txn, leaves):
-        unshared |= subtree_if_unshared(token) or set()
+    for token in order:
+        if token in shared:
+            continue
+        live = txn.run(ops.LiveInSubtree(token, len(destroyed) + 1))
+        if any(record_id not in destroyed for record_id in live):
+            up: bytes | None = token
+            while up is not None and up not in shared:  # a tampered cycle ends
+                shared.add(up)
+                up = parents.get(up)
+        else:
+            unshared.update(txn.run(ops.SubtreeTokens(token)))
     return sorted(unshared)
 
 
-def _with_ancestors(txn: Txn, tokens: Iterable[bytes]) -> list[bytes]:
-    """``tokens`` and every ancestor scope, deepest first."""
+def _with_ancestors(txn: Txn, tokens: Iterable[bytes]) -> tuple[dict[bytes, bytes], list[bytes]]:
+    """The parent of each of ``tokens`` and their ancestors that has one, and all of them,
+    deepest first."""
     seen: list[bytes] = []
+    parents: dict[bytes, bytes] = {}
     level = set(tokens)
     while level:
         seen.extend(sorted(level - set(seen)))
         rows = txn.run(ops.ScopeRows(sorted(level)))
+        parents.update({t: bytes(r.parent) for t, r in rows.items() if r.parent is not None})
         level = {bytes(r.parent) for r in rows.values() if r.parent is not None} - set(seen)
-    return seen
+    return parents, seen
 
 
 def dead_key_rows(
@@ -119,7 +121,7 @@ def dead_key_rows(
     if kind == "subject":
         subjects.add(target)
     dead_scopes: set[bytes] = set()
-    for token in _with_ancestors(txn, scopes):
+    for token in _with_ancestors(txn, scopes)[1]:
         row = txn.run(ops.ScopeRows([token])).get(token)
         if row is not None and row.wrapped is None and token not in dead_scopes:
             dead_scopes.update(t for t in txn.run(ops.SubtreeTokens(token)))

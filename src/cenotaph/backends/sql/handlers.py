@@ -681,12 +681,12 @@ class SQLHandlers:
         self._destroy_keys("subjects", subjects, version)
 
     # -- what only a forget's records use, what of a target remains ---------------------
-    def child_scopes(self, token: bytes) -> Iterator[bytes]:
-        """The scopes whose parent is ``token``, lazily (a caller may stop at the first)."""
-        for (child,) in self._run(
-            "SELECT token FROM scopes WHERE parent=?" + self._d.order("token"), (token,)
-        ):
-            yield bytes(child)
+    def live_in_subtree(self, token: bytes, limit: int) -> list[str]:
+        sql = (
+            f"SELECT DISTINCT record_id FROM lineage WHERE scope_token IN ({subtree_tokens(self._d)}) "
+            "AND destroyed_version IS NULL LIMIT ?"
+        )
+        return [str(r[0]) for r in self._run(sql, (token, limit))]
 
     def scope_lineage(self, token: bytes) -> Iterator[tuple[str, int, bool]]:
         """(record id, version, keys live) of every record ever written in exactly this scope."""
