@@ -494,7 +494,8 @@ class DestroyKeys(Op[None]):
 @dataclass(frozen=True, slots=True)
 class LiveInSubtree(Op[list[str]]):
     """Ids of records with live keys anywhere in the subtree of ``token`` (the scope and every
-    scope below it), at most ``limit`` of them: one statement, whatever the subtree's size."""
+    scope below it), at most ``limit`` of them: one statement, which stops walking the subtree
+    once it has found them."""
 
     writes: ClassVar[bool] = False
     token: bytes

@@ -67,9 +67,10 @@ def _unshared_scopes(txn: Txn, destroyed: set[str], leaves: set[bytes]) -> list[
     other record with live keys; with each such scope, its whole subtree (empty descendants too:
     a row must never outlive its parent's, or a later subtree walk would lose it).
 
-    Each scope is asked once, in one statement for its whole subtree, for at most one more live
-    record than the forget destroys: if every one it finds is destroyed, it found them all (ids
-    are distinct), so the subtree holds no other. A shared scope's ancestors are shared too."""
+    Each scope is asked once, in one statement for its whole subtree that stops at one more
+    live record than the forget destroys: if every one it finds is the forget's, it found them
+    all (ids are distinct), so the subtree holds no other. A shared scope's ancestors are shared
+    too, and are not asked."""
     parents, order = _with_ancestors(txn, leaves)
     shared: set[bytes] = set()
     unshared: set[bytes] = set()
@@ -77,7 +78,8 @@ def _unshared_scopes(txn: Txn, destroyed: set[str], leaves: set[bytes]) -> list[
         if token in shared:
             continue
         live = txn.run(ops.LiveInSubtree(token, len(destroyed) + 1))
-        if any(record_id not in destroyed for record_id in live):
+        # more than it destroys could only be a record id twice (a tampered table): shared
+        if len(live) > len(destroyed) or any(record_id not in destroyed for record_id in live):
             up: bytes | None = token
             while up is not None and up not in shared:  # a tampered cycle ends
                 shared.add(up)
