@@ -36,14 +36,41 @@ def drop_schema(dsn: str, schema: str) -> None:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
+def fresh_schema() -> str:
+    """A schema name no store uses yet (every test schema's prefix is ``t_``)."""
+    return f"t_{uuid.uuid4().hex[:12]}"
+
+
+def schema_url(dsn: str, schema: str) -> str:
+    """``dsn`` naming the store's schema, as a user passes it to ``cenotaph.open``."""
+    return f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
+
+
 @pytest.fixture
 def pg_schema(pg_dsn: str) -> Iterator[str]:
     """A schema name no store uses yet; dropped (with everything in it) after the test."""
-    schema = f"t_{uuid.uuid4().hex[:12]}"
+    schema = fresh_schema()
     try:
         yield schema
     finally:
         drop_schema(pg_dsn, schema)
+
+
+@pytest.fixture
+def schemas(pg_dsn: str) -> Iterator[Callable[[], str]]:
+    """Fresh schema names, as many as the test asks for, each dropped (if anything made it)
+    after the test."""
+    made: list[str] = []
+
+    def make() -> str:
+        made.append(fresh_schema())
+        return made[-1]
+
+    try:
+        yield make
+    finally:
+        for schema in made:
+            drop_schema(pg_dsn, schema)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -36,31 +36,11 @@ import cenotaph
 from cenotaph.backends.postgres.dump import DUMP_MANIFEST, DUMP_TABLES, restore_key
 from cenotaph.errors import InvalidValueError, KeyProviderError, StorageError
 
-from .conftest import drop_schema
+from .conftest import schema_url
 
 pytestmark = pytest.mark.postgres
 
 Url = Callable[[str], str]
-
-
-@pytest.fixture
-def schemas(pg_dsn: str) -> Iterator[Callable[[], str]]:
-    """Fresh schema names, every one dropped after the test."""
-    made: list[str] = []
-
-    def fresh() -> str:
-        made.append(f"t_{uuid.uuid4().hex[:12]}")
-        return made[-1]
-
-    try:
-        yield fresh
-    finally:
-        for schema in made:
-            drop_schema(pg_dsn, schema)
-
-
-def _url(dsn: str, schema: str) -> str:
-    return f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
 
 
 def _schema_exists(dsn: str, schema: str) -> bool:
@@ -88,7 +68,7 @@ def test_a_backup_from_before_a_forget_restores_into_a_new_schema_without_resurr
     source, target = schemas(), schemas()
     keyring = tmp_path / "keyring"
     provider = cenotaph.LocalKeyring(keyring)
-    with cenotaph.open(_url(pg_dsn, source), key_provider=provider, auto_purge="sync") as store:
+    with cenotaph.open(schema_url(pg_dsn, source), key_provider=provider, auto_purge="sync") as store:
         a = populate(store, A, "A", short=6, long=1)
         b = populate(store, B, "B", short=6, long=1)
         canary = f"CNRYK{uuid.uuid4().hex}"
@@ -113,7 +93,7 @@ def test_a_backup_from_before_a_forget_restores_into_a_new_schema_without_resurr
         request = store.forget_subject(A)
         assert request.status().state == "verified"
 
-    with cenotaph.restore(backup, _url(pg_dsn, target), key_provider=provider) as restored:
+    with cenotaph.restore(backup, schema_url(pg_dsn, target), key_provider=provider) as restored:
         assert_gone(restored, a)
         assert_write_refused(restored, a)
         assert_readable(restored, b)
@@ -121,10 +101,10 @@ def test_a_backup_from_before_a_forget_restores_into_a_new_schema_without_resurr
         assert restored.erasure(request.id).status().state == "verified"
         assert restored.verify_audit()["entries"] >= 1
     # it is an ordinary store now, in its own schema
-    with cenotaph.open(_url(pg_dsn, target), key_provider=provider) as reopened:
+    with cenotaph.open(schema_url(pg_dsn, target), key_provider=provider) as reopened:
         assert_gone(reopened, a)
         assert_readable(reopened, b)
-    with cenotaph.open(_url(pg_dsn, source), key_provider=provider) as again:
+    with cenotaph.open(schema_url(pg_dsn, source), key_provider=provider) as again:
         assert again.verify_audit()["entries"] >= 1  # the source's log still verifies beside the copy
 
 
@@ -133,17 +113,17 @@ def test_restore_refuses_a_schema_holding_tables_and_a_directory_backup(
 ) -> None:
     source, busy, other = schemas(), schemas(), schemas()
     provider = cenotaph.LocalKeyring(tmp_path / "keyring")
-    with cenotaph.open(_url(pg_dsn, source), key_provider=provider) as store:
+    with cenotaph.open(schema_url(pg_dsn, source), key_provider=provider) as store:
         store.write(A, "k", "v")
         info = store.backup(tmp_path / "backup")
     theirs = cenotaph.LocalKeyring(tmp_path / "their-keyring")  # another store, its own keyring
-    with cenotaph.open(_url(pg_dsn, busy), key_provider=theirs) as occupant:
+    with cenotaph.open(schema_url(pg_dsn, busy), key_provider=theirs) as occupant:
         occupant.write(B, "mine", "keep me")
     before = {t: _count(pg_dsn, busy, t) for t in DUMP_TABLES}
     with pytest.raises(InvalidValueError, match="already holds tables"):
-        cenotaph.restore(info.path, _url(pg_dsn, busy), key_provider=provider)
+        cenotaph.restore(info.path, schema_url(pg_dsn, busy), key_provider=provider)
     assert {t: _count(pg_dsn, busy, t) for t in DUMP_TABLES} == before
-    with cenotaph.open(_url(pg_dsn, busy), key_provider=theirs) as occupant:
+    with cenotaph.open(schema_url(pg_dsn, busy), key_provider=theirs) as occupant:
         kept = occupant.read(B, "mine")
         assert kept is not None and kept.value == "keep me"
         assert occupant.read(A, "k") is None
@@ -152,7 +132,7 @@ def test_restore_refuses_a_schema_holding_tables_and_a_directory_backup(
         local.write(A, "k", "v")
         local_backup = local.backup(tmp_path / "local-backup")
     with pytest.raises(InvalidValueError, match="not a backup of a PostgreSQL store"):
-        cenotaph.restore(local_backup.path, _url(pg_dsn, other), key_provider=provider)
+        cenotaph.restore(local_backup.path, schema_url(pg_dsn, other), key_provider=provider)
     assert not _schema_exists(pg_dsn, other)
     # and a PostgreSQL backup does not restore into a directory
     with pytest.raises(InvalidValueError, match="restore it into a schema"):
@@ -160,7 +140,7 @@ def test_restore_refuses_a_schema_holding_tables_and_a_directory_backup(
     assert not (tmp_path / "restored-dir").exists()
     # a wrong key provider is refused once loaded: what it loaded is dropped
     with pytest.raises(KeyProviderError):
-        cenotaph.restore(info.path, _url(pg_dsn, other), key_provider=theirs)
+        cenotaph.restore(info.path, schema_url(pg_dsn, other), key_provider=theirs)
     assert not _schema_exists(pg_dsn, other)
 
 
@@ -173,17 +153,17 @@ def test_a_second_restore_into_a_schema_being_restored_is_refused_and_touches_no
     with psycopg.connect(pg_dsn, autocommit=True) as running:  # what a running restore holds
         running.execute("SELECT pg_advisory_lock(%s)", (restore_key(target),))
         with pytest.raises(InvalidValueError, match="another restore into this schema is running"):
-            cenotaph.restore(backup, _url(pg_dsn, target), key_provider=provider)
+            cenotaph.restore(backup, schema_url(pg_dsn, target), key_provider=provider)
         assert not _schema_exists(pg_dsn, target)
     # that one gone (its session ended), the restore runs
-    with cenotaph.restore(backup, _url(pg_dsn, target), key_provider=provider) as restored:
+    with cenotaph.restore(backup, schema_url(pg_dsn, target), key_provider=provider) as restored:
         assert_gone(restored, a)
         assert_readable(restored, b)
 
 
 def _backup_then_forget(tmp_path: Path, dsn: str, source: str) -> tuple[Path, Path, Written, Written]:
     keyring = tmp_path / "keyring"
-    with cenotaph.open(_url(dsn, source), key_provider=cenotaph.LocalKeyring(keyring)) as store:
+    with cenotaph.open(schema_url(dsn, source), key_provider=cenotaph.LocalKeyring(keyring)) as store:
         a = populate(store, A, "A", short=3, long=0)
         b = populate(store, B, "B", short=3, long=0)
         info = store.backup(tmp_path / "backup")
@@ -196,7 +176,7 @@ def test_a_restore_killed_while_loading_leaves_no_schema_and_runs_again(
 ) -> None:
     source, target = schemas(), schemas()
     backup, keyring, a, b = _backup_then_forget(tmp_path, pg_dsn, source)
-    url = _url(pg_dsn, target)
+    url = schema_url(pg_dsn, target)
     child = run("restore", fault="restore.loading", backup=str(backup), target=url, keyring=str(keyring))
     assert child.killed, child.stderr
     assert not _schema_exists(pg_dsn, target), "a killed load left a schema behind"
@@ -213,7 +193,7 @@ def test_a_restore_killed_before_its_first_commit_is_refused_by_open_then_replac
     same restore run again must replace it."""
     source, target = schemas(), schemas()
     backup, keyring, a, b = _backup_then_forget(tmp_path, pg_dsn, source)
-    url = _url(pg_dsn, target)
+    url = schema_url(pg_dsn, target)
     child = run("restore", fault="restore.loaded", backup=str(backup), target=url, keyring=str(keyring))
     assert child.killed, child.stderr
     assert _count(pg_dsn, target, "records") > 0  # the scenario is real: the copy is there
@@ -232,7 +212,7 @@ def test_a_backup_is_registered_and_rotation_keeps_its_epoch_until_released(
 ) -> None:
     source = schemas()
     keyring = tmp_path / "keyring"
-    with cenotaph.open(_url(pg_dsn, source), key_provider=cenotaph.LocalKeyring(keyring)) as store:
+    with cenotaph.open(schema_url(pg_dsn, source), key_provider=cenotaph.LocalKeyring(keyring)) as store:
         store.write(A, "k", "about a")
         store.write(B, "k", "about b")
         info = store.backup(tmp_path / "backup")
@@ -263,7 +243,7 @@ def test_a_snapshot_replaces_an_earlier_attempt_and_reads_its_epochs_from_its_ow
     dest.mkdir()
     keyring = tmp_path / "keyring"
     with cenotaph.open(
-        _url(pg_dsn, schemas()), key_provider=cenotaph.LocalKeyring(keyring), auto_purge="off"
+        schema_url(pg_dsn, schemas()), key_provider=cenotaph.LocalKeyring(keyring), auto_purge="off"
     ) as store:
         store.write(A, "k", "v")
         physical = store._backend.physical

@@ -30,7 +30,7 @@ from psycopg import sql
 from cenotaph.cli.main import cli
 
 from ._cluster import _free_port
-from .conftest import drop_schema
+from .conftest import schema_url
 
 USER = "tenant:acme/user:alice"
 ENV_VARS = (
@@ -75,35 +75,16 @@ def secret_dsn(pg_dsn: str) -> tuple[str, str | None]:
 
 
 @pytest.fixture
-def schemas(pg_dsn: str) -> Iterator[Callable[[], str]]:
-    made: list[str] = []
-
-    def make() -> str:
-        made.append(f"t_{uuid.uuid4().hex[:12]}")
-        return made[-1]
-
-    try:
-        yield make
-    finally:
-        for schema in made:
-            drop_schema(pg_dsn, schema)
-
-
-@pytest.fixture
 def keyring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "keyring"
     monkeypatch.setenv("CENOTAPH_KEYRING", str(path))
     return path
 
 
-def _url(dsn: str, schema: str) -> str:
-    return f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
-
-
 @pytest.fixture
 def url(secret_dsn: tuple[str, str | None], schemas: Callable[[], str]) -> str:
     """A fresh schema's URL (with a password when the server takes one)."""
-    return _url(secret_dsn[0], schemas())
+    return schema_url(secret_dsn[0], schemas())
 
 
 @pytest.fixture
@@ -163,7 +144,7 @@ def test_every_command_reaches_the_store_and_no_url_becomes_a_path(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     dsn, secret = secret_dsn
-    url, restored = _url(dsn, schemas()), _url(dsn, schemas())
+    url, restored = schema_url(dsn, schemas()), schema_url(dsn, schemas())
     outputs: list[str] = []
 
     def cmd(*args: str, stdin: str | None = None) -> Any:
@@ -286,7 +267,7 @@ def test_init_on_the_wrong_schema_says_so_and_makes_nothing(
     ok("write", USER, "k", "v", "--data", store_url)
     ok("forget", USER, "k", "--data", store_url)  # the keyring has history now
     wrong = schemas()
-    result = run("init", "--data", _url(pg_dsn, wrong))
+    result = run("init", "--data", schema_url(pg_dsn, wrong))
     assert result.exit_code == 2, result.stderr
     assert "holds no cenotaph store" in result.stderr and "?schema=" in result.stderr
     assert "altered" not in result.stderr
@@ -387,7 +368,7 @@ def test_doctor_names_the_privileges_a_role_lacks(pg_dsn: str, store_url: str) -
             psycopg.connect(as_role, connect_timeout=5).close()
         except psycopg.Error:
             pytest.skip("the shared server does not let a new role log in without a password")
-        result = run("doctor", "--data", _url(as_role, schema))
+        result = run("doctor", "--data", schema_url(as_role, schema))
         assert result.exit_code == 1
         check = _checks(json.loads(result.stdout))["postgresql privileges"]
         assert check["status"] == "fail" and f"role {role!r}" in check["detail"]

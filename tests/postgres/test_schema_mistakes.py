@@ -11,8 +11,7 @@ password). ``cenotaph.open(url)`` finds its keyring through ``CENOTAPH_KEYRING``
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,22 +42,6 @@ def _tables(dsn: str, schema: str) -> list[str]:
 def _schema_exists(dsn: str, schema: str) -> bool:
     with psycopg.connect(dsn) as conn:
         return conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is not None
-
-
-@pytest.fixture
-def schemas(pg_dsn: str) -> Iterator[Callable[[], str]]:
-    """Fresh schema names, each dropped (if anything made it) after the test."""
-    made: list[str] = []
-
-    def make() -> str:
-        made.append(f"t_{uuid.uuid4().hex[:12]}")
-        return made[-1]
-
-    try:
-        yield make
-    finally:
-        for schema in made:
-            drop_schema(pg_dsn, schema)
 
 
 @pytest.fixture

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -24,31 +23,12 @@ import cenotaph
 from cenotaph.backends.postgres.dump import DUMP_MANIFEST
 from cenotaph.backends.postgres.schema import LATEST, MIGRATIONS, MIGRATIONS_TABLE
 
-from .conftest import drop_schema
+from .conftest import schema_url
 
 pytestmark = pytest.mark.postgres
 
 _FIVE = dict(MIGRATIONS)[5]
 _FUNCTIONS = tuple(re.findall(r"CREATE FUNCTION (\w+)", _FIVE))
-
-
-@pytest.fixture
-def schemas(pg_dsn: str) -> Iterator[Callable[[], str]]:
-    made: list[str] = []
-
-    def fresh() -> str:
-        made.append(f"t_{uuid.uuid4().hex[:12]}")
-        return made[-1]
-
-    try:
-        yield fresh
-    finally:
-        for schema in made:
-            drop_schema(pg_dsn, schema)
-
-
-def _url(dsn: str, schema: str) -> str:
-    return f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
 
 
 def _versions(dsn: str, schema: str) -> list[int]:
@@ -100,7 +80,7 @@ def test_a_store_of_schema_4_is_migrated_when_opened_and_keeps_its_records_and_f
 ) -> None:
     schema = schemas()
     provider = cenotaph.LocalKeyring(tmp_path / "keyring")
-    with cenotaph.open(_url(pg_dsn, schema), key_provider=provider, auto_purge="sync") as store:
+    with cenotaph.open(schema_url(pg_dsn, schema), key_provider=provider, auto_purge="sync") as store:
         a = populate(store, A, "A", short=4, long=1)
         b = populate(store, B, "B", short=4, long=1)
         store.forget_subject(A)
@@ -109,7 +89,7 @@ def test_a_store_of_schema_4_is_migrated_when_opened_and_keeps_its_records_and_f
     assert _versions(pg_dsn, schema) == [1, 2, 3, 4]
     assert not set(_FUNCTIONS) & _functions(pg_dsn, schema)
 
-    with cenotaph.open(_url(pg_dsn, schema), key_provider=provider, auto_purge="sync") as store:
+    with cenotaph.open(schema_url(pg_dsn, schema), key_provider=provider, auto_purge="sync") as store:
         assert _versions(pg_dsn, schema) == [1, 2, 3, 4, 5]
         assert set(_FUNCTIONS) <= _functions(pg_dsn, schema)
         assert_gone(store, a)
@@ -130,7 +110,7 @@ def test_a_backup_of_schema_4_restores_then_is_migrated(
 ) -> None:
     source, target = schemas(), schemas()
     provider = cenotaph.LocalKeyring(tmp_path / "keyring")
-    with cenotaph.open(_url(pg_dsn, source), key_provider=provider, auto_purge="sync") as store:
+    with cenotaph.open(schema_url(pg_dsn, source), key_provider=provider, auto_purge="sync") as store:
         a = populate(store, A, "A", short=4, long=1)
         b = populate(store, B, "B", short=4, long=1)
         info = store.backup(tmp_path / "backup")
@@ -142,7 +122,7 @@ def test_a_backup_of_schema_4_restores_then_is_migrated(
     assert manifest["schema_version"] == 5
     manifest_path.write_text(json.dumps({**manifest, "schema_version": 4}))
 
-    with cenotaph.restore(Path(info.path), _url(pg_dsn, target), key_provider=provider) as restored:
+    with cenotaph.restore(Path(info.path), schema_url(pg_dsn, target), key_provider=provider) as restored:
         assert _versions(pg_dsn, target) == [1, 2, 3, 4, 5]
         assert set(_FUNCTIONS) <= _functions(pg_dsn, target)
         assert_gone(restored, a)  # the forget after the backup still holds in its copy
